@@ -1,0 +1,121 @@
+"""Faults of the in-process fake cluster: slices lost, repaired, slow; errors; preemption.
+
+Each fault's ``inject`` takes the ``FakeCluster``; none of them imports JAX at module load.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+from typing import TYPE_CHECKING
+
+from pathways_chaos.faults.model import Fault, FaultSpecError
+
+if TYPE_CHECKING:
+    from pathways_chaos.harness.fake_cluster import FakeCluster
+
+
+@dataclasses.dataclass(frozen=True)
+class SliceLoss(Fault["FakeCluster"]):
+    """A slice fails; the trainer sees ``code`` the next time it touches the slice."""
+
+    kind = "slice_loss"
+    slice: int = 0
+    code: str = "DATA_LOSS"
+    repair_after_polls: int = 0  # 0: stays down until a repair fault
+
+    def inject(self, target: FakeCluster) -> list[str]:
+        polls = self.repair_after_polls or None
+        return target.lose_slice(self.slice, self.code, repair_after_polls=polls)
+
+    def heal(self, target: FakeCluster) -> list[str]:
+        return target.repair_slice(self.slice)
+
+    def describe(self) -> str:
+        back = (
+            f", back after {self.repair_after_polls} health polls"
+            if self.repair_after_polls
+            else ""
+        )
+        return f"slice {self.slice} lost with {self.code}{back}"
+
+
+@dataclasses.dataclass(frozen=True)
+class DataLoss(SliceLoss):
+    kind = "data_loss"
+    code: str = "DATA_LOSS"
+
+
+@dataclasses.dataclass(frozen=True)
+class DeadlineExceeded(SliceLoss):
+    kind = "deadline_exceeded"
+    code: str = "DEADLINE_EXCEEDED"
+
+
+@dataclasses.dataclass(frozen=True)
+class NotFound(SliceLoss):
+    kind = "not_found"
+    code: str = "NOT_FOUND"
+
+
+@dataclasses.dataclass(frozen=True)
+class Internal(SliceLoss):
+    kind = "internal"
+    code: str = "INTERNAL"
+
+
+@dataclasses.dataclass(frozen=True)
+class RepairSlice(Fault["FakeCluster"]):
+    """A lost slice becomes healthy (available to rejoin) after ``after_polls`` health polls."""
+
+    kind = "repair"
+    slice: int = 0
+    after_polls: int = 0
+
+    def inject(self, target: FakeCluster) -> list[str]:
+        return target.repair_slice(self.slice, self.after_polls)
+
+    def describe(self) -> str:
+        when = f" after {self.after_polls} health polls" if self.after_polls else ""
+        return f"slice {self.slice} repaired{when}"
+
+
+@dataclasses.dataclass(frozen=True)
+class RaiseError(Fault["FakeCluster"]):
+    """The trainer's next access raises ``code`` without any slice being lost.
+
+    With a slice-down code (``INTERNAL``, say, as a Python exception in a host callback
+    surfaces) ``elastic_retry`` retries; with any other it must propagate.
+    """
+
+    kind = "raise_error"
+    code: str = "INVALID_ARGUMENT"
+    message: str = "injected error"
+
+    def __post_init__(self) -> None:
+        if not self.code.isupper():
+            raise FaultSpecError(f"raise_error code {self.code!r}: use an XLA status like INTERNAL")
+
+    def inject(self, target: FakeCluster) -> list[str]:
+        import jax
+
+        raise jax.errors.JaxRuntimeError(f"{self.code}: {self.message} (pathways-chaos)")
+
+    def describe(self) -> str:
+        return f"the next access raises {self.code}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Preemption(Fault["FakeCluster"]):
+    """A preemption notice: SIGTERM to this process, which the trainer answers by suspending."""
+
+    kind = "preemption"
+
+    def inject(self, target: FakeCluster) -> list[str]:
+        del target
+        os.kill(os.getpid(), signal.SIGTERM)
+        return [f"SIGTERM sent to pid {os.getpid()}"]
+
+    def describe(self) -> str:
+        return "preemption notice (SIGTERM)"

@@ -1,0 +1,163 @@
+"""Episode clocks: real time, or a fake clock so pathwaysutils' waits and polls cost nothing.
+
+The fake clock moves only when someone sleeps on it or advances it. ``advance`` returns only
+after every thread it woke (the elastic monitor thread) has finished its poll and is waiting
+again, so a fault schedule on the fake clock plays out the same way on every run.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+_logger = logging.getLogger(__name__)
+
+#: Real seconds ``advance`` waits for a woken thread to come back before giving up on it.
+QUIESCENCE_TIMEOUT_S = 30.0
+
+
+class EventLike(Protocol):
+    def set(self) -> None: ...
+    def clear(self) -> None: ...
+    def is_set(self) -> bool: ...
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
+class Clock(Protocol):
+    """What the harness needs of time."""
+
+    fake: bool
+
+    def time(self) -> float: ...
+    def sleep(self, seconds: float) -> None: ...
+    def make_event(self) -> EventLike: ...
+
+
+class RealClock:
+    """Wall time; waits really wait."""
+
+    fake = False
+
+    def time(self) -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def make_event(self) -> EventLike:
+        return threading.Event()
+
+
+class FakeClock:
+    """Time that moves only when slept on or advanced."""
+
+    fake = True
+
+    def __init__(self, start: float = 0.0) -> None:
+        self._now = float(start)
+        self._cond = threading.Condition()
+        self._deadlines: dict[int, float] = {}  # waiting thread id -> deadline
+        self._outstanding: set[int] = set()  # woken by advance, not yet waiting again
+        self._listeners: list[Callable[[float], None]] = []
+
+    def time(self) -> float:
+        with self._cond:
+            return self._now
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
+
+    def add_listener(self, listener: Callable[[float], None]) -> None:
+        """Calls ``listener(now)`` in the advancing thread after each advance."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[float], None]) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def advance(self, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError(f"cannot advance a clock by {seconds} s: time only moves forward")
+        me = threading.get_ident()
+        with self._cond:
+            self._now += seconds
+            woken = {t for t, d in self._deadlines.items() if d <= self._now and t != me}
+            self._outstanding |= woken
+            self._cond.notify_all()
+            give_up = time.monotonic() + QUIESCENCE_TIMEOUT_S
+            while self._outstanding & woken:
+                left = give_up - time.monotonic()
+                if left <= 0:
+                    _logger.warning("fake clock: threads %s did not wait again", woken)
+                    self._outstanding -= woken
+                    break
+                self._cond.wait(left)
+            now = self._now
+        for listener in list(self._listeners):
+            listener(now)
+
+    def make_event(self) -> EventLike:
+        return FakeEvent(self)
+
+    # Used by FakeEvent, under self._cond.
+    def _wait_until(self, event: FakeEvent, timeout: float | None) -> bool:
+        me = threading.get_ident()
+        with self._cond:
+            self._arrived(me)
+            if timeout is None:
+                while not event._flag:
+                    self._cond.wait()
+                return True
+            deadline = self._now + timeout
+            self._deadlines[me] = deadline
+            try:
+                while not event._flag and self._now < deadline:
+                    self._cond.wait()
+            finally:
+                del self._deadlines[me]
+            if event._flag:
+                self._arrived(me)
+                return True
+            return False
+
+    def _arrived(self, ident: int) -> None:
+        if ident in self._outstanding:
+            self._outstanding.discard(ident)
+            self._cond.notify_all()
+
+
+class FakeEvent:
+    """A ``threading.Event`` whose ``wait(timeout)`` counts fake seconds."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self._clock = clock
+        self._flag = False
+
+    def set(self) -> None:
+        with self._clock._cond:
+            self._flag = True
+            self._clock._cond.notify_all()
+
+    def clear(self) -> None:
+        with self._clock._cond:
+            self._flag = False
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._clock._wait_until(self, timeout)
+
+
+def make_clock(kind: str) -> Clock:
+    """``fake`` or ``real``."""
+    if kind == "fake":
+        return FakeClock()
+    if kind == "real":
+        return RealClock()
+    from pathways_chaos.harness.errors import ChaosConfigError
+
+    raise ChaosConfigError(f"unknown clock {kind!r}: use 'fake' (default) or 'real'")

@@ -1,0 +1,159 @@
+"""One episode: a fault schedule applied to a trainer through a cluster backend, all logged.
+
+The controller listens to the trainer's events. A fault fires when its trigger matches an
+event (or the clock passes its time); after that, any trainer event while the current mesh
+still holds a lost slice raises the slice-down error, which is how Pathways reports one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pathways_chaos.faults.model import Schedule, ScheduledFault
+from pathways_chaos.harness.clock import FakeClock
+from pathways_chaos.harness.fake_cluster import FakeCluster
+from pathways_chaos.harness.recorder import Event, Recorder
+from pathways_chaos.harness.reference.trainer import ReferenceTrainer, TrainerConfig, TrainResult
+
+#: Trainer events that touch data on the mesh (and so meet a lost slice).
+ACCESS_EVENTS = frozenset(
+    {"step", "snapshot_save", "restore_begin", "restore_end", "attempt_ready", "scale_up"}
+)
+#: Trigger kind -> (event kind it counts, whether the value is a count or a step number).
+_EVENT_TRIGGERS = {"restore": "restore_begin", "save": "snapshot_save", "attempt": "attempt_ready"}
+
+TrainerFactory = Callable[..., ReferenceTrainer]
+
+
+class FaultController:
+    """Applies a schedule to a fake cluster as the trainer's events arrive."""
+
+    def __init__(
+        self,
+        schedule: Schedule,
+        cluster: FakeCluster,
+        recorder: Recorder,
+        step_seconds: float = 1.0,
+    ) -> None:
+        self.cluster = cluster
+        self.recorder = recorder
+        self.step_seconds = step_seconds
+        self.pending: list[ScheduledFault] = list(schedule)
+        self.fired: list[ScheduledFault] = []
+        self._counts: dict[str, int] = {}
+        self._mesh_slices: list[int] | None = None
+        self._main = threading.get_ident()
+
+    def __enter__(self) -> FaultController:
+        self.recorder.add_listener(self.on_event)
+        if isinstance(self.cluster.clock, FakeClock):
+            self.cluster.clock.add_listener(self.on_time)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.recorder.remove_listener(self.on_event)
+        if isinstance(self.cluster.clock, FakeClock):
+            self.cluster.clock.remove_listener(self.on_time)
+
+    def on_event(self, event: Event) -> None:
+        kind = event["kind"]
+        if kind == "attempt_start":
+            self._mesh_slices = None
+        elif kind == "mesh":
+            self._mesh_slices = list(event["slices"])
+        self._counts[kind] = self._counts.get(kind, 0) + 1
+        for entry in list(self.pending):
+            if self._due(entry, event):
+                self._fire(entry)
+        if kind in ACCESS_EVENTS and self._mesh_slices is not None:
+            self.cluster.check_access(self._mesh_slices)
+        if kind == "step" and self.step_seconds and isinstance(self.cluster.clock, FakeClock):
+            self.cluster.clock.advance(self.step_seconds)
+
+    def on_time(self, now: float) -> None:
+        if threading.get_ident() != self._main:
+            return  # faults fire only in the trainer's thread
+        for entry in list(self.pending):
+            if entry.at.kind == "time" and now >= entry.at.value:
+                self._fire(entry)
+
+    def _due(self, entry: ScheduledFault, event: Event) -> bool:
+        at = entry.at
+        if at.kind == "step":
+            return event["kind"] == "step" and event["step"] == at.value
+        if at.kind == "time":
+            return self.cluster.clock.time() >= at.value
+        counted = _EVENT_TRIGGERS[at.kind]
+        return event["kind"] == counted and self._counts[counted] == at.value
+
+    def _fire(self, entry: ScheduledFault) -> None:
+        self.pending.remove(entry)
+        self.fired.append(entry)
+        fields = {"fault": entry.fault.to_json(), "text": entry.to_text()}
+        try:
+            touched = entry.fault.inject(self.cluster)
+        except Exception as error:
+            self.recorder.emit(
+                "fault", **fields, description=entry.fault.describe(), raised=str(error)
+            )
+            raise
+        self.recorder.emit("fault", **fields, description=entry.fault.describe(), touched=touched)
+
+
+@dataclasses.dataclass
+class EpisodeResult:
+    events: list[Event]
+    results: list[TrainResult]
+    error: BaseException | None
+    log_path: Path | None
+
+    @property
+    def completed(self) -> bool:
+        return bool(self.results) and self.results[-1].status == "completed"
+
+
+def run_episode(
+    cluster: FakeCluster,
+    config: TrainerConfig,
+    schedule: Schedule | None = None,
+    *,
+    log_path: str | Path | None = None,
+    trainer_factory: TrainerFactory = ReferenceTrainer,
+    step_seconds: float = 1.0,
+    max_runs: int = 3,
+) -> EpisodeResult:
+    """Runs the trainer under the schedule; a suspended run is resumed by a new run."""
+    recorder = Recorder(log_path, clock=cluster.clock)
+    recorder.emit(
+        "episode_start",
+        topology=str(cluster.topology),
+        schedule=(schedule or Schedule()).to_text(),
+        clock="fake" if cluster.clock.fake else "real",
+    )
+    results: list[TrainResult] = []
+    error: BaseException | None = None
+    with FaultController(schedule or Schedule(), cluster, recorder, step_seconds):
+        for run_index in range(1, max_runs + 1):
+            trainer = trainer_factory(config, recorder, devices=cluster.devices, run_index=run_index)
+            try:
+                results.append(trainer.run())
+            except Exception as e:  # the oracle and the test decide what this means
+                error = e
+                break
+            if results[-1].status != "suspended":
+                break
+    recorder.emit("episode_end", error=None if error is None else f"{type(error).__name__}: {error}")
+    recorder.close()
+    return EpisodeResult(recorder.events, results, error, recorder.path)
+
+
+def describe_fault(entry: ScheduledFault) -> str:
+    return f"{entry.to_text()}: {entry.fault.describe()}"
+
+
+def _unused(*_: Any) -> None:
+    pass

@@ -1,0 +1,232 @@
+"""N slices x M CPU devices in one process, that the real pathwaysutils elastic code believes.
+
+A lost slice looks to the trainer as it does on Pathways: its health check fails, every live
+array with a shard on it is gone, and the next access the trainer makes while its mesh still
+holds the slice raises a slice-down ``jax.errors.JaxRuntimeError``. The fake is a context
+manager in the manner of chex's fakes: entering installs the pathwaysutils seams, leaving
+removes them and brings every slice back up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from pathways_chaos.harness.clock import Clock, FakeClock
+from pathways_chaos.harness.errors import ChaosConfigError
+from pathways_chaos.harness.seams import PathwaysCpuSeams
+from pathways_chaos.harness.topology import SliceTopology, cpu_devices
+
+#: Status codes that ``is_error_due_to_slice_down`` treats as a lost slice.
+SLICE_DOWN_CODES = ("DATA_LOSS", "DEADLINE_EXCEEDED", "NOT_FOUND", "INTERNAL")
+
+
+class SliceState(enum.StrEnum):
+    UP = "up"
+    DOWN = "down"
+    REPAIRED = "repaired"  # healthy again and available to rejoin
+
+
+@dataclasses.dataclass
+class _Slice:
+    state: SliceState = SliceState.UP
+    code: str = "DATA_LOSS"
+    polls_until_repaired: int | None = None  # None: stays down until repaired explicitly
+    health_delay_s: float = 0.0  # > 0: a slow slice whose health check times out
+    polls: int = 0
+
+
+def slice_down_error(code: str, slice_index: int, detail: str = "") -> Exception:
+    """The error Pathways raises when a workload touches data on a lost slice."""
+    import jax
+
+    what = detail or "slice unassigned after a hardware failure"
+    return jax.errors.JaxRuntimeError(f"{code}: slice {slice_index}: {what} (pathways-chaos fake)")
+
+
+class _DeadSliceResult:
+    """What a health check on a dead slice returns: it fails when waited on."""
+
+    def __init__(self, error: Exception) -> None:
+        self._error = error
+
+    def block_until_ready(self) -> Any:
+        raise self._error
+
+
+class FakeCluster:
+    """The in-process fake: slice states, the health checks the seams route here, faults."""
+
+    def __init__(
+        self,
+        topology: SliceTopology,
+        clock: Clock | None = None,
+    ) -> None:
+        self.topology = topology
+        self.clock: Clock = clock if clock is not None else FakeClock()
+        self.devices: list[Any] = cpu_devices(topology.device_count)
+        self._by_id = {d.id: i // topology.devices_per_slice for i, d in enumerate(self.devices)}
+        self._slices = [_Slice() for _ in range(topology.num_slices)]
+        self._lock = threading.RLock()
+        self._seams = PathwaysCpuSeams(self.slice_of, self._health_check, self.clock)
+        self._poll_listeners: list[Callable[[int], None]] = []
+
+    # -- context manager -------------------------------------------------------------------
+    def __enter__(self) -> FakeCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self._seams.start()
+
+    def stop(self) -> None:
+        self._seams.stop()
+        with self._lock:
+            self._slices = [_Slice() for _ in range(self.topology.num_slices)]
+
+    @property
+    def active(self) -> bool:
+        return self._seams.installed
+
+    # -- topology --------------------------------------------------------------------------
+    @property
+    def num_slices(self) -> int:
+        return self.topology.num_slices
+
+    def slice_of(self, device: Any) -> int:
+        try:
+            return self._by_id[device.id]
+        except KeyError:
+            raise ChaosConfigError(
+                f"device {device} is not part of this {self.topology} fake cluster: build the "
+                "Manager with devices=cluster.devices"
+            ) from None
+
+    def slice_devices(self, slice_index: int) -> list[Any]:
+        self._check_index(slice_index)
+        m = self.topology.devices_per_slice
+        return self.devices[slice_index * m : (slice_index + 1) * m]
+
+    def slice_to_device_ids(self) -> dict[int, list[int]]:
+        return {s: [d.id for d in self.slice_devices(s)] for s in range(self.num_slices)}
+
+    # -- state -----------------------------------------------------------------------------
+    def state(self, slice_index: int) -> SliceState:
+        self._check_index(slice_index)
+        with self._lock:
+            return self._slices[slice_index].state
+
+    def states(self) -> dict[int, SliceState]:
+        with self._lock:
+            return {i: s.state for i, s in enumerate(self._slices)}
+
+    def down_slices(self) -> frozenset[int]:
+        with self._lock:
+            return frozenset(i for i, s in enumerate(self._slices) if s.state is SliceState.DOWN)
+
+    def health_polls(self, slice_index: int) -> int:
+        with self._lock:
+            return self._slices[slice_index].polls
+
+    # -- faults ----------------------------------------------------------------------------
+    def lose_slice(
+        self, slice_index: int, code: str = "DATA_LOSS", repair_after_polls: int | None = None
+    ) -> list[str]:
+        """Takes a slice down: health checks fail and its arrays are gone."""
+        self._check_index(slice_index)
+        if code not in SLICE_DOWN_CODES:
+            raise ChaosConfigError(
+                f"{code!r} is not a slice-down error: use one of {', '.join(SLICE_DOWN_CODES)} "
+                "(raise_error injects other errors)"
+            )
+        with self._lock:
+            s = self._slices[slice_index]
+            s.state, s.code, s.polls = SliceState.DOWN, code, 0
+            s.polls_until_repaired = repair_after_polls
+        deleted = self._delete_arrays_on(slice_index)
+        return [f"slice {slice_index}: down ({code}), {deleted} live arrays deleted"]
+
+    def repair_slice(self, slice_index: int, after_polls: int = 0) -> list[str]:
+        """The slice becomes healthy after ``after_polls`` more health checks (0: at once)."""
+        self._check_index(slice_index)
+        with self._lock:
+            s = self._slices[slice_index]
+            if s.state is not SliceState.DOWN:
+                return [f"slice {slice_index}: already {s.state}"]
+            if after_polls <= 0:
+                s.state = SliceState.REPAIRED
+                return [f"slice {slice_index}: repaired"]
+            s.polls, s.polls_until_repaired = 0, after_polls
+            return [f"slice {slice_index}: repaired after {after_polls} health polls"]
+
+    def slow_health(self, slice_index: int, delay_s: float) -> list[str]:
+        """Health checks on the slice take ``delay_s`` and then time out."""
+        self._check_index(slice_index)
+        with self._lock:
+            self._slices[slice_index].health_delay_s = delay_s
+        return [f"slice {slice_index}: health check takes {delay_s} s and times out"]
+
+    def check_access(self, slices: Iterable[int]) -> None:
+        """Raises the slice-down error a workload sees when it touches a lost slice."""
+        with self._lock:
+            for i in sorted(slices):
+                s = self._slices[i]
+                if s.state is SliceState.DOWN:
+                    raise slice_down_error(s.code, i)
+
+    def add_poll_listener(self, listener: Callable[[int], None]) -> None:
+        self._poll_listeners.append(listener)
+
+    # -- internals -------------------------------------------------------------------------
+    def _health_check(self, slice_index: int, run_real_check: Callable[[], Any]) -> Any:
+        with self._lock:
+            s = self._slices[slice_index]
+            s.polls += 1
+            if (
+                s.state is SliceState.DOWN
+                and s.polls_until_repaired is not None
+                and s.polls > s.polls_until_repaired
+            ):
+                s.state = SliceState.REPAIRED
+            state, code, delay = s.state, s.code, s.health_delay_s
+        for listener in self._poll_listeners:
+            listener(slice_index)
+        if delay > 0:
+            self.clock.sleep(delay)
+            return _DeadSliceResult(
+                slice_down_error("DEADLINE_EXCEEDED", slice_index, f"health check took {delay} s")
+            )
+        if state is SliceState.DOWN:
+            return _DeadSliceResult(slice_down_error(code, slice_index, "health check failed"))
+        return run_real_check()
+
+    def _delete_arrays_on(self, slice_index: int) -> int:
+        import jax
+
+        dead = {d.id for d in self.slice_devices(slice_index)}
+        count = 0
+        for array in jax.live_arrays():
+            try:
+                if dead & {d.id for d in array.devices()}:
+                    array.delete()
+                    count += 1
+            except RuntimeError:  # deleted meanwhile
+                continue
+        return count
+
+    def _check_index(self, slice_index: int) -> None:
+        if not 0 <= slice_index < self.num_slices:
+            raise ChaosConfigError(
+                f"slice {slice_index} does not exist in this {self.topology} cluster: "
+                f"use 0..{self.num_slices - 1}"
+            )
+
+
+def devices_in_slice_order(cluster: FakeCluster, slices: Sequence[int]) -> list[Any]:
+    return [d for s in sorted(slices) for d in cluster.slice_devices(s)]

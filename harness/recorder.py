@@ -1,0 +1,100 @@
+"""The event log: everything an oracle or a report may know about an episode, one JSON per line.
+
+Writers emit events; listeners (the fault schedule, the fake cluster's access guard) see each
+event right after it is written and may raise into the writer, which is how a fault reaches
+the trainer at the moment it touches a lost slice. Readers see only the log.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from pathways_chaos.harness.clock import Clock, RealClock
+
+Event = dict[str, Any]
+Listener = Callable[[Event], None]
+
+#: Bumped when a field changes meaning; README documents every kind.
+SCHEMA_VERSION = 1
+
+
+class Recorder:
+    """Appends events to memory and, when given a path, to a JSONL file."""
+
+    def __init__(self, path: str | Path | None = None, clock: Clock | None = None) -> None:
+        self.clock: Clock = clock if clock is not None else RealClock()
+        self.path = Path(path) if path is not None else None
+        self.events: list[Event] = []
+        self._listeners: list[Listener] = []
+        self._lock = threading.RLock()
+        self._file: IO[str] | None = None
+        self._wall0 = time.perf_counter()
+        self._dispatching = False
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("a", encoding="utf-8")
+        self.emit("log_start", schema=SCHEMA_VERSION)
+
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def emit(self, kind: str, **fields: Any) -> Event:
+        """Writes one event, then lets listeners react (they may raise into the caller)."""
+        with self._lock:
+            event: Event = {
+                "seq": len(self.events),
+                "kind": kind,
+                "t": round(self.clock.time(), 6),
+                "wall": round(time.perf_counter() - self._wall0, 6),
+                **fields,
+            }
+            self.events.append(event)
+            if self._file is not None:
+                self._file.write(json.dumps(event, default=_jsonable) + "\n")
+                self._file.flush()
+            if self._dispatching:  # events emitted by listeners are not re-dispatched
+                return event
+            self._dispatching = True
+        try:
+            for listener in list(self._listeners):
+                listener(event)
+        finally:
+            self._dispatching = False
+        return event
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_log(path: str | Path) -> list[Event]:
+    with Path(path).open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def of_kind(events: Iterable[Event], *kinds: str) -> Iterator[Event]:
+    return (e for e in events if e["kind"] in kinds)
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, set | frozenset):
+        return sorted(value)
+    return str(value)

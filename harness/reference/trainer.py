@@ -1,0 +1,451 @@
+"""The reference elastic trainer: the Pathways resilient-training guide's loop on the real libraries.
+
+``pathwaysutils`` ``Manager`` + ``elastic_retry``, the Orbax Pathways ``Snapshotter`` and grain's
+``ElasticIterator``. It knows nothing about the fake cluster: it is given devices (or takes
+``jax.devices()``) and a recorder, and runs unchanged on a real Pathways cluster. Each step of
+the recovery is a method, so a deliberately broken variant is a subclass overriding one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import signal
+import threading
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pathways_chaos.harness.errors import ChaosConfigError
+from pathways_chaos.harness.recorder import Recorder
+from pathways_chaos.harness.reference import model
+from pathways_chaos.harness.reference.data import SyntheticData
+
+MODES = ("pause_resume", "resize")
+SCALE_UP = ("in_loop", "signal", "off")
+BATCH_POLICIES = ("scaled", "fixed")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerConfig:
+    """What a run does; the defaults are a small episode that CPU-only CI runs in seconds."""
+
+    mode: str = "resize"
+    final_step: int = 30
+    snapshot_interval: int = 5
+    global_batch: int = 16  # at full slice count
+    batch: str = "scaled"  # "scaled": per-slice batch fixed, as the guide does; "fixed"
+    scale_up: str = "in_loop"  # guide's in-loop check, ScaleUpSignalError, or never
+    minimum_slice_count: int | None = None  # resize default: 1
+    poll_interval: float = 10.0
+    timeout: float | None = 600.0
+    max_attempts: int | None = 10  # None: retry forever (pathwaysutils' default)
+    lr: float = 0.05
+    beta: float = 0.9
+    seed: int = 0
+    data: SyntheticData = dataclasses.field(default_factory=SyntheticData)
+    checkpoint_dir: str | None = None  # suspend writes here; a new run resumes from here
+
+    def __post_init__(self) -> None:
+        _one_of("mode", self.mode, MODES)
+        _one_of("scale_up", self.scale_up, SCALE_UP)
+        _one_of("batch", self.batch, BATCH_POLICIES)
+        if self.final_step < 1 or self.snapshot_interval < 1 or self.global_batch < 1:
+            raise ChaosConfigError(
+                "final_step, snapshot_interval and global_batch must be >= 1: "
+                f"got {self.final_step}, {self.snapshot_interval}, {self.global_batch}"
+            )
+        if self.max_attempts is not None and self.max_attempts < 1:
+            raise ChaosConfigError(
+                f"max_attempts={self.max_attempts}: use >= 1, or None to retry forever"
+            )
+
+    def check_fits(self, total_slices: int) -> None:
+        """Refuses, before anything runs, a config this allocation cannot honour."""
+        if self.batch == "scaled" and self.global_batch % total_slices:
+            good = [total_slices * k for k in range(1, 5)]
+            raise ChaosConfigError(
+                f"global_batch={self.global_batch} does not divide by the {total_slices} slices, "
+                f"so batch='scaled' cannot keep a whole per-slice batch: use one of {good}"
+            )
+        n = self.minimum_slice_count
+        if n is not None and not 1 <= n <= total_slices:
+            raise ChaosConfigError(
+                f"minimum_slice_count={n} does not fit {total_slices} slices: use 1..{total_slices}"
+            )
+
+    @property
+    def effective_minimum_slice_count(self) -> int | None:
+        if self.mode == "pause_resume":
+            return None  # wait for every slice
+        return self.minimum_slice_count if self.minimum_slice_count is not None else 1
+
+    def to_json(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["data"] = self.data.to_json()
+        return out
+
+
+@dataclasses.dataclass
+class TrainResult:
+    status: str  # "completed" or "suspended"
+    step: int  # next step to run
+    attempts: int
+    state: Any  # host numpy pytree
+
+
+class ReferenceTrainer:
+    """One run of the guide's loop. ``run()`` may be called once."""
+
+    def __init__(
+        self,
+        config: TrainerConfig,
+        recorder: Recorder,
+        devices: Sequence[Any] | None = None,
+        run_index: int = 1,
+    ) -> None:
+        self.config = config
+        self.recorder = recorder
+        self.devices = devices
+        self.run_index = run_index
+        self.attempt = 0
+        self._jitted: dict[tuple[int, ...], Any] = {}
+        self._preempted = threading.Event()
+
+    # -- the pieces a broken variant overrides -----------------------------------------------
+    def active_devices(self, manager: Any) -> list[Any]:
+        """pathwaysutils 0.1.13 has no ``Manager.active_devices``: derive it, in slice order."""
+        return [d for s in sorted(manager.active_slice_indices) for d in manager.slice_to_devices[s]]
+
+    def build_mesh(self, manager: Any) -> Any:
+        import jax
+
+        devices = np.asarray(self.active_devices(manager), dtype=object)
+        per_slice = len(devices) // manager.active_slice_count
+        return jax.sharding.Mesh(
+            devices.reshape(manager.active_slice_count, per_slice), ("replica", "data")
+        )
+
+    def global_batch(self, manager: Any) -> int:
+        if self.config.batch == "fixed":
+            return self.config.global_batch
+        return int(manager.scale_by_active_slices(self.config.global_batch))
+
+    def make_iterator(self, manager: Any) -> Any:
+        import grain
+        from grain.experimental import ElasticIterator
+
+        # One controller: no per-host sharding; the global batch is sharded over the mesh.
+        return ElasticIterator(
+            self.config.data.map_dataset(), self.global_batch(manager), grain.sharding.NoSharding()
+        )
+
+    def state_sharding(self, mesh: Any) -> Any:
+        import jax
+
+        # Replicated along the replica axis, as the Snapshotter requires.
+        return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+
+    def snapshot_payload(self, state: Any, step: int, iterator: Any) -> dict[str, Any]:
+        return {"state": state, "step": step, "iterator_state": iterator.get_state()}
+
+    def restore_snapshot(self, snapshotter: Any, abstract: Any, iterator: Any) -> tuple[Any, int]:
+        restored = snapshotter.load(
+            {"state": abstract, "step": 0, "iterator_state": iterator.get_state()}
+        )
+        iterator.set_state(restored["iterator_state"])
+        return restored["state"], int(restored["step"]) + 1
+
+    def keep_failed_attempt(self, state: Any) -> None:
+        """Nothing: the failed attempt's arrays must go out of scope (a mutant keeps them)."""
+
+    # -- the loop ----------------------------------------------------------------------------
+    def run(self) -> TrainResult:
+        import jax
+        from orbax.checkpoint.experimental.v1.training.pathways import Snapshotter
+        from pathwaysutils.elastic import elastic
+        from pathwaysutils.elastic import manager as manager_lib
+
+        config = self.config
+        manager = manager_lib.Manager(self.devices)
+        config.check_fits(manager.total_slice_count)
+        snapshotter = Snapshotter(replica_axis_index=0)
+        self.recorder.emit(
+            "run_start",
+            run=self.run_index,
+            config=config.to_json(),
+            slices={str(s): [d.id for d in ds] for s, ds in manager.slice_to_devices.items()},
+            active_slices=sorted(manager.active_slice_indices),
+        )
+        retry_policy = (
+            manager_lib.ElasticRetryLimit(config.max_attempts) if config.max_attempts else None
+        )
+
+        @manager.elastic_retry(
+            minimum_slice_count=config.effective_minimum_slice_count,
+            poll_interval=config.poll_interval,
+            timeout=config.timeout,
+            retry_policy=retry_policy,
+        )
+        def run_training_loop() -> TrainResult:
+            self.attempt += 1
+            try:
+                return self._attempt(manager, snapshotter)
+            except Exception as error:
+                self.recorder.emit(
+                    "error",
+                    run=self.run_index,
+                    attempt=self.attempt,
+                    type=type(error).__name__,
+                    message=str(error)[:500],
+                    slice_down=elastic.is_error_due_to_slice_down(error, log_traceback=False),
+                )
+                raise
+
+        previous = self._install_preemption_handler()
+        try:
+            result = run_training_loop()
+            snapshotter.join()
+        except BaseException as error:
+            self.recorder.emit(
+                "run_end",
+                run=self.run_index,
+                status="failed",
+                attempts=self.attempt,
+                error=f"{type(error).__name__}: {error}"[:500],
+                cause=repr(error.__cause__)[:300] if error.__cause__ else None,
+            )
+            raise
+        finally:
+            self._restore_preemption_handler(previous)
+            manager.close()
+        self.recorder.emit(
+            "run_end",
+            run=self.run_index,
+            status=result.status,
+            attempts=self.attempt,
+            step=result.step,
+            final_state=describe_state(result.state),
+            compiles=sum(f._cache_size() for f in self._jitted.values()),
+        )
+        del jax
+        return result
+
+    def _attempt(self, manager: Any, snapshotter: Any) -> TrainResult:
+        import jax
+
+        config, emit = self.config, self.recorder.emit
+        ids = {"run": self.run_index, "attempt": self.attempt}
+        emit("attempt_start", **ids, active_slices=sorted(manager.active_slice_indices))
+        mesh, step_fn = self._mesh_and_step(manager, "attempt")
+        iterator = self.make_iterator(manager)
+        sharding = self.state_sharding(mesh)
+        abstract = jax.tree.map(
+            lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding),
+            jax.eval_shape(model.init_state, config.seed),
+        )
+        checkpoint = self._latest_checkpoint() if self.attempt == 1 else None
+        if snapshotter.latest is not None:
+            snapshotter.join()
+            source, snap_step = "snapshot", snapshotter.latest.step
+            emit("restore_begin", **ids, source=source, step=snap_step)
+            state, step = self.restore_snapshot(snapshotter, abstract, iterator)
+        elif checkpoint is not None:
+            source, snap_step = "checkpoint", checkpoint[0]
+            emit("restore_begin", **ids, source=source, step=snap_step)
+            state, step = self._load_checkpoint(checkpoint[1], abstract, iterator)
+        else:
+            source, snap_step = "init", None
+            state, step = jax.device_put(model.init_state(config.seed), sharding), 0
+        if snap_step is not None:
+            emit("restore_end", **ids, source=source, step=snap_step, digest=digest(state))
+        emit("attempt_ready", **ids, start_step=step, live=live_census())
+
+        while step < config.final_step:
+            batch = next(iterator)
+            x, y = self._place_batch(batch, mesh)
+            state, loss = step_fn(state, x, y)
+            emit("step", **ids, step=step, ids=batch["id"].tolist(), loss=float(loss))
+            if step % config.snapshot_interval == 0:
+                snapshotter.save(step, self.snapshot_payload(state, step, iterator))
+                emit("snapshot_save", **ids, step=step, digest=digest(state))
+            if self._preempted.is_set():
+                return self._suspend(state, step, iterator)
+            if manager.available_inactive_slices and config.scale_up != "off":
+                joining = sorted(manager.available_inactive_slices)
+                if config.scale_up == "signal":
+                    # Snapshot this very step so the restart wastes nothing.
+                    snapshotter.join()
+                    snapshotter.save(step, self.snapshot_payload(state, step, iterator))
+                    snapshotter.join()
+                    emit("snapshot_save", **ids, step=step, digest=digest(state))
+                    emit("scale_up", **ids, how="signal", joining=joining, step=step)
+                    self.keep_failed_attempt(state)
+                    from pathwaysutils.elastic import manager as manager_lib
+
+                    raise manager_lib.ScaleUpSignalError()
+                manager.active_slice_indices |= manager.available_inactive_slices
+                emit("scale_up", **ids, how="in_loop", joining=joining, step=step)
+                iterator_state = iterator.get_state()
+                mesh, step_fn = self._mesh_and_step(manager, "scale_up")
+                iterator = self.make_iterator(manager)
+                iterator.set_state(iterator_state)
+                state = jax.device_put(state, self.state_sharding(mesh))
+                emit("attempt_ready", **ids, start_step=step + 1, live=live_census())
+            step += 1
+        return TrainResult("completed", step, self.attempt, jax.device_get(state))
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _mesh_and_step(self, manager: Any, reason: str) -> tuple[Any, Any]:
+        import functools
+
+        import jax
+
+        mesh = self.build_mesh(manager)
+        key = tuple(d.id for d in mesh.devices.flat)
+        recompile = key not in self._jitted
+        if recompile:
+            step = functools.partial(model.train_step, lr=self.config.lr, beta=self.config.beta)
+            self._jitted[key] = jax.jit(step, out_shardings=(self.state_sharding(mesh), None))
+        self.recorder.emit(
+            "mesh",
+            run=self.run_index,
+            attempt=self.attempt,
+            reason=reason,
+            slices=sorted({manager_slice(manager, d) for d in mesh.devices.flat}),
+            device_ids=[[d.id for d in row] for row in mesh.devices],
+            shape=list(mesh.devices.shape),
+            recompile=recompile,
+        )
+        return mesh, self._jitted[key]
+
+    def _place_batch(self, batch: dict[str, Any], mesh: Any) -> tuple[Any, Any]:
+        import jax
+        from jax.sharding import NamedSharding, PartitionSpec
+
+        n = len(batch["id"])
+        if n % mesh.size == 0:
+            spec = PartitionSpec(("replica", "data"))
+        elif n % mesh.shape["replica"] == 0:
+            spec = PartitionSpec("replica")
+        else:
+            spec = PartitionSpec()
+        sharding = NamedSharding(mesh, spec)
+        return jax.device_put(batch["x"], sharding), jax.device_put(batch["y"], sharding)
+
+    # -- suspend and resume ------------------------------------------------------------------
+    def _install_preemption_handler(self) -> Any:
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        return signal.signal(signal.SIGTERM, lambda *_: self._preempted.set())
+
+    def _restore_preemption_handler(self, previous: Any) -> None:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+    def _suspend(self, state: Any, step: int, iterator: Any) -> TrainResult:
+        import jax
+
+        if self.config.checkpoint_dir is None:
+            raise ChaosConfigError(
+                "preemption notice received but TrainerConfig.checkpoint_dir is not set: "
+                "give the trainer a directory to persist its state to"
+            )
+        path = Path(self.config.checkpoint_dir) / f"step_{step:08d}"
+        payload = {"state": state, "step": step, "iterator_state": iterator.get_state()}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            from orbax.checkpoint import v1 as ocp
+
+            ocp.save_pytree(path, payload)
+        self.recorder.emit(
+            "checkpoint_save",
+            run=self.run_index,
+            attempt=self.attempt,
+            step=step,
+            path=str(path),
+            digest=digest(state),
+        )
+        self.recorder.emit("suspend", run=self.run_index, attempt=self.attempt, step=step)
+        return TrainResult("suspended", step + 1, self.attempt, jax.device_get(state))
+
+    def _latest_checkpoint(self) -> tuple[int, Path] | None:
+        if self.config.checkpoint_dir is None or not os.path.isdir(self.config.checkpoint_dir):
+            return None
+        steps = sorted(
+            p for p in Path(self.config.checkpoint_dir).iterdir() if p.name.startswith("step_")
+        )
+        if not steps:
+            return None
+        return int(steps[-1].name.removeprefix("step_")), steps[-1]
+
+    def _load_checkpoint(self, path: Path, abstract: Any, iterator: Any) -> tuple[Any, int]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            from orbax.checkpoint import v1 as ocp
+
+            restored = ocp.load_pytree(
+                path, {"state": abstract, "step": 0, "iterator_state": iterator.get_state()}
+            )
+        iterator.set_state(restored["iterator_state"])
+        return restored["state"], int(restored["step"]) + 1
+
+
+def manager_slice(manager: Any, device: Any) -> int:
+    for s, devices in manager.slice_to_devices.items():
+        if any(d.id == device.id for d in devices):
+            return int(s)
+    raise ValueError(f"{device} is in no slice of the manager")
+
+
+def digest(state: Any) -> dict[str, str]:
+    """sha256 of every leaf's bytes, by path: equal digests mean bitwise-equal state."""
+    import jax
+
+    out = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
+        array = np.asarray(jax.device_get(leaf))
+        out[jax.tree_util.keystr(path)] = hashlib.sha256(
+            array.dtype.str.encode() + str(array.shape).encode() + array.tobytes()
+        ).hexdigest()[:16]
+    return out
+
+
+def describe_state(state: Any) -> dict[str, dict[str, Any]]:
+    """Each leaf's dtype, shape and values, so a replay can compare with a stated tolerance."""
+    import jax
+
+    out = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
+        array = np.asarray(leaf)
+        out[jax.tree_util.keystr(path)] = {
+            "dtype": array.dtype.name,
+            "shape": list(array.shape),
+            "values": array.ravel().tolist(),
+        }
+    return out
+
+
+def live_census() -> dict[str, Any]:
+    """Live arrays by memory kind, and every device they have a shard on."""
+    import jax
+
+    kinds: dict[str, int] = {}
+    devices: set[int] = set()
+    for array in jax.live_arrays():
+        try:
+            kind = str(array.sharding.memory_kind)
+            devices |= {d.id for d in array.devices()}
+        except RuntimeError:
+            continue
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return {"by_kind": kinds, "device_ids": sorted(devices)}
+
+
+def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ChaosConfigError(f"unknown {name} {value!r}: use one of {', '.join(allowed)}")

@@ -1,0 +1,535 @@
+"""Kubernetes faults on a Pathways JobSet: kill, evict, cordon, drain, taint, delete a slice's Job.
+
+Each fault names a slice index and finds its targets the way a Pathways JobSet labels them
+(``jobset.sigs.k8s.io/jobset-name``, ``replicatedjob-name=worker``, ``job-index=<slice>``); a
+slice's Nodes are the Nodes its worker Pods run on. Each returns one line per object it changed,
+nothing else. Against a cluster, nothing changes unless the target is armed; every change is
+journalled (see faults/journal.py) before it is made.
+
+Nothing heavy is imported at module load (faults.model imports this module to register kinds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import sys
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pathways_chaos.faults.journal import RollbackJournal, job_manifest_for_recreate
+from pathways_chaos.faults.model import Fault, FaultSpecError
+from pathways_chaos.faults.safety import (
+    CORDONED_BY_ANNOTATION,
+    OPT_IN_LABEL,
+    RETRYABLE_STATUSES,
+    ChaosRefused,
+    call_with_retries,
+    check_namespace,
+    check_opted_in,
+)
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
+WORKER_REPLICATED_JOB = "worker"
+
+#: Taints GKE-style disruptions put on a Node. ``key``/``effect`` parameters override them.
+TAINT_REASONS: dict[str, tuple[str, str, str]] = {
+    "maintenance": ("cloud.google.com/active-node-maintenance", "true", "NoSchedule"),
+    "preemption": ("cloud.google.com/impending-node-termination", "true", "NoSchedule"),
+}
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+_NOT_FOUND_IS_FINE = frozenset(RETRYABLE_STATUSES - {404})
+
+
+class TargetNotFound(LookupError):
+    """A fault's slice has nothing to act on (wrong JobSet name or slice index?)."""
+
+
+def _stderr(line: str) -> None:
+    print(f"pathways-chaos: {line}", file=sys.stderr)
+
+
+@dataclasses.dataclass
+class KubeTarget:
+    """Where Kubernetes faults act, and the rules they obey there.
+
+    ``armed=False`` (the default) is a dry run: faults read the cluster, check the rules and
+    report what they would change, and change nothing. Armed faults need a journal.
+    """
+
+    api_client: ApiClient
+    namespace: str
+    jobset: str
+    armed: bool = False
+    allowed_namespaces: frozenset[str] = frozenset()
+    opt_in_label: str = OPT_IN_LABEL
+    journal: RollbackJournal | None = None
+    echo: Callable[[str], None] = _stderr
+    retry_attempts: int = 5
+
+    # The client's models type every field Optional; these are Any so call sites stay readable.
+    @property
+    def core(self) -> Any:
+        from kubernetes import client
+
+        return client.CoreV1Api(self.api_client)
+
+    @property
+    def batch(self) -> Any:
+        from kubernetes import client
+
+        return client.BatchV1Api(self.api_client)
+
+    def check(self) -> None:
+        """The checks every fault passes before it reads anything."""
+        check_namespace(self.namespace, self.allowed_namespaces)
+        if self.armed and self.journal is None:
+            raise ChaosRefused("refused: an armed KubeTarget needs a RollbackJournal")
+
+    def slice_selector(self, slice_index: int) -> str:
+        return (
+            f"{JOBSET_NAME_LABEL}={self.jobset},{REPLICATED_JOB_LABEL}={WORKER_REPLICATED_JOB},"
+            f"{JOB_INDEX_LABEL}={slice_index}"
+        )
+
+    def retry(self, fn: Callable[[], Any], retry_on: frozenset[int] = RETRYABLE_STATUSES) -> Any:
+        return call_with_retries(fn, attempts=self.retry_attempts, retry_on=retry_on)
+
+    # -- target resolution ------------------------------------------------------------------
+
+    def slice_pods(self, slice_index: int) -> list[Any]:
+        """The slice's live worker Pods (not already terminating), checked for opt-in."""
+        selector = self.slice_selector(slice_index)
+        pods = self.retry(
+            lambda: self.core.list_namespaced_pod(self.namespace, label_selector=selector)
+        )
+        live = sorted(
+            (p for p in pods.items if p.metadata.deletion_timestamp is None),
+            key=lambda p: p.metadata.name,
+        )
+        if not live:
+            raise TargetNotFound(
+                f"no live worker Pods for slice {slice_index} of JobSet {self.jobset!r} in "
+                f"namespace {self.namespace!r} (selector {selector})"
+            )
+        for pod in live:
+            check_opted_in(
+                "Pod",
+                f"{self.namespace}/{pod.metadata.name}",
+                pod.metadata.labels,
+                self.opt_in_label,
+            )
+        return live
+
+    def slice_nodes(self, slice_index: int) -> list[Any]:
+        """The Nodes the slice's worker Pods are bound to, checked for opt-in."""
+        names = sorted({p.spec.node_name for p in self.slice_pods(slice_index) if p.spec.node_name})
+        if not names:
+            raise TargetNotFound(f"slice {slice_index}'s worker Pods are not bound to any Node")
+        nodes = [self.retry(functools.partial(self.core.read_node, name)) for name in names]
+        for node in nodes:
+            check_opted_in("Node", node.metadata.name, node.metadata.labels, self.opt_in_label)
+        return nodes
+
+    def slice_job(self, slice_index: int) -> Any:
+        selector = self.slice_selector(slice_index)
+        jobs = self.retry(
+            lambda: self.batch.list_namespaced_job(self.namespace, label_selector=selector)
+        )
+        if len(jobs.items) != 1:
+            raise TargetNotFound(
+                f"expected one worker Job for slice {slice_index} of JobSet {self.jobset!r} in "
+                f"namespace {self.namespace!r}, found {len(jobs.items)} (selector {selector})"
+            )
+        job = jobs.items[0]
+        check_opted_in(
+            "Job", f"{self.namespace}/{job.metadata.name}", job.metadata.labels, self.opt_in_label
+        )
+        return job
+
+    def dry(self, lines: Iterable[str]) -> list[str]:
+        out = [f"DRY RUN: would {line}" for line in lines]
+        for line in out:
+            self.echo(line)
+        return out
+
+
+def _identity(fault: Fault[Any]) -> str:
+    return json.dumps(fault.to_json(), sort_keys=True)
+
+
+def _journal(target: KubeTarget) -> RollbackJournal:
+    assert target.journal is not None  # KubeTarget.check() refuses an armed target without one
+    return target.journal
+
+
+def _heal_from_journal(fault: Fault[KubeTarget], target: KubeTarget) -> list[str]:
+    """Undoes exactly the entries this fault wrote (not what the slice looks like now)."""
+    target.check()
+    if not target.armed or target.journal is None:
+        return []
+    mine = {
+        e["seq"]
+        for e in target.journal.pending()
+        if e.get("fault") == _identity(fault) and e.get("run") == target.journal.run_id
+    }
+    if not mine:
+        return []
+    result = target.journal.replay(target.api_client, seqs=mine)
+    if result.errors:
+        raise RuntimeError(f"{fault.kind}: heal incomplete: {'; '.join(result.errors)}")
+    return result.lines
+
+
+def _api_status(error: BaseException) -> int | None:
+    status = getattr(error, "status", None)
+    return status if isinstance(status, int) else None
+
+
+# -- Pods ---------------------------------------------------------------------------------
+
+
+def _delete_pod(target: KubeTarget, pod: Any, grace: int | None, fault: Fault[Any]) -> str | None:
+    """Deletes exactly this Pod (uid precondition); None when it was already gone."""
+    from kubernetes import client
+
+    ns, name, uid = target.namespace, pod.metadata.name, pod.metadata.uid
+    _journal(target).record(
+        "delete_pod", namespace=ns, name=name, uid=uid, grace=grace, fault=_identity(fault)
+    )
+    body = client.V1DeleteOptions(
+        grace_period_seconds=grace, preconditions=client.V1Preconditions(uid=uid)
+    )
+    try:
+        target.retry(
+            lambda: target.core.delete_namespaced_pod(name, ns, body=body), _NOT_FOUND_IS_FINE
+        )
+    except Exception as error:
+        if _api_status(error) == 404:
+            target.echo(f"pod {ns}/{name} already gone")
+            return None
+        if _api_status(error) == 409:  # uid precondition: a different Pod has this name now
+            target.echo(f"pod {ns}/{name} was replaced meanwhile; left alone")
+            return None
+        raise
+    shown = "its own grace period" if grace is None else f"grace {grace}s"
+    return f"deleted pod {ns}/{name} on node {pod.spec.node_name} ({shown})"
+
+
+def _evict_pod(target: KubeTarget, pod: Any, fault: Fault[Any]) -> str | None:
+    ns, name, uid = target.namespace, pod.metadata.name, pod.metadata.uid
+    _journal(target).record("evict_pod", namespace=ns, name=name, uid=uid, fault=_identity(fault))
+    # policy/v1beta1: the Eviction version every server from 1.20 on accepts.
+    body = {
+        "apiVersion": "policy/v1beta1",
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": ns},
+        "deleteOptions": {"preconditions": {"uid": uid}},
+    }
+    try:
+        target.retry(
+            lambda: target.core.create_namespaced_pod_eviction(name, ns, body), _NOT_FOUND_IS_FINE
+        )
+    except Exception as error:
+        status = _api_status(error)
+        if status == 404:
+            target.echo(f"pod {ns}/{name} already gone")
+            return None
+        if status == 429:
+            target.echo(f"pod {ns}/{name} not evicted: its PodDisruptionBudget refused (429)")
+            return None
+        if status == 409:
+            target.echo(f"pod {ns}/{name} was replaced meanwhile; left alone")
+            return None
+        raise
+    return f"evicted pod {ns}/{name} from node {pod.spec.node_name}"
+
+
+@dataclasses.dataclass(frozen=True)
+class KillPods(Fault[KubeTarget]):
+    """Deletes a slice's worker Pods, as a host failure or ``kubectl delete pod`` does.
+
+    ``grace=-1`` uses each Pod's own ``terminationGracePeriodSeconds``; ``grace=0`` kills at once.
+    """
+
+    kind: ClassVar[str] = "kill_pods"
+    slice: int
+    grace: int = -1
+
+    def __post_init__(self) -> None:
+        if self.grace < -1:
+            raise FaultSpecError(f"kill_pods: grace={self.grace}: use -1 (the Pod's own) or >= 0")
+
+    def describe(self) -> str:
+        how = "with each Pod's own grace period" if self.grace < 0 else f"with grace {self.grace}s"
+        return f"kill slice {self.slice}'s worker Pods {how}"
+
+    def inject(self, target: KubeTarget) -> list[str]:
+        target.check()
+        pods = target.slice_pods(self.slice)
+        grace = None if self.grace < 0 else self.grace
+        if not target.armed:
+            return target.dry(f"delete pod {target.namespace}/{p.metadata.name}" for p in pods)
+        lines = [_delete_pod(target, pod, grace, self) for pod in pods]
+        return [line for line in lines if line]
+
+
+@dataclasses.dataclass(frozen=True)
+class EvictPods(Fault[KubeTarget]):
+    """Evicts a slice's worker Pods through the Eviction API (honours PodDisruptionBudgets)."""
+
+    kind: ClassVar[str] = "evict_pods"
+    slice: int
+
+    def describe(self) -> str:
+        return f"evict slice {self.slice}'s worker Pods"
+
+    def inject(self, target: KubeTarget) -> list[str]:
+        target.check()
+        pods = target.slice_pods(self.slice)
+        if not target.armed:
+            return target.dry(f"evict pod {target.namespace}/{p.metadata.name}" for p in pods)
+        lines = [_evict_pod(target, pod, self) for pod in pods]
+        return [line for line in lines if line]
+
+
+# -- Nodes --------------------------------------------------------------------------------
+
+
+def _cordon(target: KubeTarget, node: Any, fault: Fault[Any]) -> str | None:
+    """Cordons a Node we did not find cordoned, marking it ours; None when left alone."""
+    name = node.metadata.name
+    journal = _journal(target)
+
+    def attempt() -> str | None:
+        current = target.core.read_node(name)
+        if current.spec.unschedulable:
+            target.echo(f"node {name} already cordoned (not by this run); left alone")
+            return None
+        journal.record("cordon", node=name, uid=current.metadata.uid, fault=_identity(fault))
+        body = {
+            "metadata": {
+                "resourceVersion": current.metadata.resource_version,
+                "annotations": {CORDONED_BY_ANNOTATION: journal.run_id},
+            },
+            "spec": {"unschedulable": True},
+        }
+        target.core.patch_node(name, body)  # 409 when someone changed it since the read
+        return f"cordoned node {name}"
+
+    result: str | None = target.retry(attempt)
+    return result
+
+
+@dataclasses.dataclass(frozen=True)
+class CordonNodes(Fault[KubeTarget]):
+    """Marks a slice's Nodes unschedulable; heal uncordons only the Nodes this fault cordoned."""
+
+    kind: ClassVar[str] = "cordon_nodes"
+    slice: int
+
+    def describe(self) -> str:
+        return f"cordon slice {self.slice}'s Nodes"
+
+    def inject(self, target: KubeTarget) -> list[str]:
+        target.check()
+        nodes = target.slice_nodes(self.slice)
+        if not target.armed:
+            return target.dry(f"cordon node {n.metadata.name}" for n in nodes)
+        lines = [_cordon(target, node, self) for node in nodes]
+        return [line for line in lines if line]
+
+    def heal(self, target: KubeTarget) -> list[str]:
+        return _heal_from_journal(self, target)
+
+
+@dataclasses.dataclass(frozen=True)
+class DrainNodes(Fault[KubeTarget]):
+    """Cordons a slice's Nodes and evicts the opted-in Pods of the target namespace on them.
+
+    Pods of other namespaces on those Nodes are outside the blast radius and are left alone.
+    """
+
+    kind: ClassVar[str] = "drain_nodes"
+    slice: int
+
+    def describe(self) -> str:
+        return f"drain slice {self.slice}'s Nodes"
+
+    def inject(self, target: KubeTarget) -> list[str]:
+        target.check()
+        nodes = target.slice_nodes(self.slice)
+        pods: list[Any] = []
+        for node in nodes:
+            selector = f"spec.nodeName={node.metadata.name}"
+            found = target.retry(
+                functools.partial(
+                    target.core.list_namespaced_pod, target.namespace, field_selector=selector
+                )
+            )
+            for pod in found.items:
+                if pod.metadata.deletion_timestamp is None:
+                    check_opted_in(
+                        "Pod",
+                        f"{target.namespace}/{pod.metadata.name}",
+                        pod.metadata.labels,
+                        target.opt_in_label,
+                    )
+                    pods.append(pod)
+        if not target.armed:
+            return target.dry(
+                [f"cordon node {n.metadata.name}" for n in nodes]
+                + [f"evict pod {target.namespace}/{p.metadata.name}" for p in pods]
+            )
+        lines = [_cordon(target, node, self) for node in nodes]
+        lines += [_evict_pod(target, pod, self) for pod in pods]
+        return [line for line in lines if line]
+
+    def heal(self, target: KubeTarget) -> list[str]:
+        return _heal_from_journal(self, target)
+
+
+@dataclasses.dataclass(frozen=True)
+class TaintNode(Fault[KubeTarget]):
+    """Taints a slice's Node as GKE maintenance or preemption does (``host=-1``: every Node).
+
+    ``key`` and ``effect`` default to the reason's; a taint already present is left alone (it
+    is someone else's) and heal removes only taints this fault added.
+    """
+
+    kind: ClassVar[str] = "taint_node"
+    slice: int
+    reason: str = "maintenance"
+    host: int = 0
+    effect: str = ""
+    key: str = ""
+
+    def __post_init__(self) -> None:
+        if self.reason not in TAINT_REASONS:
+            raise FaultSpecError(
+                f"taint_node: reason={self.reason!r}: use one of {', '.join(TAINT_REASONS)}"
+            )
+        if self.effect and self.effect not in TAINT_EFFECTS:
+            raise FaultSpecError(
+                f"taint_node: effect={self.effect!r}: use one of {', '.join(TAINT_EFFECTS)}"
+            )
+        if self.host < -1:
+            raise FaultSpecError(f"taint_node: host={self.host}: use -1 (all) or a host index")
+
+    def taint(self) -> dict[str, str]:
+        key, value, effect = TAINT_REASONS[self.reason]
+        return {"key": self.key or key, "value": value, "effect": self.effect or effect}
+
+    def describe(self) -> str:
+        t = self.taint()
+        which = "every Node" if self.host < 0 else f"host {self.host}'s Node"
+        return f"taint slice {self.slice}'s {which} for {self.reason} ({t['key']}:{t['effect']})"
+
+    def inject(self, target: KubeTarget) -> list[str]:
+        target.check()
+        nodes = target.slice_nodes(self.slice)
+        if self.host >= 0:
+            if self.host >= len(nodes):
+                raise TargetNotFound(
+                    f"slice {self.slice} has {len(nodes)} Nodes; no host {self.host}"
+                )
+            nodes = [nodes[self.host]]
+        taint = self.taint()
+        shown = f"{taint['key']}={taint['value']}:{taint['effect']}"
+        if not target.armed:
+            return target.dry(f"taint node {n.metadata.name} with {shown}" for n in nodes)
+        lines = [self._taint_one(target, node.metadata.name, taint, shown) for node in nodes]
+        return [line for line in lines if line]
+
+    def _taint_one(
+        self, target: KubeTarget, name: str, taint: dict[str, str], shown: str
+    ) -> str | None:
+        journal = _journal(target)
+
+        def attempt() -> str | None:
+            node = target.core.read_node(name)
+            current = node.spec.taints or []
+            if any(t.key == taint["key"] and t.effect == taint["effect"] for t in current):
+                target.echo(
+                    f"node {name} already has a {taint['key']}:{taint['effect']} taint; left alone"
+                )
+                return None
+            journal.record(
+                "taint", node=name, uid=node.metadata.uid, taint=taint, fault=_identity(self)
+            )
+            body = {
+                "metadata": {"resourceVersion": node.metadata.resource_version},
+                "spec": {"taints": [*target.api_client.sanitize_for_serialization(current), taint]},
+            }
+            target.core.patch_node(name, body)  # 409 when the Node changed since the read
+            return f"tainted node {name} with {shown}"
+
+        result: str | None = target.retry(attempt)
+        return result
+
+    def heal(self, target: KubeTarget) -> list[str]:
+        return _heal_from_journal(self, target)
+
+
+# -- Jobs ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class DeleteJob(Fault[KubeTarget]):
+    """Deletes a slice's worker Job (its Pods go with it); heal recreates it if still absent."""
+
+    kind: ClassVar[str] = "delete_job"
+    slice: int
+
+    def describe(self) -> str:
+        return f"delete slice {self.slice}'s worker Job"
+
+    def inject(self, target: KubeTarget) -> list[str]:
+        from kubernetes import client
+
+        target.check()
+        job = target.slice_job(self.slice)
+        ns, name, uid = target.namespace, job.metadata.name, job.metadata.uid
+        if not target.armed:
+            return target.dry([f"delete job {ns}/{name} and its Pods"])
+        _journal(target).record(
+            "delete_job",
+            namespace=ns,
+            name=name,
+            uid=uid,
+            manifest=job_manifest_for_recreate(target.api_client, job),
+            fault=_identity(self),
+        )
+        body = client.V1DeleteOptions(
+            propagation_policy="Background", preconditions=client.V1Preconditions(uid=uid)
+        )
+        try:
+            target.retry(
+                lambda: target.batch.delete_namespaced_job(name, ns, body=body), _NOT_FOUND_IS_FINE
+            )
+        except Exception as error:
+            if _api_status(error) in (404, 409):
+                target.echo(f"job {ns}/{name} already gone")
+                return []
+            raise
+        return [f"deleted job {ns}/{name} and its Pods"]
+
+    def heal(self, target: KubeTarget) -> list[str]:
+        return _heal_from_journal(self, target)
+
+
+KUBERNETES_FAULTS: tuple[type[Fault[KubeTarget]], ...] = (
+    KillPods,
+    EvictPods,
+    CordonNodes,
+    DrainNodes,
+    TaintNode,
+    DeleteJob,
+)

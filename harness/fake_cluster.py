@@ -73,6 +73,7 @@ class FakeCluster:
         self._lock = threading.RLock()
         self._seams = PathwaysCpuSeams(self.slice_of, self._health_check, self.clock)
         self._poll_listeners: list[Callable[[int], None]] = []
+        self._health_fns: dict[tuple[int, ...], Any] = {}
 
     # -- context manager -------------------------------------------------------------------
     def __enter__(self) -> FakeCluster:
@@ -184,7 +185,7 @@ class FakeCluster:
         self._poll_listeners.append(listener)
 
     # -- internals -------------------------------------------------------------------------
-    def _health_check(self, slice_index: int, run_real_check: Callable[[], Any]) -> Any:
+    def _health_check(self, slice_index: int, devices: Sequence[Any]) -> Any:
         with self._lock:
             s = self._slices[slice_index]
             s.polls += 1
@@ -204,7 +205,22 @@ class FakeCluster:
             )
         if state is SliceState.DOWN:
             return _DeadSliceResult(slice_down_error(code, slice_index, "health check failed"))
-        return run_real_check()
+        return self._run_health_computation(devices)
+
+    def _run_health_computation(self, devices: Sequence[Any]) -> Any:
+        """The upstream check's computation (99 + 1 on every device of the slice, by pmap).
+
+        Compiled once per slice: upstream pmaps a bound method of a new checker on every
+        poll, which recompiles each time and keeps the checker's results alive.
+        """
+        import jax
+        import numpy as np
+
+        key = tuple(d.id for d in devices)
+        fn = self._health_fns.get(key)
+        if fn is None:
+            fn = self._health_fns[key] = jax.pmap(lambda x: x + 1, devices=list(devices))
+        return fn(np.zeros(len(devices), dtype=float) + 99)
 
     def _delete_arrays_on(self, slice_index: int) -> int:
         import jax

@@ -13,6 +13,7 @@ import hashlib
 import os
 import signal
 import threading
+import traceback
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -204,6 +205,9 @@ class ReferenceTrainer:
                     message=str(error)[:500],
                     slice_down=elastic.is_error_due_to_slice_down(error, log_traceback=False),
                 )
+                # The traceback's frames hold the failed attempt's arrays; anything that keeps
+                # the error (a log handler, pytest's log capture) would keep them alive too.
+                traceback.clear_frames(error.__traceback__)
                 raise
 
         previous = self._install_preemption_handler()
@@ -263,7 +267,7 @@ class ReferenceTrainer:
             state, step = jax.device_put(model.init_state(config.seed), sharding), 0
         if snap_step is not None:
             emit("restore_end", **ids, source=source, step=snap_step, digest=digest(state))
-        emit("attempt_ready", **ids, start_step=step, live=live_census())
+        emit("attempt_ready", **ids, reason="attempt", start_step=step, live=live_census())
 
         while step < config.final_step:
             batch = next(iterator)
@@ -295,7 +299,9 @@ class ReferenceTrainer:
                 iterator = self.make_iterator(manager)
                 iterator.set_state(iterator_state)
                 state = jax.device_put(state, self.state_sharding(mesh))
-                emit("attempt_ready", **ids, start_step=step + 1, live=live_census())
+                emit(
+                    "attempt_ready", **ids, reason="scale_up", start_step=step + 1, live=live_census()
+                )
             step += 1
         return TrainResult("completed", step, self.attempt, jax.device_get(state))
 
@@ -431,9 +437,16 @@ def describe_state(state: Any) -> dict[str, dict[str, Any]]:
 
 
 def live_census() -> dict[str, Any]:
-    """Live arrays by memory kind, and every device they have a shard on."""
+    """Live arrays by memory kind, and every device they have a shard on.
+
+    Unreachable cycles (an exception's traceback and its frames) are collected first: what
+    is counted is what something still references.
+    """
+    import gc
+
     import jax
 
+    gc.collect()
     kinds: dict[str, int] = {}
     devices: set[int] = set()
     for array in jax.live_arrays():

@@ -1,0 +1,13 @@
+"""Hooks pathways-chaos adds to pytest (registered with ``pluginmanager.add_hookspecs``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def pytest_chaos_fault_injected(fault: Any, touched: list[str], event: dict[str, Any]) -> None:
+    """Called after a fault was injected; ``touched`` says what it changed."""
+
+
+def pytest_chaos_episode_finished(result: Any, verdict: Any) -> None:
+    """Called after an episode ran and the oracle judged it."""

@@ -1,0 +1,109 @@
+"""The pytest11 entry point: options, markers, and the fixture modules.
+
+Imports nothing heavy: JAX is configured (its CPU device count) in ``pytest_configure``, before
+any test module can start its backend, and imported only by the fixtures that need it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+FIXTURE_MODULES = (
+    "pathways_chaos.fixtures.cluster",
+    "pathways_chaos.fixtures.chaos",
+)
+#: Fixture modules that exist only once their issue landed; loaded when importable.
+OPTIONAL_FIXTURE_MODULES = (
+    "pathways_chaos.fixtures.control_plane",
+    "pathways_chaos.fixtures.workload",
+)
+
+MARKERS = (
+    "chaos: a chaos episode (fault schedule + oracle); the main job runs `pytest -m chaos`",
+    "kube: talks to a real kube-apiserver (the local control plane unless --cluster)",
+    "slow: longer than a few seconds on 2 cores",
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("pathways-chaos", "pathways-chaos: elastic training under failure")
+    group.addoption(
+        "--fake-slices",
+        type=int,
+        default=None,
+        help="slices of the in-process fake cluster (default 4, env PATHWAYS_CHAOS_SLICES)",
+    )
+    group.addoption(
+        "--fake-devices-per-slice",
+        type=int,
+        default=None,
+        help="CPU devices per fake slice (default 2, env PATHWAYS_CHAOS_DEVICES_PER_SLICE)",
+    )
+    group.addoption(
+        "--chaos-clock",
+        choices=("fake", "real"),
+        default="fake",
+        help="fake: pathwaysutils' waits and polls cost no real time (default); real: they do",
+    )
+    group.addoption(
+        "--chaos-log-dir",
+        default=None,
+        help="write each episode's JSONL event log into this folder",
+    )
+    group.addoption(
+        "--chaos-trainer",
+        default="pathways_chaos.harness.reference.trainer:ReferenceTrainer",
+        help="MODULE:CLASS of the trainer the chaos suite runs (a ReferenceTrainer subclass)",
+    )
+    group.addoption(
+        "--chaos-arm",
+        action="store_true",
+        default=False,
+        help="against a real cluster, really inject faults (otherwise a dry run that prints them)",
+    )
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from pathways_chaos.harness import hooks
+
+    pluginmanager.add_hookspecs(hooks)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for marker in MARKERS:
+        config.addinivalue_line("markers", marker)
+    from pathways_chaos.harness.topology import SliceTopology, request_cpu_devices
+
+    topology = fake_topology(config)
+    request_cpu_devices(topology.device_count)
+    for name in FIXTURE_MODULES:
+        if not config.pluginmanager.has_plugin(name):
+            config.pluginmanager.import_plugin(name)
+    for name in OPTIONAL_FIXTURE_MODULES:
+        if config.pluginmanager.has_plugin(name):
+            continue
+        try:
+            config.pluginmanager.import_plugin(name)
+        except ImportError as error:
+            if name.rsplit(".", 1)[-1] not in str(error):
+                raise
+    del SliceTopology
+
+
+def fake_topology(config: pytest.Config):  # type: ignore[no-untyped-def]
+    from pathways_chaos.harness.topology import SliceTopology
+
+    slices = config.getoption("fake_slices") or int(os.environ.get("PATHWAYS_CHAOS_SLICES", 4))
+    per_slice = config.getoption("fake_devices_per_slice") or int(
+        os.environ.get("PATHWAYS_CHAOS_DEVICES_PER_SLICE", 2)
+    )
+    return SliceTopology(slices, per_slice)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return (
+        f"pathways-chaos: fake cluster {fake_topology(config)}, "
+        f"clock {config.getoption('chaos_clock')}"
+    )

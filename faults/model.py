@@ -120,7 +120,12 @@ class ScheduledFault:
 
     def to_text(self) -> str:
         parts = [f"{self.fault.kind}@{self.at.to_text()}"]
-        parts += [f"{k}={_format_value(v)}" for k, v in self.fault.params().items()]
+        defaults = {f.name: f.default for f in dataclasses.fields(self.fault)}
+        parts += [
+            f"{k}={_format_value(v)}"
+            for k, v in self.fault.params().items()
+            if v != defaults.get(k, dataclasses.MISSING)
+        ]
         return ":".join(parts)
 
     def to_json(self) -> dict[str, Any]:

@@ -368,16 +368,28 @@ def check_no_leaks(events: Sequence[Event]) -> list[str]:
 
 # -- recovery timings ----------------------------------------------------------------------
 def recoveries(events: Sequence[Event]) -> list[dict[str, Any]]:
-    """For each fault: when the trainer saw it, and when training was ready again."""
+    """For each fault: when the trainer saw it, and when training was ready again.
+
+    A fault that raised is recovered when the next attempt is ready; a repair, when the
+    repaired slice is back in the mesh.
+    """
     out = []
     for i, e in enumerate(events):
         if e["kind"] != "fault":
             continue
-        seen = next((x for x in events[i:] if x["kind"] == "error"), None)
-        ready = next((x for x in events[i + 1 :] if x["kind"] == "attempt_ready"), None)
+        later = events[i + 1 :]
+        seen = next((x for x in later if x["kind"] == "error"), None)
+        if e["fault"]["kind"] == "repair":
+            back = e["fault"]["slice"]
+            ready = next(
+                (x for x in later if x["kind"] == "mesh" and back in x["slices"]), None
+            )
+        else:
+            ready = next((x for x in later if x["kind"] == "attempt_ready"), None)
         out.append(
             {
                 "fault": e["text"],
+                "kind": e["fault"]["kind"],
                 "detected": seen is not None,
                 "recovered": ready is not None,
                 "recovery_s": None if ready is None else round(ready["t"] - e["t"], 6),

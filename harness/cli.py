@@ -1,0 +1,115 @@
+"""``pathways-chaos``: run a demo episode, judge a log, replay a rollback journal.
+
+The CPU device count is set before anything imports JAX, which is why the heavy imports live
+inside the commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+DEMO_SCHEDULE = "data_loss@step=12:slice=2,data_loss@step=25:slice=1,repair@step=30:slice=2"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="pathways-chaos", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="run one episode on the fake cluster and summarise it")
+    demo.add_argument("--slices", type=int, default=4)
+    demo.add_argument("--devices-per-slice", type=int, default=2)
+    demo.add_argument("--mode", default="resize", help="pause_resume or resize")
+    demo.add_argument("--scale-up", default="in_loop", help="in_loop, signal or off")
+    demo.add_argument("--steps", type=int, default=50)
+    demo.add_argument("--schedule", default=DEMO_SCHEDULE, help="faults, e.g. data_loss@step=12:slice=2")
+    demo.add_argument("--clock", default="fake", choices=("fake", "real"))
+    demo.add_argument("--log", type=Path, default=None, help="write the JSONL event log here")
+
+    check = sub.add_parser("check", help="run the oracle over an event log")
+    check.add_argument("log", type=Path)
+    check.add_argument("--no-replay", action="store_true")
+
+    rollback = sub.add_parser("rollback", help="undo every change a rollback journal records")
+    rollback.add_argument("args", nargs=argparse.REMAINDER)
+
+    args = parser.parse_args(argv)
+    from pathways_chaos.harness.errors import ChaosConfigError
+    from pathways_chaos.faults.model import FaultSpecError
+
+    try:
+        if args.command == "demo":
+            return _demo(args)
+        if args.command == "check":
+            return _check(args)
+        return _rollback(args.args)
+    except (ChaosConfigError, FaultSpecError) as error:
+        print(f"pathways-chaos: error: {error}", file=sys.stderr)
+        return 2
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from pathways_chaos.harness.topology import SliceTopology, request_cpu_devices
+
+    topology = SliceTopology(args.slices, args.devices_per_slice)
+    request_cpu_devices(topology.device_count)  # before anything starts JAX
+    _quiet_libraries()
+    from pathways_chaos.faults.model import parse_schedule
+    from pathways_chaos.harness import oracle, report
+    from pathways_chaos.harness.clock import make_clock
+    from pathways_chaos.harness.episode import run_episode
+    from pathways_chaos.harness.fake_cluster import FakeCluster
+    from pathways_chaos.harness.reference.trainer import TrainerConfig
+
+    schedule = parse_schedule(args.schedule)
+    with tempfile.TemporaryDirectory() as tmp:
+        config = TrainerConfig(
+            mode=args.mode, scale_up=args.scale_up, final_step=args.steps, checkpoint_dir=tmp
+        )
+        with FakeCluster(topology, clock=make_clock(args.clock)) as cluster:
+            result = run_episode(cluster, config, schedule, log_path=args.log)
+    verdict = oracle.check(result.events)
+    print(f"pathways-chaos demo: {topology} fake cluster, mode {args.mode}, {args.steps} steps")
+    print(f"schedule: {schedule.to_text() or '(none)'}")
+    print(report.summary(result.events, verdict))
+    if args.log:
+        print(f"event log: {args.log}")
+    return 0 if verdict.ok else 1
+
+
+def _check(args: argparse.Namespace) -> int:
+    from pathways_chaos.harness.recorder import read_log
+
+    events = read_log(args.log)
+    if any(e["kind"] == "run_start" for e in events):
+        from pathways_chaos.harness.topology import request_cpu_devices
+
+        request_cpu_devices(1)
+    from pathways_chaos.harness import oracle, report
+
+    verdict = oracle.check(events, replay=not args.no_replay)
+    print(report.summary(events, verdict))
+    return 0 if verdict.ok else 1
+
+
+def _rollback(argv: list[str]) -> int:
+    try:
+        from pathways_chaos.faults.journal import rollback_main
+    except ImportError:
+        print("pathways-chaos: error: the Kubernetes rollback journal is not installed", file=sys.stderr)
+        return 2
+    return rollback_main(argv)
+
+
+def _quiet_libraries() -> None:
+    import logging
+
+    for name in ("pathwaysutils", "absl", "jax"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

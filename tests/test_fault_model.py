@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+
+from pathways_chaos.faults.model import (
+    FaultSpecError,
+    Schedule,
+    fault_kinds,
+    parse_fault,
+    parse_schedule,
+)
+from pathways_chaos.faults.slice import DataLoss, RepairSlice
+from pathways_chaos.faults.strategies import schedules
+
+
+def test_text_form_parses_to_the_fault_it_names():
+    entry = parse_fault("data_loss@step=12:slice=2")
+    assert entry.at.kind == "step" and entry.at.value == 12
+    assert entry.fault == DataLoss(slice=2)
+    assert entry.to_text() == "data_loss@step=12:slice=2"
+
+
+def test_parameters_are_typed():
+    entry = parse_fault("repair@time=2.5:slice=1:after_polls=3")
+    assert entry.fault == RepairSlice(slice=1, after_polls=3)
+    assert entry.at.value == 2.5
+
+
+@settings(max_examples=60, deadline=None)
+@given(schedules())
+def test_text_and_json_round_trip(schedule: Schedule):
+    assert parse_schedule(schedule.to_text()) == schedule
+    assert Schedule.from_json(schedule.to_json()) == schedule
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("meteor@step=1", "unknown fault kind 'meteor'"),
+        ("data_loss", "has no trigger"),
+        ("data_loss@epoch=3", "unknown trigger 'epoch'"),
+        ("data_loss@step=x", "'x' is not a number"),
+        ("data_loss@step=3:slcie=2", "unknown parameter(s) slcie"),
+        ("data_loss@step=3:slice", "needs a value"),
+        ("data_loss@step=-1", "is negative"),
+    ],
+)
+def test_bad_text_is_one_clear_line(text: str, says: str):
+    with pytest.raises(FaultSpecError) as info:
+        parse_fault(text)
+    message = str(info.value)
+    assert says in message and "\n" not in message
+
+
+def test_every_slice_fault_kind_is_registered():
+    kinds = fault_kinds()
+    for kind in ("data_loss", "deadline_exceeded", "not_found", "internal", "repair",
+                 "raise_error", "preemption"):
+        assert kind in kinds

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client, watch
+
 from pathways_chaos.faults.kubernetes import (
     JOB_INDEX_LABEL,
     CordonNodes,

@@ -8,10 +8,11 @@ Text form of one scheduled fault: ``KIND@TRIGGER=VALUE[:PARAM=VALUE...]``, for e
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
 import json
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, ClassVar, Generic, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 TargetT = TypeVar("TargetT")
 
@@ -49,7 +50,7 @@ _REGISTRY: dict[str, type[Fault[Any]]] = {}
 
 
 @dataclasses.dataclass(frozen=True)
-class Fault(abc.ABC, Generic[TargetT]):
+class Fault[TargetT](abc.ABC):
     """Something that goes wrong, and (where it means something) how it is undone.
 
     Subclasses are frozen dataclasses whose fields are the fault's parameters; ``kind`` is the
@@ -206,10 +207,8 @@ def _load_builtin_kinds() -> None:
     # Importing the injector modules registers their kinds; they import nothing heavy at load.
     from pathways_chaos.faults import slice as _slice  # noqa: F401
 
-    try:
+    with contextlib.suppress(ImportError):  # the Kubernetes injectors are optional
         from pathways_chaos.faults import kubernetes as _k8s  # noqa: F401
-    except ImportError:  # the Kubernetes injectors are optional at import time
-        pass
 
 
 def _parse_number(value: str, context: str) -> int | float:

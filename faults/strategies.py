@@ -39,6 +39,8 @@ def triggers(max_step: int) -> st.SearchStrategy[Trigger]:
     )
 
 
-def schedules(num_slices: int = 4, max_step: int = 30, max_faults: int = 4) -> st.SearchStrategy[Schedule]:
+def schedules(
+    num_slices: int = 4, max_step: int = 30, max_faults: int = 4
+) -> st.SearchStrategy[Schedule]:
     entry = st.builds(ScheduledFault, triggers(max_step), slice_faults(num_slices))
     return st.lists(entry, max_size=max_faults).map(Schedule.of)

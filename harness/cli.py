@@ -25,7 +25,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--mode", default="resize", help="pause_resume or resize")
     demo.add_argument("--scale-up", default="in_loop", help="in_loop, signal or off")
     demo.add_argument("--steps", type=int, default=50)
-    demo.add_argument("--schedule", default=DEMO_SCHEDULE, help="faults, e.g. data_loss@step=12:slice=2")
+    demo.add_argument(
+        "--schedule", default=DEMO_SCHEDULE, help="faults, e.g. data_loss@step=12:slice=2"
+    )
     demo.add_argument("--clock", default="fake", choices=("fake", "real"))
     demo.add_argument("--log", type=Path, default=None, help="write the JSONL event log here")
 
@@ -37,8 +39,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     rollback.add_argument("args", nargs=argparse.REMAINDER)
 
     args = parser.parse_args(argv)
-    from pathways_chaos.harness.errors import ChaosConfigError
     from pathways_chaos.faults.model import FaultSpecError
+    from pathways_chaos.harness.errors import ChaosConfigError
 
     try:
         if args.command == "demo":
@@ -99,7 +101,10 @@ def _rollback(argv: list[str]) -> int:
     try:
         from pathways_chaos.faults.journal import rollback_main
     except ImportError:
-        print("pathways-chaos: error: the Kubernetes rollback journal is not installed", file=sys.stderr)
+        print(
+            "pathways-chaos: error: the Kubernetes rollback journal is not installed",
+            file=sys.stderr,
+        )
         return 2
     return rollback_main(argv)
 

@@ -11,7 +11,6 @@ import dataclasses
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from pathways_chaos.faults.model import Schedule, ScheduledFault
 from pathways_chaos.harness.clock import FakeClock
@@ -138,7 +137,9 @@ def run_episode(
     error: BaseException | None = None
     with FaultController(schedule or Schedule(), cluster, recorder, step_seconds):
         for run_index in range(1, max_runs + 1):
-            trainer = trainer_factory(config, recorder, devices=cluster.devices, run_index=run_index)
+            trainer = trainer_factory(
+                config, recorder, devices=cluster.devices, run_index=run_index
+            )
             try:
                 results.append(trainer.run())
             except Exception as e:  # the oracle and the test decide what this means
@@ -146,14 +147,8 @@ def run_episode(
                 break
             if results[-1].status != "suspended":
                 break
-    recorder.emit("episode_end", error=None if error is None else f"{type(error).__name__}: {error}")
+    recorder.emit(
+        "episode_end", error=None if error is None else f"{type(error).__name__}: {error}"
+    )
     recorder.close()
     return EpisodeResult(recorder.events, results, error, recorder.path)
-
-
-def describe_fault(entry: ScheduledFault) -> str:
-    return f"{entry.to_text()}: {entry.fault.describe()}"
-
-
-def _unused(*_: Any) -> None:
-    pass

@@ -24,6 +24,10 @@ from pathways_chaos.harness.topology import SliceTopology, cpu_devices
 SLICE_DOWN_CODES = ("DATA_LOSS", "DEADLINE_EXCEEDED", "NOT_FOUND", "INTERNAL")
 
 
+#: The health computation, compiled once per slice's devices for the whole process.
+_HEALTH_FNS: dict[tuple[int, ...], Any] = {}
+
+
 class SliceState(enum.StrEnum):
     UP = "up"
     DOWN = "down"
@@ -73,7 +77,6 @@ class FakeCluster:
         self._lock = threading.RLock()
         self._seams = PathwaysCpuSeams(self.slice_of, self._health_check, self.clock)
         self._poll_listeners: list[Callable[[int], None]] = []
-        self._health_fns: dict[tuple[int, ...], Any] = {}
 
     # -- context manager -------------------------------------------------------------------
     def __enter__(self) -> FakeCluster:
@@ -217,9 +220,9 @@ class FakeCluster:
         import numpy as np
 
         key = tuple(d.id for d in devices)
-        fn = self._health_fns.get(key)
+        fn = _HEALTH_FNS.get(key)
         if fn is None:
-            fn = self._health_fns[key] = jax.pmap(lambda x: x + 1, devices=list(devices))
+            fn = _HEALTH_FNS[key] = jax.pmap(lambda x: x + 1, devices=list(devices))
         return fn(np.zeros(len(devices), dtype=float) + 99)
 
     def _delete_arrays_on(self, slice_index: int) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -55,7 +56,9 @@ class Verdict:
             raise OracleViolation("; ".join(self.violations))
 
 
-def check(events: Sequence[Event], *, replay: bool = True, expect_completed: bool = True) -> Verdict:
+def check(
+    events: Sequence[Event], *, replay: bool = True, expect_completed: bool = True
+) -> Verdict:
     """Runs oracle checks 1-6 over a log."""
     violations: list[str] = []
     lineage, lineage_problems = committed_lineage(events)
@@ -132,7 +135,7 @@ def committed_lineage(events: Sequence[Event]) -> tuple[list[StepRecord], list[s
         save = earlier[-1]
         key, upto, seq_limit = (save["run"], save["attempt"]), restore["step"], save["seq"]
     lineage = [r for seg in reversed(segments) for r in seg]
-    for prev, nxt in zip(lineage, lineage[1:], strict=False):
+    for prev, nxt in itertools.pairwise(lineage):
         if nxt.step != prev.step + 1:
             problems.append(
                 f"committed steps are not consecutive: step {prev.step} is followed by "
@@ -242,7 +245,8 @@ def compare_state(final: dict[str, Any], replayed: dict[str, np.ndarray]) -> lis
             worst = float(np.max(np.abs(got - want)))
             return [
                 f"final state differs from a one-device replay of the committed batches at leaf "
-                f"{path}: max abs diff {worst:.3g} (tolerance rtol={REPLAY_RTOL}, atol={REPLAY_ATOL})"
+                f"{path}: max abs diff {worst:.3g} "
+                f"(tolerance rtol={REPLAY_RTOL}, atol={REPLAY_ATOL})"
             ]
     return []
 
@@ -381,9 +385,7 @@ def recoveries(events: Sequence[Event]) -> list[dict[str, Any]]:
         seen = next((x for x in later if x["kind"] == "error"), None)
         if e["fault"]["kind"] == "repair":
             back = e["fault"]["slice"]
-            ready = next(
-                (x for x in later if x["kind"] == "mesh" and back in x["slices"]), None
-            )
+            ready = next((x for x in later if x["kind"] == "mesh" and back in x["slices"]), None)
         else:
             ready = next((x for x in later if x["kind"] == "attempt_ready"), None)
         out.append(

@@ -7,8 +7,12 @@ any test module can start its backend, and imported only by the fixtures that ne
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from pathways_chaos.harness.topology import SliceTopology
 
 FIXTURE_MODULES = (
     "pathways_chaos.fixtures.cluster",
@@ -74,7 +78,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
-    from pathways_chaos.harness.topology import SliceTopology, request_cpu_devices
+    from pathways_chaos.harness.topology import request_cpu_devices
 
     topology = fake_topology(config)
     request_cpu_devices(topology.device_count)
@@ -89,10 +93,9 @@ def pytest_configure(config: pytest.Config) -> None:
         except ImportError as error:
             if name.rsplit(".", 1)[-1] not in str(error):
                 raise
-    del SliceTopology
 
 
-def fake_topology(config: pytest.Config):  # type: ignore[no-untyped-def]
+def fake_topology(config: pytest.Config) -> SliceTopology:
     from pathways_chaos.harness.topology import SliceTopology
 
     slices = config.getoption("fake_slices") or int(os.environ.get("PATHWAYS_CHAOS_SLICES", 4))

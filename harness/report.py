@@ -47,7 +47,9 @@ def summary(events: Sequence[Event], verdict: Verdict) -> str:
         if r["recovery_s"] is None:
             how = "not recovered"
         else:
-            how = f"ready again after {r['recovery_s']:.1f}s clock, {r['recovery_wall_s']:.3f}s wall"
+            how = (
+                f"ready again after {r['recovery_s']:.1f}s clock, {r['recovery_wall_s']:.3f}s wall"
+            )
         out.append(f"  {r['fault']}: {how}")
     if not verdict.recoveries:
         out.append("  (no faults)")

@@ -37,7 +37,7 @@ class _ThreadingWithClock(types.ModuleType):
     def __getattr__(self, name: str) -> Any:
         return getattr(threading, name)
 
-    def Event(self) -> Any:  # noqa: N802 - the name threading uses
+    def Event(self) -> Any:
         return self._clock.make_event()
 
 

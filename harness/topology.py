@@ -31,7 +31,8 @@ class SliceTopology:
                 )
         if self.device_count > MAX_CPU_DEVICES:
             raise ChaosConfigError(
-                f"{self.num_slices}x{self.devices_per_slice} needs {self.device_count} CPU devices, "
+                f"{self.num_slices}x{self.devices_per_slice} needs {self.device_count} CPU "
+                "devices, "
                 f"more than the {MAX_CPU_DEVICES} this toolkit can make in one process: "
                 "use fewer slices or fewer devices per slice"
             )

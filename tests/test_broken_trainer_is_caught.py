@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 pytest_plugins = ["pytester"]
 
 MUTANT = "pathways_chaos.harness.reference.mutants:IteratorRestoredFromCurrentPosition"
@@ -18,12 +16,12 @@ def test_iterator_restored_from_current_position_fails_the_chaos_suite(pytester)
         "-m", "chaos", "-k", "resize", f"--chaos-trainer={MUTANT}", "-p", "no:cacheprovider"
     )
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*exactly-once violated from step 11: duplicated sample ids [[]0, 1, 2*"])
+    result.stdout.fnmatch_lines(
+        ["*exactly-once violated from step 11: duplicated sample ids [[]0, 1, 2*"]
+    )
 
 
 def test_a_bad_trainer_option_is_one_line(pytester):
-    pytester.makepyfile(
-        "import pytest\n@pytest.mark.chaos\ndef test_x(chaos):\n    pass\n"
-    )
+    pytester.makepyfile("import pytest\n@pytest.mark.chaos\ndef test_x(chaos):\n    pass\n")
     result = pytester.runpytest_subprocess("--chaos-trainer=nowhere", "-p", "no:cacheprovider")
     result.stdout.fnmatch_lines(["*--chaos-trainer='nowhere' cannot be loaded*MODULE:CLASS*"])

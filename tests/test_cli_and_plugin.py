@@ -11,13 +11,17 @@ pytest_plugins = ["pytester"]
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "pathways_chaos.harness.cli", *args],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
 def test_demo_prints_a_timeline_recoveries_and_waste(tmp_path):
     log = tmp_path / "demo.jsonl"
-    out = _cli("demo", "--steps", "30", "--schedule", "data_loss@step=12:slice=2", "--log", str(log))
+    out = _cli(
+        "demo", "--steps", "30", "--schedule", "data_loss@step=12:slice=2", "--log", str(log)
+    )
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert "FAULT data_loss@step=12:slice=2: slice 2 lost with DATA_LOSS" in text
@@ -33,7 +37,10 @@ def test_bad_input_is_one_line_and_exit_2():
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0 and "unknown parameter(s) slcie" in out.stderr
     out = _cli("demo", "--mode", "elastic")
-    assert out.returncode == 2 and "unknown mode 'elastic': use one of pause_resume, resize" in out.stderr
+    assert (
+        out.returncode == 2
+        and "unknown mode 'elastic': use one of pause_resume, resize" in out.stderr
+    )
     out = _cli("demo", "--slices", "4", "--devices-per-slice", "0")
     assert out.returncode == 2 and "devices_per_slice=0 does not fit" in out.stderr
 
@@ -41,7 +48,8 @@ def test_bad_input_is_one_line_and_exit_2():
 def test_plugin_imports_nothing_heavy():
     code = (
         "import sys, pathways_chaos.harness.plugin\n"
-        "heavy = [m for m in ('jax', 'orbax', 'grain', 'pathwaysutils', 'kubernetes') if m in sys.modules]\n"
+        "names = ('jax', 'orbax', 'grain', 'pathwaysutils', 'kubernetes')\n"
+        "heavy = [m for m in names if m in sys.modules]\n"
         "print(heavy)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

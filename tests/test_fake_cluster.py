@@ -66,7 +66,9 @@ def test_a_lost_slice_fails_its_health_check_and_loses_its_arrays(fake_cluster):
     from pathwaysutils.elastic import elastic
 
     devices = fake_cluster.devices
-    everywhere = jax.device_put(np.arange(8.0), NamedSharding(Mesh(np.array(devices), ("d",)), PartitionSpec()))
+    everywhere = jax.device_put(
+        np.arange(8.0), NamedSharding(Mesh(np.array(devices), ("d",)), PartitionSpec())
+    )
     elsewhere = jax.device_put(np.arange(4.0), devices[0])
     touched = fake_cluster.lose_slice(2)
 
@@ -115,7 +117,9 @@ def test_wait_for_slices_times_out_on_the_fake_clock_without_real_waiting(fake_c
     fake_cluster.lose_slice(0)
     t0 = time.perf_counter()
     with pytest.raises(TimeoutError, match="Only 3 active"):
-        elastic.wait_for_slices(4, poll_interval=10, timeout=60, slice_to_devices=_manager_slices(fake_cluster))
+        elastic.wait_for_slices(
+            4, poll_interval=10, timeout=60, slice_to_devices=_manager_slices(fake_cluster)
+        )
     assert fake_cluster.clock.time() >= 50  # five polls of ten fake seconds
     assert time.perf_counter() - t0 < 10
 

@@ -55,6 +55,13 @@ def test_bad_text_is_one_clear_line(text: str, says: str):
 
 def test_every_slice_fault_kind_is_registered():
     kinds = fault_kinds()
-    for kind in ("data_loss", "deadline_exceeded", "not_found", "internal", "repair",
-                 "raise_error", "preemption"):
+    for kind in (
+        "data_loss",
+        "deadline_exceeded",
+        "not_found",
+        "internal",
+        "repair",
+        "raise_error",
+        "preemption",
+    ):
         assert kind in kinds

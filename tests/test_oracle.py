@@ -42,7 +42,7 @@ def test_a_clean_episode_survives(clean_log):
 
 def test_duplicated_ids_are_named(clean_log):
     def repeat(e):
-        e["ids"] = [0] + e["ids"][1:]
+        e["ids"] = [0, *e["ids"][1:]]
 
     log = tampered(clean_log, "step", repeat, nth=3)
     (message, *_) = oracle.check(log, replay=False).violations

@@ -1,4 +1,4 @@
-"""The reference elastic trainer: the Pathways resilient-training guide's loop on the real libraries.
+"""The reference elastic trainer: the Pathways resilient-training guide's loop, real libraries.
 
 ``pathwaysutils`` ``Manager`` + ``elastic_retry``, the Orbax Pathways ``Snapshotter`` and grain's
 ``ElasticIterator``. It knows nothing about the fake cluster: it is given devices (or takes
@@ -120,7 +120,9 @@ class ReferenceTrainer:
     # -- the pieces a broken variant overrides -----------------------------------------------
     def active_devices(self, manager: Any) -> list[Any]:
         """pathwaysutils 0.1.13 has no ``Manager.active_devices``: derive it, in slice order."""
-        return [d for s in sorted(manager.active_slice_indices) for d in manager.slice_to_devices[s]]
+        return [
+            d for s in sorted(manager.active_slice_indices) for d in manager.slice_to_devices[s]
+        ]
 
     def build_mesh(self, manager: Any) -> Any:
         import jax
@@ -300,7 +302,11 @@ class ReferenceTrainer:
                 iterator.set_state(iterator_state)
                 state = jax.device_put(state, self.state_sharding(mesh))
                 emit(
-                    "attempt_ready", **ids, reason="scale_up", start_step=step + 1, live=live_census()
+                    "attempt_ready",
+                    **ids,
+                    reason="scale_up",
+                    start_step=step + 1,
+                    live=live_census(),
                 )
             step += 1
         return TrainResult("completed", step, self.attempt, jax.device_get(state))

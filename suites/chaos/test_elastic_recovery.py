@@ -111,3 +111,12 @@ def test_suspend_on_preemption_and_resume(chaos):
     (restored,) = out.of_kind("restore_end")
     assert (restored["run"], restored["source"], restored["step"]) == (2, "checkpoint", 12)
     assert out.of_kind("attempt_ready")[-1]["start_step"] == 13
+
+
+def test_fixed_global_batch_survives_a_resize(chaos):
+    # 24 samples a step whatever the slice count: sharded over 8, then 6 devices.
+    out = chaos.run("data_loss@step=12:slice=0", batch="fixed", global_batch=24, scale_up="off")
+
+    out.verdict.raise_if_failed()
+    assert {len(e["ids"]) for e in out.of_kind("step")} == {24}
+    assert out.of_kind("mesh")[1]["slices"] == [1, 2, 3]

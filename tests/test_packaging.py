@@ -1,0 +1,73 @@
+"""The card's folders install under one namespace, editable and as a wheel."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).parents[1]
+
+
+def test_editable_install_imports_from_the_repo():
+    import pathways_chaos.faults.model
+    import pathways_chaos.fixtures.chaos
+    import pathways_chaos.harness.plugin
+
+    assert Path(pathways_chaos.harness.plugin.__file__).parent == ROOT / "harness"
+    assert Path(pathways_chaos.faults.model.__file__).parent == ROOT / "faults"
+    assert Path(pathways_chaos.fixtures.chaos.__file__).parent == ROOT / "fixtures"
+
+
+def test_wheel_holds_the_namespace_and_the_entry_points(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(ROOT)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    (wheel,) = tmp_path.glob("pathways_chaos-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    for module in (
+        "harness/plugin.py",
+        "harness/reference/trainer.py",
+        "faults/model.py",
+        "fixtures/chaos.py",
+    ):
+        assert f"pathways_chaos/{module}" in names
+    assert not any(n.startswith(("harness/", "fixtures/", "faults/")) for n in names)
+    entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+    text = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "pathways_chaos = pathways_chaos.harness.plugin" in text
+    assert "pathways-chaos = pathways_chaos.harness.cli:main" in text
+
+    target = tmp_path / "site"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    code = "import pathways_chaos.harness.topology as t; print(t.__file__)"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"},
+    )
+    assert out.stdout.strip().startswith(str(target))

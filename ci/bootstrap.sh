@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Installs pathways-chaos into ./.venv on a fresh machine: finds a Python >= 3.12 (PATH, then
-# pyenv), creates the venv, installs the project editable with its dev tools, and with --kube
-# builds or reuses the local Kubernetes binaries (ci/build-kube-binaries.sh).
+# pyenv), creates the venv, installs the project editable with its dev tools; with --kube it
+# builds or reuses the local Kubernetes binaries (ci/build-kube-binaries.sh), with --browser it
+# installs Debian's headless Chromium (the HTML report's rendering test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_kube=0
+want_browser=0
 for arg in "$@"; do
   case "$arg" in
     --kube) want_kube=1 ;;
-    *) echo "bootstrap.sh: unknown option $arg (use --kube)" >&2; exit 2 ;;
+    --browser) want_browser=1 ;;
+    *) echo "bootstrap.sh: unknown option $arg (use --kube, --browser)" >&2; exit 2 ;;
   esac
 done
 
@@ -39,6 +42,11 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev]'
 .venv/bin/python -c 'import pathways_chaos.harness.plugin, jax, pathwaysutils, orbax.checkpoint, grain; print("bootstrap.sh: installed, jax", jax.__version__)'
+
+if [ "$want_browser" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
+  echo "bootstrap.sh: installing Debian's chromium"
+  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
 
 if [ "$want_kube" = 1 ]; then
   bin="$(bash ci/build-kube-binaries.sh | tail -n 1)"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from pathways_chaos.faults.model import Schedule, ScheduledFault
@@ -124,9 +124,12 @@ def run_episode(
     trainer_factory: TrainerFactory = ReferenceTrainer,
     step_seconds: float = 1.0,
     max_runs: int = 3,
+    listeners: Iterable[Callable[[Event], None]] = (),
 ) -> EpisodeResult:
     """Runs the trainer under the schedule; a suspended run is resumed by a new run."""
     recorder = Recorder(log_path, clock=cluster.clock)
+    for listener in listeners:
+        recorder.add_listener(listener)
     recorder.emit(
         "episode_start",
         topology=str(cluster.topology),

@@ -62,6 +62,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="MODULE:CLASS of the trainer the chaos suite runs (a ReferenceTrainer subclass)",
     )
     group.addoption(
+        "--chaos-report",
+        default=None,
+        metavar="PATH",
+        help="write an HTML report (timeline per test, goodput, badput buckets) to PATH",
+    )
+    group.addoption(
+        "--chaos-progress",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="a live line during episodes (auto: on a terminal, never under -q)",
+    )
+    group.addoption(
+        "--chaos-progress-every",
+        type=int,
+        default=10,
+        help="steps between progress lines (default 10)",
+    )
+    group.addoption(
         "--chaos-arm",
         action="store_true",
         default=False,
@@ -82,6 +100,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
     topology = fake_topology(config)
     request_cpu_devices(topology.device_count)
+    report_path = config.getoption("chaos_report")
+    if report_path:
+        from pathways_chaos.harness.report_plugin import ChaosReportPlugin
+
+        config.pluginmanager.register(ChaosReportPlugin(report_path), "pathways-chaos-report")
     for name in FIXTURE_MODULES:
         if not config.pluginmanager.has_plugin(name):
             config.pluginmanager.import_plugin(name)

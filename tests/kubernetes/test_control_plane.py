@@ -143,3 +143,36 @@ def test_missing_binaries_fail_in_ci_naming_the_build_script(
     )
     assert f"1 {outcome}" in result.stdout, result.stdout
     assert "run ci/build-kube-binaries.sh" in result.stdout
+
+
+def test_a_sigkilled_owner_leaks_no_control_plane_process(tmp_path: Path) -> None:
+    """Teardown cannot run after SIGKILL; the children must still die with their parent."""
+    import signal
+    import subprocess
+    import sys
+
+    from pathways_chaos.fixtures.control_plane import wait_for
+
+    script = (
+        "import json, sys, time\n"
+        "from pathways_chaos.fixtures.control_plane import LocalControlPlane\n"
+        "plane = LocalControlPlane(controller_manager=False, scheduler=False)\n"
+        "plane.start()\n"
+        "print(json.dumps(plane.pids()), flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    owner = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=tmp_path
+    )
+    assert owner.stdout is not None
+    pids = json.loads(owner.stdout.readline())
+    assert set(pids) == {"etcd", "kube-apiserver"}
+    os.kill(owner.pid, signal.SIGKILL)
+    owner.wait(10)
+
+    def all_gone() -> bool:
+        return not any(
+            Path(f"/proc/{pid}").exists() and not _is_zombie(pid) for pid in pids.values()
+        )
+
+    wait_for(all_gone, timeout=10, what=f"control plane processes {pids} to die")

@@ -190,3 +190,54 @@ def test_everything_else_answers_403(
             answers[what] = error.status
     assert answers == dict.fromkeys(answers, 403)
     assert cluster_state(pathways_workload.api_client) == before
+
+
+def test_the_journal_entry_is_on_disk_before_the_change_is_attempted(
+    pathways_workload: PathwaysWorkload, kube_control_plane: LocalControlPlane, tmp_path: Path
+) -> None:
+    """An identity that may list Pods but not delete them: the entry exists, the Pod too."""
+    admin = pathways_workload.api_client
+    ns = pathways_workload.namespace
+    core: Any = client.CoreV1Api(admin)
+    rbac: Any = client.RbacAuthorizationV1Api(admin)
+    core.create_namespaced_service_account(ns, {"metadata": {"name": "reader"}})
+    rbac.create_namespaced_role(
+        ns,
+        {
+            "metadata": {"name": "reader"},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}],
+        },
+    )
+    rbac.create_namespaced_role_binding(
+        ns,
+        {
+            "metadata": {"name": "reader"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"},
+            "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": ns}],
+        },
+    )
+    token = core.create_namespaced_service_account_token(
+        "reader", ns, {"spec": {"expirationSeconds": 600}}
+    ).status.token
+    journal = RollbackJournal(tmp_path / "j.jsonl")
+    target = KubeTarget(
+        api_client=kube_control_plane.client_for_token(token),
+        namespace=ns,
+        jobset=pathways_workload.jobset,
+        armed=True,
+        allowed_namespaces=frozenset({ns}),
+        journal=journal,
+    )
+    victim = pathways_workload.worker_pods(0)[0]
+
+    with pytest.raises(ApiException) as raised:
+        KillPods(slice=0, grace=0).inject(target)
+
+    assert raised.value.status == 403
+    [entry] = journal.entries()
+    assert (entry["action"], entry["name"], entry["uid"]) == (
+        "delete_pod",
+        victim.metadata.name,
+        victim.metadata.uid,
+    )
+    assert core.read_namespaced_pod(victim.metadata.name, ns).metadata.uid == victim.metadata.uid

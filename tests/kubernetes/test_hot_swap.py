@@ -27,7 +27,7 @@ pytestmark = pytest.mark.kube
 )
 def test_killed_slice_is_rescheduled_onto_the_spare_slice_by_preemption(
     pathways_workload: PathwaysWorkload,
-    kube_target: KubeTarget,
+    kube_chaos_target: KubeTarget,
     record_property: Callable[[str, object], None],
 ) -> None:
     workload = pathways_workload
@@ -38,9 +38,9 @@ def test_killed_slice_is_rescheduled_onto_the_spare_slice_by_preemption(
     assert {p.spec.node_name for p in workload.pods(f"{SPARE_LABEL}=0")} == spare_nodes
     old_workers = {p.metadata.name for p in workload.worker_pods(1)}
 
-    TaintNode(slice=1, reason="maintenance", host=-1).inject(kube_target)
+    TaintNode(slice=1, reason="maintenance", host=-1).inject(kube_chaos_target)
     started = time.monotonic()
-    KillPods(slice=1, grace=0).inject(kube_target)
+    KillPods(slice=1, grace=0).inject(kube_chaos_target)
 
     def rebound() -> bool:
         pods = [p for p in workload.worker_pods(1) if p.metadata.name not in old_workers]

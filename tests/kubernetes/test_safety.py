@@ -26,7 +26,12 @@ from pathways_chaos.faults.kubernetes import (
 from pathways_chaos.faults.model import Fault, FaultSpecError, parse_fault
 from pathways_chaos.faults.safety import OPT_IN_LABEL, ChaosRefused, call_with_retries
 from pathways_chaos.fixtures.control_plane import LocalControlPlane
-from pathways_chaos.fixtures.workload import PathwaysWorkload, cluster_state, pathways_workload_in
+from pathways_chaos.fixtures.workload import (
+    PathwaysWorkload,
+    cluster_state,
+    kube_target_for,
+    pathways_workload_in,
+)
 
 pytestmark = pytest.mark.kube
 
@@ -221,3 +226,22 @@ def test_a_forbidden_answer_is_not_retried() -> None:
     with pytest.raises(ApiException):
         call_with_retries(call, sleep=lambda _: None)
     assert len(calls) == 1
+
+
+def test_against_a_cluster_only_chaos_arm_arms_the_target(
+    request: pytest.FixtureRequest, untouched_workload: PathwaysWorkload, tmp_path: Path
+) -> None:
+    target = kube_target_for(
+        request.config,
+        untouched_workload.api_client,
+        namespace=untouched_workload.namespace,
+        jobset=untouched_workload.jobset,
+        journal_path=tmp_path / "j.jsonl",
+    )
+    assert target.armed is bool(request.config.getoption("chaos_arm", default=False))
+    assert target.allowed_namespaces == {untouched_workload.namespace}
+    if not target.armed:
+        before = cluster_state(untouched_workload.api_client)
+        target.echo = lambda line: None
+        assert KillPods(slice=0).inject(target)[0].startswith("DRY RUN: would delete pod")
+        assert cluster_state(untouched_workload.api_client) == before

@@ -46,6 +46,7 @@ class FaultController:
         self._counts: dict[str, int] = {}
         self._mesh_slices: list[int] | None = None
         self._main = threading.get_ident()
+        self._firing = False
 
     def __enter__(self) -> FaultController:
         self.recorder.add_listener(self.on_event)
@@ -59,6 +60,8 @@ class FaultController:
             self.cluster.clock.remove_listener(self.on_time)
 
     def on_event(self, event: Event) -> None:
+        if self._firing:
+            return  # the controller's own fault events
         kind = event["kind"]
         if kind == "attempt_start":
             self._mesh_slices = None
@@ -92,15 +95,21 @@ class FaultController:
     def _fire(self, entry: ScheduledFault) -> None:
         self.pending.remove(entry)
         self.fired.append(entry)
-        fields = {"fault": entry.fault.to_json(), "text": entry.to_text()}
+        fields = {
+            "fault": entry.fault.to_json(),
+            "text": entry.to_text(),
+            "description": entry.fault.describe(),
+        }
+        self._firing = True
         try:
-            touched = entry.fault.inject(self.cluster)
-        except Exception as error:
-            self.recorder.emit(
-                "fault", **fields, description=entry.fault.describe(), raised=str(error)
-            )
-            raise
-        self.recorder.emit("fault", **fields, description=entry.fault.describe(), touched=touched)
+            try:
+                touched = entry.fault.inject(self.cluster)
+            except Exception as error:
+                self.recorder.emit("fault", **fields, raised=str(error))
+                raise
+            self.recorder.emit("fault", **fields, touched=touched)
+        finally:
+            self._firing = False
 
 
 @dataclasses.dataclass

@@ -98,7 +98,7 @@ def timeline_svg(events: Sequence[Event]) -> str:
             f'<rect class="recovery" x="{x(e["t"]):.1f}" y="0" '
             f'width="{max(x(ready["t"]) - x(e["t"]), 2):.1f}" height="{rows * ROW}" '
             f'fill="{COLOURS["recovery"]}"><title>recovery after {html.escape(e["text"])}: '
-            f'{ready["wall"] - e["wall"]:.3f}s wall</title></rect>'
+            f"{ready['wall'] - e['wall']:.3f}s wall</title></rect>"
         )
     for row, (s, items) in enumerate(sorted(spans.items())):
         y = row * ROW
@@ -145,8 +145,7 @@ def timeline_svg(events: Sequence[Event]) -> str:
     for i in range(6):
         t = end * i / 5
         parts.append(
-            f'<text x="{x(t):.1f}" y="{axis_y}" font-size="10" text-anchor="middle">'
-            f"{t:.0f}s</text>"
+            f'<text x="{x(t):.1f}" y="{axis_y}" font-size="10" text-anchor="middle">{t:.0f}s</text>'
         )
     parts.append("</svg>")
     return "".join(parts)
@@ -186,7 +185,8 @@ def episode_section(report: EpisodeReport, figures: Goodput) -> str:
         f"<p class='figures'>goodput <b>{figures.goodput:.1%}</b> of {figures.total_s:.3f}s wall; "
         f"{figures.recompiles} compiles; {figures.wasted_steps} wasted steps</p>"
         f"{timeline_svg(report.events)}"
-        f"<table class='faults'><tr><th>fault</th><th>detect</th><th>recover</th></tr>{rows}</table>"
+        "<table class='faults'><tr><th>fault</th><th>detect</th><th>recover</th></tr>"
+        f"{rows}</table>"
         f"<table class='badput'><tr><th>badput</th><th>ml-goodput name</th><th>seconds</th></tr>"
         f"{buckets}</table>"
         + (f"<ul class='violations'>{violations}</ul>" if violations else "")
@@ -197,9 +197,7 @@ def episode_section(report: EpisodeReport, figures: Goodput) -> str:
 
 def write_report(path: str | Path, reports: Sequence[EpisodeReport]) -> Path:
     sections = [episode_section(r, measure(r.events)) for r in reports]
-    legend = "".join(
-        f"<span><i style='background:{c}'></i>{k}</span>" for k, c in COLOURS.items()
-    )
+    legend = "".join(f"<span><i style='background:{c}'></i>{k}</span>" for k, c in COLOURS.items())
     passed = sum(r.outcome == "passed" for r in reports)
     page = (
         "<!doctype html><html><head><meta charset='utf-8'><title>pathways-chaos report</title>"
@@ -226,7 +224,7 @@ section.failed{border-color:#c62828}
 h2{font-size:15px;margin:4px 0}.status{font-weight:normal;color:#616161}
 table{border-collapse:collapse;margin:6px 12px 6px 0;display:inline-table;vertical-align:top}
 td,th{border:1px solid #ddd;padding:2px 6px;text-align:left}
-.legend span{margin-right:10px}.legend i{display:inline-block;width:10px;height:10px;margin-right:3px}
+.legend span{margin-right:10px}
+.legend i{display:inline-block;width:10px;height:10px;margin-right:3px}
 .violations{color:#c62828}
 """
-

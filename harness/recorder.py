@@ -1,8 +1,9 @@
 """The event log: everything an oracle or a report may know about an episode, one JSON per line.
 
-Writers emit events; listeners (the fault schedule, the fake cluster's access guard) see each
-event right after it is written and may raise into the writer, which is how a fault reaches
-the trainer at the moment it touches a lost slice. Readers see only the log.
+Writers emit events; listeners (the fault schedule, the fake cluster's access guard, the
+progress line) see each event right after it is written, including events other listeners
+emit, and may raise into the writer, which is how a fault reaches the trainer at the moment it
+touches a lost slice. Readers see only the log.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ class Recorder:
         self._lock = threading.RLock()
         self._file: IO[str] | None = None
         self._wall0 = time.perf_counter()
-        self._dispatching = False
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = self.path.open("a", encoding="utf-8")
@@ -61,14 +61,8 @@ class Recorder:
             if self._file is not None:
                 self._file.write(json.dumps(event, default=_jsonable) + "\n")
                 self._file.flush()
-            if self._dispatching:  # events emitted by listeners are not re-dispatched
-                return event
-            self._dispatching = True
-        try:
-            for listener in list(self._listeners):
-                listener(event)
-        finally:
-            self._dispatching = False
+        for listener in list(self._listeners):
+            listener(event)
         return event
 
     def close(self) -> None:

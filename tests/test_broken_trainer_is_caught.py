@@ -13,7 +13,7 @@ def test_iterator_restored_from_current_position_fails_the_chaos_suite(pytester)
     suite = Path(__file__).parents[1] / "suites" / "chaos" / "test_elastic_recovery.py"
     pytester.makepyfile(test_suite=suite.read_text())
     result = pytester.runpytest_subprocess(
-        "-m", "chaos", "-k", "resize", f"--chaos-trainer={MUTANT}", "-p", "no:cacheprovider"
+        "-m", "chaos", "-k", "replica_resize", f"--chaos-trainer={MUTANT}", "-p", "no:cacheprovider"
     )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(

@@ -65,3 +65,20 @@ def test_plugin_is_an_entry_point_with_markers_and_an_option_group(pytester):
     help_text = pytester.runpytest_subprocess("--help").stdout.str()
     assert "pathways-chaos: elastic training under failure" in help_text
     assert "--fake-slices" in help_text and "--chaos-arm" in help_text
+
+
+def test_progress_line_shows_step_slices_and_fault_and_is_quiet_under_q(pytester):
+    pytester.makepyfile(
+        "import pytest\n"
+        "@pytest.mark.chaos\n"
+        "def test_episode(chaos):\n"
+        "    chaos.run('data_loss@step=4:slice=1', final_step=12).verdict.raise_if_failed()\n"
+    )
+    loud = pytester.runpytest_subprocess("--chaos-progress=on", "--chaos-progress-every=5")
+    loud.assert_outcomes(passed=1)
+    loud.stdout.fnmatch_lines(
+        ["[[]chaos[]] step 10 attempt 2 slices 0,2,3 last fault data_loss@step=4:slice=1"]
+    )
+    quiet = pytester.runpytest_subprocess("-q", "--chaos-progress=on")
+    quiet.assert_outcomes(passed=1)
+    assert "[chaos]" not in quiet.stdout.str()

@@ -258,3 +258,25 @@ def test_rollback_cli_usage_errors() -> None:
     assert rollback_main(["/nonexistent/journal.jsonl"]) == 2
     with pytest.raises(SystemExit):
         rollback_main([])
+
+
+@pytest.mark.parametrize("ending", [AssertionError, KeyboardInterrupt])
+def test_the_guard_rolls_back_when_the_block_fails_or_is_interrupted(
+    pathways_workload: PathwaysWorkload,
+    make_kube_target: Any,
+    tmp_path: Path,
+    ending: type[BaseException],
+) -> None:
+    api = pathways_workload.api_client
+    before = nodes_of(cluster_state(api))
+    journal = RollbackJournal(tmp_path / "j.jsonl")
+    target = make_kube_target(pathways_workload, armed=True, journal=journal)
+
+    with pytest.raises(ending), journal.guard(api):
+        CordonNodes(slice=0).inject(target)
+        TaintNode(slice=1, host=-1).inject(target)
+        assert nodes_of(cluster_state(api)) != before
+        raise ending("the test body failed")
+
+    assert nodes_of(cluster_state(api)) == before
+    assert journal.pending() == []

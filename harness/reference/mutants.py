@@ -1,10 +1,17 @@
-"""Deliberately broken trainers: each a real bug, each one a property must catch."""
+"""Deliberately broken trainers: each a real bug, each one a property must catch.
+
+Every mutant overrides as little of ``ReferenceTrainer`` as its bug needs. ``CATALOGUE`` says
+which property suite catches which mutant; tests/test_mutants.py holds it to that.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from pathways_chaos.harness.reference.trainer import ReferenceTrainer
+from pathways_chaos.harness.recorder import Recorder
+from pathways_chaos.harness.reference.trainer import ReferenceTrainer, TrainerConfig
 
 
 class IteratorRestoredFromCurrentPosition(ReferenceTrainer):
@@ -18,3 +25,187 @@ class IteratorRestoredFromCurrentPosition(ReferenceTrainer):
             {"state": abstract, "step": 0, "iterator_state": iterator.get_state()}
         )
         return restored["state"], int(restored["step"]) + 1
+
+
+class MeshFromAllDevices(ReferenceTrainer):
+    """Builds the mesh from ``jax.devices()``, as pre-Pathways code does, not the active slices.
+
+    The dead slice's devices stay in the mesh, so every retry meets the lost slice again.
+    """
+
+    def active_devices(self, manager: Any) -> list[Any]:
+        import jax
+
+        wanted = {d.id for ds in manager.slice_to_devices.values() for d in ds}
+        return [d for d in jax.devices() if d.id in wanted]
+
+
+class MeshBuiltOnce(ReferenceTrainer):
+    """Builds the mesh once, outside the retry loop, and reuses it on every attempt."""
+
+    _mesh: Any = None
+
+    def build_mesh(self, manager: Any) -> Any:
+        if self._mesh is None:
+            self._mesh = super().build_mesh(manager)
+        return self._mesh
+
+
+class JoiningSlicesAppended(ReferenceTrainer):
+    """Keeps slices in the order they joined, so a rejoined slice lands in the last mesh row.
+
+    The mesh is no longer in slice order: replica r no longer lives on slice r.
+    """
+
+    _order: list[int] | None = None
+
+    def active_devices(self, manager: Any) -> list[Any]:
+        active = set(manager.active_slice_indices)
+        order = [s for s in (self._order or sorted(active)) if s in active]
+        order += sorted(active - set(order))
+        self._order = order
+        return [d for s in order for d in manager.slice_to_devices[s]]
+
+
+class PerHostIteratorState(ReferenceTrainer):
+    """Saves how many batches this host drew instead of grain's global position.
+
+    Restored with a different global batch (after a resize) it resumes at the wrong sample.
+    """
+
+    def make_iterator(self, manager: Any) -> Any:
+        return _BatchCountingIterator(super().make_iterator(manager), self.global_batch(manager))
+
+
+class _BatchCountingIterator:
+    def __init__(self, inner: Any, batch: int) -> None:
+        self._inner, self._batch, self._drawn = inner, batch, 0
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        self._drawn += 1
+        return next(self._inner)
+
+    def get_state(self) -> dict[str, int]:
+        return {"batches": self._drawn}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self._drawn = int(state["batches"])
+        self._inner.set_state({"global_next_index": self._drawn * self._batch})
+
+
+class DataShardByProcessIndex(ReferenceTrainer):
+    """Picks its data shard by ``jax.process_index()`` out of one shard per slice.
+
+    On one controller the process index is 0 for every slice: it eats shard 0 only.
+    """
+
+    def make_iterator(self, manager: Any) -> Any:
+        import grain
+        import jax
+        from grain.experimental import ElasticIterator
+
+        shard = grain.sharding.ShardOptions(jax.process_index(), manager.active_slice_count)
+        return ElasticIterator(self.config.data.map_dataset(), self.global_batch(manager), shard)
+
+
+class StateShardedAlongReplicaAxis(ReferenceTrainer):
+    """Shards the state along the replica axis (a model-parallel spec on the wrong axis).
+
+    The Snapshotter keeps one copy per replica: each copy holds only a piece of the state.
+    """
+
+    def state_sharding(self, mesh: Any) -> Any:
+        import jax
+
+        return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("replica"))
+
+
+class ResumeAtSnapshotStep(ReferenceTrainer):
+    """Resumes at the snapshot's step instead of step + 1, running that step twice."""
+
+    def restore_snapshot(self, snapshotter: Any, abstract: Any, iterator: Any) -> tuple[Any, int]:
+        state, step = super().restore_snapshot(snapshotter, abstract, iterator)
+        return state, step - 1
+
+
+class FailedAttemptArraysKept(ReferenceTrainer):
+    """Keeps the state of every attempt it leaves (a debugging history), so memory grows."""
+
+    def keep_failed_attempt(self, state: Any) -> None:
+        self.__dict__.setdefault("_history", []).append(state)
+
+
+class NonSliceDownErrorsRetried(ReferenceTrainer):
+    """Catches every error and re-raises it as a retryable one ("retry on anything")."""
+
+    def _attempt(self, manager: Any, snapshotter: Any) -> Any:
+        import jax
+        from pathwaysutils.elastic import elastic
+
+        try:
+            return super()._attempt(manager, snapshotter)
+        except jax.errors.JaxRuntimeError as error:
+            if elastic.is_error_due_to_slice_down(error, log_traceback=False):
+                raise
+            raise jax.errors.JaxRuntimeError(f"INTERNAL: retrying after {error}") from None
+
+
+class SnapshotBeforeUpdate(ReferenceTrainer):
+    """Snapshots the state the step started from, labelled with the step: one update is lost."""
+
+    def _mesh_and_step(self, manager: Any, reason: str) -> tuple[Any, Any]:
+        mesh, step_fn = super()._mesh_and_step(manager, reason)
+
+        def step_keeping_input(state: Any, x: Any, y: Any) -> Any:
+            self._before = state
+            return step_fn(state, x, y)
+
+        return mesh, step_keeping_input
+
+    def snapshot_payload(self, state: Any, step: int, iterator: Any) -> dict[str, Any]:
+        return super().snapshot_payload(self._before, step, iterator)
+
+
+class UnlimitedRetries(ReferenceTrainer):
+    """Retries forever (pathwaysutils' default policy), so a host-callback bug never ends."""
+
+    def __init__(
+        self,
+        config: TrainerConfig,
+        recorder: Recorder,
+        devices: Sequence[Any] | None = None,
+        run_index: int = 1,
+    ) -> None:
+        super().__init__(
+            dataclasses.replace(config, max_attempts=None), recorder, devices, run_index
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class MutantEntry:
+    trainer: type[ReferenceTrainer]
+    bug: str
+    caught_by: str  # the property suite: snapshot, dataset, mesh or stateful
+
+
+CATALOGUE: tuple[MutantEntry, ...] = (
+    MutantEntry(IteratorRestoredFromCurrentPosition, "data iterator not restored", "dataset"),
+    MutantEntry(PerHostIteratorState, "per-host batch count saved as position", "dataset"),
+    MutantEntry(DataShardByProcessIndex, "data shard chosen by jax.process_index()", "dataset"),
+    MutantEntry(ResumeAtSnapshotStep, "resumes at the snapshot's step, not step + 1", "dataset"),
+    MutantEntry(MeshFromAllDevices, "mesh from jax.devices(), not the active slices", "mesh"),
+    MutantEntry(MeshBuiltOnce, "mesh built once, outside the retry loop", "mesh"),
+    MutantEntry(JoiningSlicesAppended, "mesh rows in join order, not slice order", "mesh"),
+    MutantEntry(FailedAttemptArraysKept, "failed attempts' arrays kept alive", "mesh"),
+    MutantEntry(StateShardedAlongReplicaAxis, "state sharded along the replica axis", "snapshot"),
+    MutantEntry(NonSliceDownErrorsRetried, "non-slice-down errors retried", "stateful"),
+    MutantEntry(SnapshotBeforeUpdate, "snapshot of the state before the step's update", "stateful"),
+    MutantEntry(UnlimitedRetries, "unlimited retries meet a host-callback INTERNAL", "stateful"),
+)
+
+
+def spec_of(trainer: type[ReferenceTrainer]) -> str:
+    return f"{trainer.__module__}:{trainer.__qualname__}"

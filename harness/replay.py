@@ -1,0 +1,73 @@
+"""``pathways-chaos replay``: one episode from its command-line form, judged like the property.
+
+A property failure prints this command with the shrunk schedule; pasting it reproduces the
+failure in a new process (exit 1), or shows the fix (exit 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+from pathways_chaos.harness.episode_spec import EpisodeSpec
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pathways-chaos replay", description="replay one episode and print the verdict"
+    )
+    for field in dataclasses.fields(EpisodeSpec):
+        flag = "--" + field.name.replace("_", "-")
+        if field.type in ("bool", bool):
+            parser.add_argument(flag, action="store_true", default=field.default)
+        elif field.type in ("int", int):
+            parser.add_argument(flag, type=int, default=field.default)
+        else:
+            parser.add_argument(flag, default=field.default)
+    return parser
+
+
+def replay_main(argv: list[str]) -> int:
+    """Runs the episode; prints the schedule, outcome and every violation; 1 when it fails."""
+    from pathways_chaos.faults.model import FaultSpecError
+    from pathways_chaos.harness.errors import ChaosConfigError
+
+    args = build_parser().parse_args(argv)
+    try:
+        spec = EpisodeSpec(**vars(args))
+        from pathways_chaos.harness.topology import request_cpu_devices
+
+        request_cpu_devices(spec.slices * spec.devices_per_slice)  # before JAX starts
+        _quiet_libraries()
+        from pathways_chaos.harness.episode_spec import judge, run_spec
+
+        result = run_spec(spec)
+    except (ChaosConfigError, FaultSpecError) as error:
+        print(f"pathways-chaos replay: error: {error}", file=sys.stderr)
+        return 2
+    problems = judge(result.events, spec)
+    ends = [e for e in result.events if e["kind"] == "run_end"]
+    print(f"replay: {spec.slices}x{spec.devices_per_slice} fake cluster, trainer {spec.trainer}")
+    print(f"schedule: {spec.schedule or '(none)'}; expected outcome: {spec.expect}")
+    for e in ends:
+        why = e.get("error") or ""
+        print(f"run {e['run']}: {e['status']} after {e['attempts']} attempts {why}".rstrip())
+    if problems:
+        print("verdict: FAILED")
+        for p in problems:
+            print(f"  - {p}")
+        return 1
+    print("verdict: survived")
+    return 0
+
+
+def _quiet_libraries() -> None:
+    import logging
+
+    for name in ("pathwaysutils", "absl", "jax", "root"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+if __name__ == "__main__":
+    sys.exit(replay_main(sys.argv[1:]))

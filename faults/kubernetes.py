@@ -129,10 +129,15 @@ class KubeTarget:
         return live
 
     def slice_nodes(self, slice_index: int) -> list[Any]:
-        """The Nodes the slice's worker Pods are bound to, checked for opt-in."""
+        """The Nodes the slice's worker Pods are bound to, checked for opt-in.
+
+        Empty (and said so) when the slice's Pods are all Pending, e.g. because an earlier
+        fault cordoned its Nodes: such a slice is down already and has no Node to act on.
+        """
         names = sorted({p.spec.node_name for p in self.slice_pods(slice_index) if p.spec.node_name})
         if not names:
-            raise TargetNotFound(f"slice {slice_index}'s worker Pods are not bound to any Node")
+            self.echo(f"slice {slice_index}'s worker Pods are all Pending: no Node to act on")
+            return []
         nodes = [self.retry(functools.partial(self.core.read_node, name)) for name in names]
         for node in nodes:
             check_opted_in("Node", node.metadata.name, node.metadata.labels, self.opt_in_label)
@@ -435,7 +440,7 @@ class TaintNode(Fault[KubeTarget]):
     def inject(self, target: KubeTarget) -> list[str]:
         target.check()
         nodes = target.slice_nodes(self.slice)
-        if self.host >= 0:
+        if self.host >= 0 and nodes:
             if self.host >= len(nodes):
                 raise TargetNotFound(
                     f"slice {self.slice} has {len(nodes)} Nodes; no host {self.host}"

@@ -316,3 +316,35 @@ def test_delete_job_removes_the_slice_job_and_its_pods_and_heal_recreates_it(
         == before[f"Job/{workload.namespace}/{job}"]["metadata"]["labels"]
     )
     assert len(workload.worker_pods(1)) == workload.hosts_per_slice
+
+
+def test_node_faults_on_a_slice_whose_pods_are_all_pending_touch_nothing(
+    pathways_workload: PathwaysWorkload, kube_target: KubeTarget
+) -> None:
+    """Cordoned and killed, a slice's replacements wait unbound: it has no Node to act on."""
+    workload = pathways_workload
+    CordonNodes(slice=0).inject(kube_target)
+    victims = {p.metadata.name for p in workload.worker_pods(0)}
+    KillPods(slice=0, grace=0).inject(kube_target)
+    wait_for(
+        lambda: (
+            {p.metadata.name for p in workload.worker_pods(0)}.isdisjoint(victims)
+            and len(workload.worker_pods(0)) == workload.hosts_per_slice
+        ),
+        what="unbound replacements",
+    )
+    assert all(p.spec.node_name is None for p in workload.worker_pods(0))
+    batch: Any = client.BatchV1Api(workload.api_client)
+    wait_for(  # the job controller counts the Pending replacements as active a moment later
+        lambda: (
+            batch.read_namespaced_job(workload.worker_jobs[0], workload.namespace).status.active
+            == workload.hosts_per_slice
+        )
+    )
+    before = cluster_state(workload.api_client)
+
+    for fault in (CordonNodes(slice=0), DrainNodes(slice=0), TaintNode(slice=0, host=1)):
+        assert fault.inject(kube_target) == []
+
+    assert cluster_state(workload.api_client) == before
+    assert "slice 0's worker Pods are all Pending: no Node to act on" in list(kube_target.echo)

@@ -246,3 +246,43 @@ def test_run_suite_refuses_to_start_without_a_token(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "no ServiceAccount token" in done.stderr
     assert not (tmp_path / "kubeconfig").exists()
+
+
+def test_run_suite_exits_with_pytests_status_even_when_the_upload_fails(tmp_path: Path) -> None:
+    """The head Job, and so the JobSet, fails or succeeds with pytest, whatever the upload did."""
+    sa_dir = tmp_path / "serviceaccount"
+    sa_dir.mkdir()
+    for name in ("token", "ca.crt", "namespace"):
+        (sa_dir / name).write_text("x")
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    calls = tmp_path / "calls"
+    # A stand-in python: pytest "fails" with 3, the upload with 1.
+    (stub / "python").write_text(
+        f'#!/bin/sh\necho "$@" >> {calls}\n[ "$1" = "-m" ] && exit 3\ncat >/dev/null\nexit 1\n'
+    )
+    (stub / "python").chmod(0o755)
+    env = {
+        "PATH": f"{stub}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "KUBERNETES_SERVICE_HOST": "fd00::1",
+        "SA_DIR": str(sa_dir),
+        "PATHWAYS_CHAOS_KUBECONFIG": str(tmp_path / "kubeconfig"),
+        "REPORT_DIR": str(tmp_path / "reports"),
+        "REPORT_GCS_URI": "gs://example-bucket/reports",
+        "JOBSET_NAME": "pathways-chaos",
+    }
+    done = subprocess.run(
+        ["sh", str(RUN_SUITE), "suites/chaos", "-m", "chaos"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 3, done.stderr
+    assert "report upload failed" in done.stderr
+    first, second = calls.read_text().splitlines()
+    assert first == "-m pytest suites/chaos -m chaos"
+    assert second.startswith(
+        f"- {tmp_path / 'reports'} gs://example-bucket/reports/pathways-chaos-"
+    )
+    kubeconfig = yaml.safe_load((tmp_path / "kubeconfig").read_text())
+    assert kubeconfig["clusters"][0]["cluster"]["server"] == "https://[fd00::1]:443"

@@ -45,7 +45,8 @@ TAINT_REASONS: dict[str, tuple[str, str, str]] = {
 }
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
-_NOT_FOUND_IS_FINE = frozenset(RETRYABLE_STATUSES - {404})
+#: For deletes and evictions a 404 means "already gone": handled, not retried.
+_RETRY_BUT_NOT_404 = frozenset(RETRYABLE_STATUSES - {404})
 
 
 class TargetNotFound(LookupError):
@@ -214,7 +215,7 @@ def _delete_pod(target: KubeTarget, pod: Any, grace: int | None, fault: Fault[An
     )
     try:
         target.retry(
-            lambda: target.core.delete_namespaced_pod(name, ns, body=body), _NOT_FOUND_IS_FINE
+            lambda: target.core.delete_namespaced_pod(name, ns, body=body), _RETRY_BUT_NOT_404
         )
     except Exception as error:
         if _api_status(error) == 404:
@@ -240,7 +241,7 @@ def _evict_pod(target: KubeTarget, pod: Any, fault: Fault[Any]) -> str | None:
     }
     try:
         target.retry(
-            lambda: target.core.create_namespaced_pod_eviction(name, ns, body), _NOT_FOUND_IS_FINE
+            lambda: target.core.create_namespaced_pod_eviction(name, ns, body), _RETRY_BUT_NOT_404
         )
     except Exception as error:
         status = _api_status(error)
@@ -517,7 +518,7 @@ class DeleteJob(Fault[KubeTarget]):
         )
         try:
             target.retry(
-                lambda: target.batch.delete_namespaced_job(name, ns, body=body), _NOT_FOUND_IS_FINE
+                lambda: target.batch.delete_namespaced_job(name, ns, body=body), _RETRY_BUT_NOT_404
             )
         except Exception as error:
             if _api_status(error) in (404, 409):

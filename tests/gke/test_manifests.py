@@ -13,7 +13,7 @@ import re
 import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -434,6 +434,29 @@ def test_the_head_runs_the_chaos_suite_against_its_own_jobset() -> None:
     assert runner["command"] == ["/opt/pathways-chaos/ci/gke/run-suite.sh"]
     assert "COPY . ." in (GKE / "Dockerfile").read_text()  # the script is in the image there
     assert "WORKDIR /opt/pathways-chaos" in (GKE / "Dockerfile").read_text()
+
+
+class _OptionRecorder:
+    """Stands in for pytest's parser: records the option names the plugin registers."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def getgroup(self, *args: Any, **kwargs: Any) -> _OptionRecorder:
+        return self
+
+    def addoption(self, *names: str, **kwargs: Any) -> None:
+        self.names.update(names)
+
+
+def test_every_suite_option_the_jobset_passes_is_one_the_plugin_has() -> None:
+    from pathways_chaos.harness import plugin
+
+    recorder = _OptionRecorder()
+    plugin.pytest_addoption(cast(Any, recorder))
+    pytest_own = {"junitxml"}
+    given = set(flags(container(the_jobset(), HEAD, RUNNER))) - pytest_own
+    assert {f"--{name}" for name in given} - recorder.names == set()
 
 
 def test_only_the_runner_gets_the_service_account_token() -> None:

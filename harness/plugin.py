@@ -34,6 +34,21 @@ MARKERS = (
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("pathways-chaos", "pathways-chaos: elastic training under failure")
     group.addoption(
+        "--cluster",
+        default=None,
+        metavar="CONTEXT",
+        help="run against a Kubernetes cluster: a kube context, or KUBECONFIG_PATH:CONTEXT",
+    )
+    group.addoption("--namespace", default=None, help="with --cluster: the JobSet's namespace")
+    group.addoption("--jobset", default=None, help="with --cluster: the target JobSet's name")
+    group.addoption(
+        "--pathways-proxy",
+        default=None,
+        metavar="ADDRESS",
+        help="with --cluster: the Pathways proxy (JAX backend target); without it the JAX side "
+        "is the fake cluster, bridged to the JobSet's Pods",
+    )
+    group.addoption(
         "--fake-slices",
         type=int,
         default=None,

@@ -1,0 +1,427 @@
+"""``--cluster``: the chaos suite against a Kubernetes cluster running a Pathways JobSet.
+
+Slice faults become Kubernetes faults through the API: a lost slice is its worker Pods killed
+(and, when it must stay down, its Nodes cordoned first so nothing replaces them); a repair
+uncordons them. Without ``--pathways-proxy`` the JAX side stays the in-process fake and a
+bridge watches the worker Pods: a Pod killed through the API becomes a slice loss the trainer
+sees, a rescheduled Pod that runs again a slice that rejoins. With ``--pathways-proxy`` the
+devices are the real Pathways devices and Pathways itself raises the errors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pathways_chaos.harness.clock import Clock
+from pathways_chaos.harness.errors import ChaosConfigError
+from pathways_chaos.harness.fake_cluster import FakeCluster, SliceState
+from pathways_chaos.harness.topology import SliceTopology
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+    from pathways_chaos.faults.kubernetes import KubeTarget
+
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
+PROXY_CONTAINER = "pathways-proxy"
+ELASTIC_FLAG = "--num_elastic_instances"
+#: Real seconds to wait for the API to show what a fault did (a watch event, a Pod running).
+OBSERVE_TIMEOUT_S = 30.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterSpec:
+    """What ``--cluster`` and its friends name."""
+
+    context: str
+    kubeconfig: str | None
+    namespace: str
+    jobset: str
+    pathways_proxy: str | None = None
+    armed: bool = False
+
+    @classmethod
+    def parse(
+        cls,
+        cluster: str,
+        namespace: str | None,
+        jobset: str | None,
+        pathways_proxy: str | None = None,
+        armed: bool = False,
+    ) -> ClusterSpec:
+        """``CONTEXT`` or ``KUBECONFIG_PATH:CONTEXT``."""
+        path, sep, context = cluster.rpartition(":")
+        kubeconfig = path if sep and path else None
+        if not sep:
+            context = cluster
+        if not context:
+            raise ChaosConfigError(
+                f"--cluster={cluster!r} names no context: write CONTEXT or KUBECONFIG_PATH:CONTEXT"
+            )
+        if kubeconfig is not None and not os.path.isfile(kubeconfig):
+            raise ChaosConfigError(
+                f"--cluster: kubeconfig {kubeconfig!r} does not exist: write "
+                "KUBECONFIG_PATH:CONTEXT with a readable file, or just CONTEXT for ~/.kube/config"
+            )
+        if not namespace or not jobset:
+            raise ChaosConfigError(
+                "--cluster needs --namespace and --jobset: the namespace and name of the "
+                "Pathways JobSet the faults may touch"
+            )
+        return cls(context, kubeconfig, namespace, jobset, pathways_proxy, armed)
+
+
+def connect(spec: ClusterSpec) -> ApiClient:
+    """An API client for the context, after one cheap call proves the server answers."""
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    try:
+        contexts, _ = config.list_kube_config_contexts(config_file=spec.kubeconfig)
+    except (ConfigException, OSError) as error:
+        raise ChaosConfigError(f"--cluster: cannot read a kubeconfig: {error}") from None
+    names = [c["name"] for c in contexts]
+    if spec.context not in names:
+        raise ChaosConfigError(
+            f"--cluster: unknown context {spec.context!r}; the kubeconfig has "
+            f"{', '.join(names) or 'none'}"
+        )
+    api = config.new_client_from_config(config_file=spec.kubeconfig, context=spec.context)
+    api.configuration.retries = 0
+    try:
+        client.VersionApi(api).get_code(_request_timeout=5)
+    except Exception as error:
+        host = api.configuration.host
+        raise ChaosConfigError(
+            f"--cluster: the API server of {spec.context!r} at {host} is unreachable "
+            f"({type(error).__name__}): check the context and your network"
+        ) from None
+    return api
+
+
+@dataclasses.dataclass
+class JobSetLayout:
+    """The JobSet as the API shows it: worker slices, hosts per slice, the proxy's flags."""
+
+    slices: int
+    hosts_per_slice: int
+    proxy_args: list[str] | None
+    opted_in: bool
+
+    @property
+    def elastic_instances(self) -> int | None:
+        for arg in self.proxy_args or []:
+            if arg.startswith(ELASTIC_FLAG + "="):
+                return int(arg.split("=", 1)[1])
+        return None
+
+
+def read_layout(api: ApiClient, spec: ClusterSpec) -> JobSetLayout:
+    from kubernetes import client
+
+    from pathways_chaos.faults.safety import OPT_IN_LABEL, OPT_IN_VALUE
+
+    batch: Any = client.BatchV1Api(api)
+    jobs = batch.list_namespaced_job(
+        spec.namespace, label_selector=f"{JOBSET_NAME_LABEL}={spec.jobset}"
+    ).items
+    if not jobs:
+        raise ChaosConfigError(
+            f"--jobset={spec.jobset!r}: no Jobs of that JobSet in namespace {spec.namespace!r}: "
+            "check --namespace and --jobset (kubectl get jobsets -n NAMESPACE)"
+        )
+    workers = [j for j in jobs if j.metadata.labels.get(REPLICATED_JOB_LABEL) == "worker"]
+    proxy_args = None
+    for job in jobs:
+        for c in job.spec.template.spec.containers:
+            if c.name == PROXY_CONTAINER:
+                proxy_args = list(c.args or [])
+    hosts = max((j.spec.parallelism or 1 for j in workers), default=0)
+    opted_in = all((j.metadata.labels or {}).get(OPT_IN_LABEL) == OPT_IN_VALUE for j in jobs)
+    return JobSetLayout(len(workers), hosts, proxy_args, opted_in)
+
+
+#: What the faults need, as (verb, group, resource, subresource, namespaced).
+NEEDED_PERMISSIONS = (
+    ("list", "", "pods", "", True),
+    ("watch", "", "pods", "", True),
+    ("delete", "", "pods", "", True),
+    ("create", "", "pods", "eviction", True),
+    ("get", "", "nodes", "", False),
+    ("patch", "", "nodes", "", False),
+    ("list", "batch", "jobs", "", True),
+)
+
+
+def preflight(api: ApiClient, spec: ClusterSpec, layout: JobSetLayout) -> list[tuple[bool, str]]:
+    """Every check before any fault, one line each; nothing is injected unless all pass."""
+    from kubernetes import client
+
+    lines: list[tuple[bool, str]] = []
+    n = layout.elastic_instances
+    if layout.proxy_args is None:
+        lines.append((False, f"no {PROXY_CONTAINER} container in JobSet {spec.jobset!r}"))
+    elif n is None:
+        lines.append(
+            (
+                False,
+                f"{PROXY_CONTAINER} has no {ELASTIC_FLAG}: elastic training is off; add "
+                f"{ELASTIC_FLAG}={layout.slices} to its args",
+            )
+        )
+    elif n != layout.slices:
+        lines.append(
+            (
+                False,
+                f"{PROXY_CONTAINER} has {ELASTIC_FLAG}={n} but the JobSet has "
+                f"{layout.slices} worker slices: make them equal",
+            )
+        )
+    else:
+        lines.append((True, f"elastic: {PROXY_CONTAINER} {ELASTIC_FLAG}={n} = worker slices"))
+    from pathways_chaos.faults.safety import OPT_IN_LABEL, OPT_IN_VALUE
+
+    lines.append(
+        (True, f"opt-in: every Job of {spec.jobset!r} carries {OPT_IN_LABEL}={OPT_IN_VALUE}")
+        if layout.opted_in
+        else (False, f"opt-in: label the JobSet's Jobs {OPT_IN_LABEL}={OPT_IN_VALUE} first")
+    )
+    authz: Any = client.AuthorizationV1Api(api)
+    missing = []
+    for verb, group, resource, sub, namespaced in NEEDED_PERMISSIONS:
+        review = authz.create_self_subject_access_review(
+            {
+                "spec": {
+                    "resourceAttributes": {
+                        "verb": verb,
+                        "group": group,
+                        "resource": resource,
+                        "subresource": sub,
+                        **({"namespace": spec.namespace} if namespaced else {}),
+                    }
+                }
+            }
+        )
+        if not review.status.allowed:
+            missing.append(f"{verb} {resource}{'/' + sub if sub else ''}")
+    lines.append(
+        (False, f"permissions: missing {', '.join(missing)} (apply ci/rbac/role.yaml)")
+        if missing
+        else (True, f"permissions: {len(NEEDED_PERMISSIONS)} checked by SelfSubjectAccessReview")
+    )
+    return lines
+
+
+class PodBridge:
+    """Watches a JobSet's worker Pods and keeps, per slice, which Pods are running."""
+
+    def __init__(self, api: ApiClient, spec: ClusterSpec, on_lost: Callable[[int], None]) -> None:
+        self._api = api
+        self._spec = spec
+        self._on_lost = on_lost
+        self._cond = threading.Condition()
+        self._pods: dict[str, tuple[int, str, bool]] = {}  # name -> (slice, phase, deleting)
+        self._expected: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="pathways-chaos-bridge")
+        self.seen_events = 0
+
+    def start(self) -> None:
+        self._thread.start()
+        self.wait(lambda: self.seen_events > 0 or bool(self._pods), "the first Pod list")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def expect_loss(self, slice_index: int) -> None:
+        with self._cond:
+            self._expected.add(slice_index)
+
+    def running_names(self, slice_index: int) -> set[str]:
+        with self._cond:
+            return {
+                name
+                for name, (s, phase, deleting) in self._pods.items()
+                if s == slice_index and phase == "Running" and not deleting
+            }
+
+    def running(self, slice_index: int) -> int:
+        return len(self.running_names(slice_index))
+
+    def wait(self, predicate: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + OBSERVE_TIMEOUT_S
+        with self._cond:
+            while not predicate():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"bridge: {what} not seen within {OBSERVE_TIMEOUT_S} s")
+                self._cond.wait(min(left, 0.5))
+
+    def _run(self) -> None:
+        from kubernetes import client, watch
+
+        core: Any = client.CoreV1Api(self._api)
+        selector = f"{JOBSET_NAME_LABEL}={self._spec.jobset},{REPLICATED_JOB_LABEL}=worker"
+        while not self._stop.is_set():
+            w = watch.Watch()
+            try:
+                # A fresh list on every (re)connect: a Pod deleted while the watch was down
+                # must not linger as running.
+                listed = core.list_namespaced_pod(self._spec.namespace, label_selector=selector)
+                self._reset(listed.items)
+                for event in w.stream(
+                    core.list_namespaced_pod,
+                    self._spec.namespace,
+                    label_selector=selector,
+                    resource_version=listed.metadata.resource_version,
+                    timeout_seconds=5,
+                ):
+                    self._apply(event["type"], event["object"])
+                    if self._stop.is_set():
+                        w.stop()
+                        break
+            except Exception:  # a dropped watch is re-opened
+                time.sleep(0.1)
+
+    def _reset(self, pods: list[Any]) -> None:
+        with self._cond:
+            self._pods = {
+                p.metadata.name: (
+                    int(p.metadata.labels.get(JOB_INDEX_LABEL, -1)),
+                    p.status.phase or "Pending",
+                    p.metadata.deletion_timestamp is not None,
+                )
+                for p in pods
+            }
+            self.seen_events += 1
+            self._cond.notify_all()
+
+    def _apply(self, kind: str, pod: Any) -> None:
+        name = pod.metadata.name
+        s = int(pod.metadata.labels.get(JOB_INDEX_LABEL, -1))
+        gone = kind == "DELETED" or pod.metadata.deletion_timestamp is not None
+        lost = None
+        with self._cond:
+            self.seen_events += 1
+            was = self._pods.get(name)
+            if kind == "DELETED":
+                self._pods.pop(name, None)
+            else:
+                self._pods[name] = (s, pod.status.phase or "Pending", gone)
+            if gone and was is not None and not was[2]:
+                if s in self._expected:
+                    self._expected.discard(s)
+                else:
+                    lost = s  # a Pod died without a fault of ours
+            self._cond.notify_all()
+        if lost is not None:
+            self._on_lost(lost)
+
+
+class KubeBridgedCluster(FakeCluster):
+    """The fake's devices, with slice faults acted out on the cluster through the API."""
+
+    def __init__(
+        self,
+        topology: SliceTopology,
+        target: KubeTarget,
+        api: ApiClient,
+        spec: ClusterSpec,
+        hosts_per_slice: int,
+        clock: Clock | None = None,
+    ) -> None:
+        super().__init__(topology, clock=clock)
+        self.target = target
+        self.hosts_per_slice = hosts_per_slice
+        self.bridge = PodBridge(api, spec, on_lost=self._lost_outside)
+
+    def start(self) -> None:
+        super().start()
+        self.bridge.start()
+        for s in range(self.num_slices):  # an episode starts on a healthy JobSet
+            self._wait_running(s)
+
+    def stop(self) -> None:
+        self.bridge.stop()
+        super().stop()
+
+    def lose_slice(
+        self, slice_index: int, code: str = "DATA_LOSS", repair_after_polls: int | None = None
+    ) -> list[str]:
+        from pathways_chaos.faults.kubernetes import CordonNodes, KillPods
+
+        self._check_index(slice_index)
+        touched: list[str] = []
+        if repair_after_polls is None:  # it stays down: nothing may replace its Pods
+            touched += CordonNodes(slice=slice_index).inject(self.target)
+        self.bridge.expect_loss(slice_index)
+        victims = self.bridge.running_names(slice_index)
+        touched += KillPods(slice=slice_index, grace=0).inject(self.target)
+        # Seen gone through the watch (replacements may already be starting).
+        self.bridge.wait(
+            lambda: not victims & self.bridge.running_names(slice_index),
+            f"slice {slice_index}'s Pods gone",
+        )
+        if repair_after_polls is not None:
+            self._wait_running(slice_index)
+        touched += super().lose_slice(slice_index, code, repair_after_polls)
+        return touched
+
+    def repair_slice(self, slice_index: int, after_polls: int = 0) -> list[str]:
+        from pathways_chaos.faults.kubernetes import CordonNodes
+
+        self._check_index(slice_index)
+        if self.state(slice_index) is not SliceState.DOWN:
+            return super().repair_slice(slice_index, after_polls)
+        touched = CordonNodes(slice=slice_index).heal(self.target)
+        self._wait_running(slice_index)
+        return touched + super().repair_slice(slice_index, after_polls)
+
+    def dry_run(self, plan: Any, initially_down: Iterable[int] = ()) -> list[str]:
+        """What the schedule would do to the cluster; the unarmed target changes nothing."""
+        return _dry_lines(self, plan, initially_down)
+
+    def _wait_running(self, slice_index: int) -> None:
+        hosts = self.hosts_per_slice
+        self.bridge.wait(
+            lambda: self.bridge.running(slice_index) >= hosts, f"slice {slice_index} running again"
+        )
+
+    def _lost_outside(self, slice_index: int) -> None:
+        super().lose_slice(slice_index)
+
+
+def journal_path(base: Path) -> Path:
+    return base / "rollback.jsonl"
+
+
+def _dry_lines(cluster: KubeBridgedCluster, plan: Any, initially_down: Iterable[int]) -> list[str]:
+    from pathways_chaos.faults.kubernetes import CordonNodes, KillPods
+    from pathways_chaos.faults.slice import RepairSlice, SliceLoss
+
+    target = cluster.target
+    lines: list[str] = []
+    for s in initially_down:
+        lines += CordonNodes(slice=s).inject(target) + KillPods(slice=s, grace=0).inject(target)
+    for entry in plan:
+        fault = entry.fault
+        when = entry.at.to_text()
+        if isinstance(fault, SliceLoss):
+            ops = KillPods(slice=fault.slice, grace=0).inject(target)
+            if not fault.repair_after_polls:
+                ops = CordonNodes(slice=fault.slice).inject(target) + ops
+            lines += [f"at {when}: {op}" for op in ops]
+        elif isinstance(fault, RepairSlice):
+            lines.append(f"at {when}: uncordon the Nodes cordoned for slice {fault.slice}")
+        else:
+            lines.append(f"at {when}: {fault.describe()} (in-process)")
+    return lines

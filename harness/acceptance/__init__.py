@@ -1,0 +1,6 @@
+"""Pre-migration acceptance checks: a team's own code, manifests and trainer, before a big run.
+
+``static_checks`` reads Python source, ``manifest_checks`` reads JobSet YAML, ``ramdisk`` sizes
+the Multi-Tier Checkpointing ramdisk, ``runtime`` runs the team's adapter on the fake cluster,
+and ``table`` turns every result into one row of a pass/fail table.
+"""

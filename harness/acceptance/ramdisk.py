@@ -1,0 +1,234 @@
+"""Multi-Tier Checkpointing ramdisk size per pod, by the rule of thumb in the MTC guide.
+
+checkpoint = parameters x 12 bytes (weights and optimizer state); each pod holds its host's
+shard twice (``2 x checkpoint / hosts per slice``); add a 10-15% buffer. Sizes are in decimal
+GB as the guide writes them; Kubernetes quantities (``60Gi``) are converted exactly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pathways_chaos.harness.acceptance.table import CheckResult, Finding
+from pathways_chaos.harness.errors import ChaosConfigError
+
+BYTES_PER_PARAM = 12
+DEFAULT_BUFFER = 0.15
+GB = 1e9
+GIB = 2**30
+
+_QUANTITY_UNITS = {
+    "": 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+}
+_COUNT_SUFFIXES = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+
+
+@dataclasses.dataclass(frozen=True)
+class RamdiskSizing:
+    """The guide's calculation for one model on one slice shape."""
+
+    params: float
+    hosts_per_slice: int
+    buffer: float = DEFAULT_BUFFER
+
+    def __post_init__(self) -> None:
+        if not self.params > 0:
+            raise ChaosConfigError(f"params={self.params}: give the model's parameter count > 0")
+        if self.hosts_per_slice < 1:
+            raise ChaosConfigError(
+                f"hosts per slice={self.hosts_per_slice}: give the number of hosts (pods) in one "
+                "slice, >= 1"
+            )
+        if not 0 <= self.buffer < 1:
+            raise ChaosConfigError(
+                f"buffer={self.buffer}: give a fraction such as 0.15 (or 15%), below 1"
+            )
+
+    @property
+    def checkpoint_bytes(self) -> float:
+        return self.params * BYTES_PER_PARAM
+
+    @property
+    def shard_bytes(self) -> float:
+        return self.checkpoint_bytes / self.hosts_per_slice
+
+    @property
+    def ramdisk_bytes(self) -> float:
+        return 2 * self.shard_bytes
+
+    @property
+    def required_bytes(self) -> float:
+        return self.ramdisk_bytes * (1 + self.buffer)
+
+    def lines(self) -> list[str]:
+        """The calculation, one step a line, as the guide walks through it."""
+        return [
+            f"checkpoint    {self.params:.4g} params x {BYTES_PER_PARAM} bytes"
+            f" = {_gb(self.checkpoint_bytes)}",
+            f"per-host shard {_gb(self.checkpoint_bytes)} / {self.hosts_per_slice} hosts per slice"
+            f" = {_gb(self.shard_bytes)}",
+            f"ramdisk       {_gb(self.shard_bytes)} x 2 = {_gb(self.ramdisk_bytes)}",
+            f"with buffer   {_gb(self.ramdisk_bytes)} x {1 + self.buffer:.2f}"
+            f" = {_gb(self.required_bytes)} ({self.required_bytes / GIB:.2f} GiB) per pod",
+        ]
+
+
+def parse_quantity(text: str | int | float) -> float:
+    """Bytes in a Kubernetes quantity: ``60Gi``, ``64G``, ``500M``, ``1e9``, ``1073741824``."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        return float(text)
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
+    if not match or match.group(2) not in _QUANTITY_UNITS:
+        raise ChaosConfigError(
+            f"size {text!r} is not a Kubernetes quantity: write for example 60Gi or 64G"
+        )
+    return float(match.group(1)) * _QUANTITY_UNITS[match.group(2)]
+
+
+def parse_count(text: str) -> float:
+    """A parameter count: ``8e9``, ``8000000000``, ``70B``, ``1.5T``."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]?)\s*", text)
+    if not match or match.group(2).lower() not in _COUNT_SUFFIXES:
+        raise ChaosConfigError(
+            f"--params {text!r} is not a parameter count: write for example 8e9 or 70B"
+        )
+    return float(match.group(1)) * _COUNT_SUFFIXES[match.group(2).lower()]
+
+
+def parse_buffer(text: str) -> float:
+    try:
+        return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise ChaosConfigError(
+            f"--buffer {text!r} is not a fraction: write for example 0.15 or 15%"
+        ) from None
+
+
+def in_memory_volume_sizes(documents: Sequence[Any]) -> list[tuple[str, str]]:
+    """(name, inMemoryVolumeSize) of every CheckpointConfiguration among YAML documents."""
+    out = []
+    for doc in documents:
+        if isinstance(doc, dict) and doc.get("kind") == "CheckpointConfiguration":
+            name = (doc.get("metadata") or {}).get("name", "<unnamed>")
+            size = (doc.get("spec") or {}).get("inMemoryVolumeSize")
+            out.append((str(name), "" if size is None else str(size)))
+    return out
+
+
+def check_ramdisk(
+    sizing: RamdiskSizing | None, configured: Sequence[tuple[str, str]], where: str
+) -> CheckResult:
+    """The configured in-memory volume holds the guide's estimate (plus buffer)."""
+    title = "CheckpointConfiguration inMemoryVolumeSize holds params x 12 B x 2 / hosts + buffer"
+    fix = (
+        "raise inMemoryVolumeSize in the CheckpointConfiguration to at least the required size "
+        "(pathways-chaos ramdisk --params N --hosts-per-slice H prints it)"
+    )
+    if not configured:
+        return CheckResult("ramdisk-size", title, fix, (), "no CheckpointConfiguration to size")
+    if sizing is None:
+        finding = Finding(
+            where, "the model's parameter count is unknown: pass --params (or declare it)"
+        )
+        return CheckResult("ramdisk-size", title, fix, (finding,))
+    findings = []
+    notes = []
+    for name, size in configured:
+        if not size:
+            findings.append(Finding(f"{where}: {name}", "spec.inMemoryVolumeSize is not set"))
+            continue
+        have = parse_quantity(size)
+        if have < sizing.required_bytes:
+            findings.append(
+                Finding(
+                    f"{where}: {name}",
+                    f"inMemoryVolumeSize {size} = {_gb(have)} < required "
+                    f"{_gb(sizing.required_bytes)} ({sizing.params:.3g} params, "
+                    f"{sizing.hosts_per_slice} hosts per slice, {sizing.buffer:.0%} buffer)",
+                )
+            )
+        else:
+            notes.append(f"{name}: {size} = {_gb(have)} >= {_gb(sizing.required_bytes)} required")
+    return CheckResult("ramdisk-size", title, fix, tuple(findings), "; ".join(notes))
+
+
+def ramdisk_main(argv: Sequence[str] | None = None) -> int:
+    """``pathways-chaos ramdisk``: prints the calculation; 1 if the configured size is short."""
+    parser = argparse.ArgumentParser(
+        prog="pathways-chaos ramdisk",
+        description="Multi-Tier Checkpointing ramdisk size per pod (params x 12 B x 2 / hosts "
+        "per slice, plus a buffer).",
+    )
+    parser.add_argument("--params", required=True, help="parameter count, e.g. 8e9 or 70B")
+    parser.add_argument(
+        "--hosts-per-slice", required=True, type=int, help="hosts (pods) in one slice"
+    )
+    parser.add_argument(
+        "--buffer", default=str(DEFAULT_BUFFER), help="safety buffer, e.g. 0.15 or 15%%"
+    )
+    parser.add_argument(
+        "--checkpoint-configuration",
+        metavar="FILE",
+        help="YAML holding a CheckpointConfiguration: compare its inMemoryVolumeSize",
+    )
+    args = parser.parse_args(argv)
+    try:
+        sizing = RamdiskSizing(
+            parse_count(args.params), args.hosts_per_slice, parse_buffer(args.buffer)
+        )
+        configured: list[tuple[str, str]] = []
+        if args.checkpoint_configuration:
+            configured = in_memory_volume_sizes(_load_yaml(Path(args.checkpoint_configuration)))
+            if not configured:
+                raise ChaosConfigError(
+                    f"{args.checkpoint_configuration}: no CheckpointConfiguration in the file: "
+                    "pass the file that holds kind: CheckpointConfiguration"
+                )
+    except ChaosConfigError as error:
+        print(f"pathways-chaos ramdisk: {error}", file=sys.stderr)
+        return 2
+    for line in sizing.lines():
+        print(line)
+    if not configured:
+        print(f"configure each pod's ramdisk with at least {_gb(sizing.required_bytes)}")
+        return 0
+    result = check_ramdisk(sizing, configured, args.checkpoint_configuration)
+    print(f"{result.status}: {result.reason}")
+    return 0 if result.ok else 1
+
+
+def _load_yaml(path: Path) -> list[Any]:
+    import yaml
+
+    try:
+        return [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
+    except OSError as error:
+        raise ChaosConfigError(f"{path}: cannot read ({error.strerror}): check the path") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        raise ChaosConfigError(f"{path}{line}: not valid YAML: fix the file") from None
+
+
+def _gb(n: float) -> str:
+    """Decimal units as the guide writes them; a toy model's few bytes stay readable."""
+    for unit, size in (("GB", GB), ("MB", 1e6), ("kB", 1e3)):
+        if n >= 0.01 * size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n:.0f} B"

@@ -1,0 +1,474 @@
+"""AST checks on a team's own Python for the multi-controller habits that break under Pathways.
+
+Every finding names ``file:line``. A line carrying ``# pathways-chaos: ignore`` is skipped (say
+why next to it). Names are resolved through the file's imports, so ``import jax as j`` and
+``from jax import process_index`` are caught as well as ``jax.process_index()``.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+
+from pathways_chaos.harness.acceptance.table import CheckResult, Finding
+from pathways_chaos.harness.errors import ChaosConfigError
+
+IGNORE_MARK = "pathways-chaos: ignore"
+SKIP_DIRS = frozenset({".git", "__pycache__", ".venv", "venv", ".tox", "node_modules", "build"})
+
+PROCESS_CALLS = {"jax.process_index": 0, "jax.process_count": 1}
+DEVICE_LISTS = frozenset({"jax.devices", "jax.local_devices"})
+MESH_BUILDERS = frozenset(
+    {
+        "jax.sharding.Mesh",
+        "jax.make_mesh",
+        "jax.experimental.mesh_utils.create_device_mesh",
+        "jax.experimental.mesh_utils.create_hybrid_device_mesh",
+    }
+)
+CPU_COUNTS = frozenset(
+    {"os.cpu_count", "os.process_cpu_count", "multiprocessing.cpu_count", "psutil.cpu_count"}
+)
+PRIVATE_ROOTS = frozenset({"orbax", "pathwaysutils"})
+LOG_METHODS = frozenset(
+    {"debug", "info", "warning", "warn", "error", "exception", "critical", "log"}
+)
+
+
+@dataclasses.dataclass
+class SourceFile:
+    """A parsed file with its import aliases and parent links."""
+
+    path: Path
+    label: str
+    tree: ast.Module
+    lines: list[str]
+    aliases: dict[str, str]
+    parents: dict[ast.AST, ast.AST]
+
+    def where(self, node: ast.AST) -> str:
+        return f"{self.label}:{getattr(node, 'lineno', 0)}"
+
+    def ignored(self, node: ast.AST) -> bool:
+        line = getattr(node, "lineno", 0)
+        return 0 < line <= len(self.lines) and IGNORE_MARK in self.lines[line - 1]
+
+    def qualname(self, node: ast.AST) -> str | None:
+        """``jax.process_index`` for ``j.process_index`` after ``import jax as j``, and so on."""
+        if isinstance(node, ast.Name):
+            return self.aliases.get(node.id)
+        if isinstance(node, ast.Attribute):
+            base = self.qualname(node.value)
+            return f"{base}.{node.attr}" if base else None
+        return None
+
+    def calls_to(self, names: Iterable[str], within: ast.AST | None = None) -> Iterator[ast.Call]:
+        """Calls to any of ``names``, in source order."""
+        wanted = frozenset(names)
+        calls = [
+            node
+            for node in ast.walk(within or self.tree)
+            if isinstance(node, ast.Call) and self.qualname(node.func) in wanted
+        ]
+        yield from sorted(calls, key=lambda n: (n.lineno, n.col_offset))
+
+    def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
+        while node in self.parents:
+            node = self.parents[node]
+            yield node
+
+    @property
+    def is_elastic(self) -> bool:
+        """Imports pathwaysutils or uses ``elastic_retry``: meshes here must follow slices."""
+        if any(v.split(".")[0] == "pathwaysutils" for v in self.aliases.values()):
+            return True
+        return any(
+            isinstance(n, ast.Attribute) and n.attr == "elastic_retry" for n in ast.walk(self.tree)
+        )
+
+
+def load_sources(paths: Sequence[str | Path]) -> list[SourceFile]:
+    """Every ``.py`` file under ``paths`` (files or folders), parsed."""
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            files += sorted(_python_files(path))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise ChaosConfigError(
+                f"--source {raw}: no such file or folder: pass your training code's folder or file"
+            )
+    if not files:
+        raise ChaosConfigError(
+            f"--source {', '.join(map(str, paths))}: no .py files found: pass the folder that "
+            "holds your training code"
+        )
+    return [parse_source(f) for f in files]
+
+
+def parse_source(path: Path) -> SourceFile:
+    text = path.read_text(encoding="utf-8")
+    label = _label(path)
+    try:
+        tree = ast.parse(text, filename=str(path))
+    except SyntaxError as error:
+        raise ChaosConfigError(
+            f"{label}:{error.lineno}: cannot parse ({error.msg}): fix the syntax or leave the "
+            "file out of --source"
+        ) from None
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    return SourceFile(path, label, tree, text.splitlines(), _aliases(tree), parents)
+
+
+# -- the checks ----------------------------------------------------------------------------
+def check_process_index(files: Sequence[SourceFile]) -> CheckResult:
+    """``process_index()``/``process_count()`` steering shards, writers or init: 0 and 1 here."""
+    findings = []
+    for f in files:
+        for call in f.calls_to(PROCESS_CALLS):
+            if f.ignored(call) or _only_reported(f, call):
+                continue
+            name = f.qualname(call.func) or "jax.process_index"
+            purpose = _process_purpose(f, call)
+            findings.append(
+                Finding(
+                    f.where(call),
+                    f"{name}() {purpose}: under Pathways it is always {PROCESS_CALLS[name]}",
+                )
+            )
+    return _result(
+        "process-index",
+        "jax.process_index()/process_count() pick a data shard, a writer or initial state",
+        "one controller sees the whole job: read the global dataset (grain NoSharding or "
+        "ElasticIterator), write from the controller, seed from a constant",
+        findings,
+        files,
+    )
+
+
+def check_mesh_from_all_devices(files: Sequence[SourceFile]) -> CheckResult:
+    """A mesh from ``jax.devices()`` in elastic code still holds the slice that was lost."""
+    findings = []
+    for f in files:
+        if not f.is_elastic:
+            continue
+        for call in f.calls_to(MESH_BUILDERS):
+            if f.ignored(call):
+                continue
+            builder = f.qualname(call.func) or "mesh"
+            tainted = _device_list_names(f, _scope_of(f, call))
+            if _mentions_device_list(f, call, tainted):
+                findings.append(
+                    Finding(f.where(call), f"{builder}(...) is built from jax.devices()")
+                )
+            elif builder.endswith(("make_mesh", "create_device_mesh", "hybrid_device_mesh")) and (
+                not _has_devices_argument(call, builder)
+            ):
+                findings.append(
+                    Finding(
+                        f.where(call),
+                        f"{builder}(...) without devices= takes jax.devices(), every slice",
+                    )
+                )
+    return _result(
+        "mesh-from-jax-devices",
+        "elastic code builds meshes from jax.devices() instead of the active slices",
+        "jax.devices() keeps the initial allocation for the client's lifetime: build the mesh "
+        "from the elastic manager's active devices (active_slice_indices / slice_to_devices)",
+        findings,
+        files,
+    )
+
+
+def check_cpu_count_workers(files: Sequence[SourceFile]) -> CheckResult:
+    """``os.cpu_count()`` is the node's CPUs, shared with the Pathways services on it."""
+    findings = []
+    for f in files:
+        for call in f.calls_to(CPU_COUNTS):
+            if f.ignored(call) or _only_reported(f, call):
+                continue
+            name = f.qualname(call.func)
+            findings.append(
+                Finding(
+                    f.where(call),
+                    f"{name}() sizes {_sized_thing(f, call)}: it counts the host VM's CPUs, "
+                    "not the container's",
+                )
+            )
+    return _result(
+        "cpu-count-workers",
+        "os.cpu_count() sizes loader workers",
+        "set an explicit worker count within the container's CPU limit, or read the cgroup "
+        "quota (pathways_chaos.harness.acceptance.static_checks.container_cpu_count)",
+        findings,
+        files,
+    )
+
+
+def check_private_imports(files: Sequence[SourceFile]) -> CheckResult:
+    """``_src`` modules of orbax or pathwaysutils change without notice between releases."""
+    findings = []
+    for f in files:
+        seen: set[int] = set()
+        for node in ast.walk(f.tree):
+            modules: list[str] = []
+            if isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                modules = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Attribute):
+                name = f.qualname(node)
+                modules = [name] if name else []
+            private = [m for m in modules if _is_private(m)]
+            line = getattr(node, "lineno", 0)
+            if private and line not in seen and not f.ignored(node):
+                seen.add(line)
+                findings.append(Finding(f.where(node), f"imports private {private[0]}"))
+    findings.sort(key=lambda f: (f.where.rsplit(":", 1)[0], int(f.where.rsplit(":", 1)[1])))
+    return _result(
+        "private-src-import",
+        "private _src modules of orbax or pathwaysutils are imported",
+        "use the public API (orbax.checkpoint, orbax.checkpoint.v1, pathwaysutils.elastic); "
+        "_src moves between releases that the Pathways image pins",
+        findings,
+        files,
+    )
+
+
+def check_logging_raise_exceptions(files: Sequence[SourceFile]) -> CheckResult:
+    """With ``raiseExceptions`` False a slice-down error inside a log call is swallowed."""
+    findings = []
+    for f in files:
+        last: tuple[ast.AST, bool] | None = None
+        for node in sorted(_raise_exception_assignments(f), key=lambda n: n[0].lineno):
+            last = node
+        if last is not None and not last[1] and not f.ignored(last[0]):
+            findings.append(
+                Finding(
+                    f.where(last[0]),
+                    "logging.raiseExceptions is set False and never set back to True",
+                )
+            )
+    return _result(
+        "logging-raise-exceptions",
+        "logging.raiseExceptions left False around elastic code",
+        "set logging.raiseExceptions = True (pathwaysutils' elastic_retry advice) so a "
+        "JaxRuntimeError raised while formatting a log record reaches the retry",
+        findings,
+        files,
+    )
+
+
+STATIC_CHECKS: dict[str, Callable[[Sequence[SourceFile]], CheckResult]] = {
+    "process-index": check_process_index,
+    "mesh-from-jax-devices": check_mesh_from_all_devices,
+    "cpu-count-workers": check_cpu_count_workers,
+    "private-src-import": check_private_imports,
+    "logging-raise-exceptions": check_logging_raise_exceptions,
+}
+
+
+def run_static_checks(paths: Sequence[str | Path]) -> list[CheckResult]:
+    files = load_sources(paths)
+    return [check(files) for check in STATIC_CHECKS.values()]
+
+
+def container_cpu_count(cgroup_root: str | Path = "/sys/fs/cgroup") -> int:
+    """CPUs the container may use: the cgroup v2 (or v1) quota, else the affinity mask."""
+    root = Path(cgroup_root)
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    try:
+        quota, period = (root / "cpu.max").read_text().split()[:2]
+        if quota != "max":
+            return max(1, min(affinity, int(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    try:
+        quota_us = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
+        period_us = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+        if quota_us > 0:
+            return max(1, min(affinity, quota_us // period_us))
+    except (OSError, ValueError):
+        pass
+    return max(1, affinity)
+
+
+# -- helpers -------------------------------------------------------------------------------
+def _python_files(folder: Path) -> Iterator[Path]:
+    for root, dirs, names in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+        yield from (Path(root) / n for n in sorted(names) if n.endswith(".py"))
+
+
+def _label(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _aliases(tree: ast.Module) -> dict[str, str]:
+    """Local name -> the dotted name it stands for, from every import in the file."""
+    out: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname:
+                    out[a.asname] = a.name
+                else:
+                    root = a.name.split(".")[0]
+                    out[root] = root
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                out[a.asname or a.name] = f"{node.module}.{a.name}"
+    return out
+
+
+def _result(
+    check: str, title: str, fix: str, findings: list[Finding], files: Sequence[SourceFile]
+) -> CheckResult:
+    note = f"{len(files)} file{'s' if len(files) != 1 else ''} scanned, nothing found"
+    return CheckResult(check, title, fix, tuple(findings), note)
+
+
+def _is_reporting_call(f: SourceFile, node: ast.AST) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    if isinstance(func, ast.Name) and func.id == "print":
+        return True
+    if isinstance(func, ast.Attribute) and func.attr in LOG_METHODS:
+        return True
+    name = f.qualname(func) or ""
+    return name.startswith(("logging.", "absl.logging."))
+
+
+def _only_reported(f: SourceFile, call: ast.Call) -> bool:
+    """The value is only printed or logged: harmless."""
+    for node in f.ancestors(call):
+        if isinstance(node, ast.JoinedStr) or _is_reporting_call(f, node):
+            return True
+        if isinstance(node, ast.stmt):
+            return False
+    return False
+
+
+def _words(node: ast.AST) -> str:
+    """Lower-case names around a node: the call, keyword and target names that say its role."""
+    if isinstance(node, ast.Call):
+        func = node.func
+        return (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")).lower()
+    if isinstance(node, ast.keyword):
+        return (node.arg or "").lower()
+    if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return " ".join(ast.unparse(t) for t in targets).lower()
+    return ""
+
+
+def _process_purpose(f: SourceFile, call: ast.Call) -> str:
+    node: ast.AST = call
+    for parent in f.ancestors(call):
+        if isinstance(parent, ast.If | ast.IfExp | ast.While) and node is parent.test:
+            return "chooses which process acts (a writer, a one-off task)"
+        if isinstance(parent, ast.Subscript) and node is parent.slice:
+            return "picks a data shard"
+        words = _words(parent)
+        if any(w in words for w in ("shard", "split", "partition", "subset")):
+            return "picks a data shard"
+        if any(w in words for w in ("seed", "key", "rng", "init")):
+            return "initialises state"
+        if any(w in words for w in ("write", "save", "checkpoint", "writer")):
+            return "chooses a writer"
+        if isinstance(parent, ast.stmt):
+            break
+        node = parent
+    return "steers the program"
+
+
+def _sized_thing(f: SourceFile, call: ast.Call) -> str:
+    for parent in f.ancestors(call):
+        words = _words(parent)
+        if words and not isinstance(parent, ast.Call):
+            return words.split()[0]
+        if isinstance(parent, ast.Call) and f.qualname(parent.func) not in (None, "max", "min"):
+            return f"{words}()" if words else "a pool"
+        if isinstance(parent, ast.stmt):
+            break
+    return "a worker pool"
+
+
+def _scope_of(f: SourceFile, node: ast.AST) -> ast.AST:
+    for parent in f.ancestors(node):
+        if isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef | ast.Module):
+            return parent
+    return f.tree
+
+
+def _device_list_names(f: SourceFile, scope: ast.AST) -> set[str]:
+    """Names in ``scope`` (and the module) whose value derives from ``jax.devices()``."""
+    assignments: list[tuple[list[str], ast.AST]] = []
+    for s in {scope, f.tree}:
+        nodes = ast.walk(s) if s is not f.tree else iter(f.tree.body)
+        for node in nodes:
+            if isinstance(node, ast.Assign):
+                names = [n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+                assignments.append((names, node.value))
+            elif isinstance(node, ast.AnnAssign | ast.NamedExpr) and node.value is not None:
+                target = node.target
+                if isinstance(target, ast.Name):
+                    assignments.append(([target.id], node.value))
+    tainted: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for names, value in assignments:
+            if set(names) <= tainted:
+                continue
+            if _mentions_device_list(f, value, tainted):
+                tainted |= set(names)
+                changed = True
+    return tainted
+
+
+def _mentions_device_list(f: SourceFile, node: ast.AST, tainted: set[str]) -> bool:
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call) and f.qualname(n.func) in DEVICE_LISTS:
+            return True
+        if isinstance(n, ast.Name) and n.id in tainted and isinstance(n.ctx, ast.Load):
+            return True
+    return False
+
+
+def _has_devices_argument(call: ast.Call, builder: str) -> bool:
+    """``make_mesh`` takes devices by keyword only; the mesh_utils builders also by position."""
+    if any(k.arg == "devices" for k in call.keywords):
+        return True
+    if builder.endswith("make_mesh"):
+        return False
+    positional_index = 2 if builder.endswith("hybrid_device_mesh") else 1
+    return len(call.args) > positional_index
+
+
+def _is_private(module: str) -> bool:
+    parts = module.split(".")
+    return parts[0] in PRIVATE_ROOTS and "_src" in parts
+
+
+def _raise_exception_assignments(f: SourceFile) -> Iterator[tuple[ast.stmt, bool]]:
+    for node in ast.walk(f.tree):
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets = [node.target]
+        else:
+            continue
+        if any(f.qualname(t) == "logging.raiseExceptions" for t in targets):
+            value = node.value
+            truthy = not (isinstance(value, ast.Constant) and not value.value)
+            yield node, truthy

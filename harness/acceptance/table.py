@@ -1,0 +1,79 @@
+"""One row per check: pass or fail, a one-line reason, and the fix; printed after the run."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+
+PASS = "PASS"
+FAIL = "FAIL"
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One problem a check found, pinned to a place (``file:line``, a container, a run)."""
+
+    where: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.message}"
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult:
+    """The outcome of one check: ``findings`` empty means it passed."""
+
+    check: str  # short id, e.g. "process-index"
+    title: str  # what is checked, for a person
+    fix: str  # what to do when it fails
+    findings: tuple[Finding, ...] = ()
+    note: str = ""  # the reason shown when it passes (what was measured or looked at)
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    @property
+    def status(self) -> str:
+        return PASS if self.ok else FAIL
+
+    @property
+    def reason(self) -> str:
+        """One line: the first finding (and how many more), or what made it pass."""
+        if self.ok:
+            return self.note or "nothing found"
+        first = str(self.findings[0])
+        more = len(self.findings) - 1
+        return first + (f" (+{more} more)" if more else "")
+
+    def failure_message(self) -> str:
+        """Every finding, one per line, then the fix: what a failing test prints."""
+        lines = [f"{self.check}: {self.title}"]
+        lines += [f"  {f}" for f in self.findings]
+        lines.append(f"  fix: {self.fix}")
+        return "\n".join(lines)
+
+
+def render(results: Sequence[CheckResult], width: int = 100) -> str:
+    """A plain-text table; a failing row carries its fix on the next line."""
+    if not results:
+        return "no acceptance checks ran"
+    name_w = max(len(r.check) for r in results)
+    lines = [f"{'check':<{name_w}}  {'result':<6}  reason", "-" * min(width, 40 + name_w)]
+    for r in results:
+        lines.append(f"{r.check:<{name_w}}  {r.status:<6}  {_clip(r.reason, width)}")
+        if not r.ok:
+            lines.append(f"{'':<{name_w}}  {'':<6}  fix: {_clip(r.fix, width)}")
+    failed = sum(not r.ok for r in results)
+    lines.append(f"{len(results) - failed} passed, {failed} failed")
+    return "\n".join(lines)
+
+
+def failed(results: Iterable[CheckResult]) -> list[CheckResult]:
+    return [r for r in results if not r.ok]
+
+
+def _clip(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
 from pathways_chaos.faults.journal import RollbackJournal
 from pathways_chaos.faults.kubernetes import KubeTarget
 from pathways_chaos.fixtures.workload import PathwaysWorkload

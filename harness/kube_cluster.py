@@ -224,8 +224,8 @@ class PodBridge:
     """Watches a JobSet's worker Pods and keeps, per slice, which Pods are running."""
 
     def __init__(self, api: ApiClient, spec: ClusterSpec, on_lost: Callable[[int], None]) -> None:
-        self._api = api
-        self._spec = spec
+        self.api = api
+        self.spec = spec
         self._on_lost = on_lost
         self._cond = threading.Condition()
         self._pods: dict[str, tuple[int, str, bool]] = {}  # name -> (slice, phase, deleting)
@@ -269,18 +269,18 @@ class PodBridge:
     def _run(self) -> None:
         from kubernetes import client, watch
 
-        core: Any = client.CoreV1Api(self._api)
-        selector = f"{JOBSET_NAME_LABEL}={self._spec.jobset},{REPLICATED_JOB_LABEL}=worker"
+        core: Any = client.CoreV1Api(self.api)
+        selector = f"{JOBSET_NAME_LABEL}={self.spec.jobset},{REPLICATED_JOB_LABEL}=worker"
         while not self._stop.is_set():
             w = watch.Watch()
             try:
                 # A fresh list on every (re)connect: a Pod deleted while the watch was down
                 # must not linger as running.
-                listed = core.list_namespaced_pod(self._spec.namespace, label_selector=selector)
+                listed = core.list_namespaced_pod(self.spec.namespace, label_selector=selector)
                 self._reset(listed.items)
                 for event in w.stream(
                     core.list_namespaced_pod,
-                    self._spec.namespace,
+                    self.spec.namespace,
                     label_selector=selector,
                     resource_version=listed.metadata.resource_version,
                     timeout_seconds=5,

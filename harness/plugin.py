@@ -120,6 +120,10 @@ def pytest_configure(config: pytest.Config) -> None:
         from pathways_chaos.harness.report_plugin import ChaosReportPlugin
 
         config.pluginmanager.register(ChaosReportPlugin(report_path), "pathways-chaos-report")
+    if config.getoption("cluster"):
+        from pathways_chaos.harness.pod_logs import PodLogCollector
+
+        config.pluginmanager.register(PodLogCollector(), "pathways-chaos-pod-logs")
     for name in FIXTURE_MODULES:
         if not config.pluginmanager.has_plugin(name):
             config.pluginmanager.import_plugin(name)

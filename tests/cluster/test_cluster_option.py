@@ -216,3 +216,27 @@ def test_a_failed_preflight_injects_nothing(kube_control_plane, workload):
     )
     assert "preflight failed, nothing injected" in text
     assert cluster_state(workload.api_client) == before
+
+
+def test_a_failed_chaos_test_reports_the_logs_of_the_head_and_the_affected_slice(
+    kube_control_plane, workload, tmp_path
+):
+    report = tmp_path / "report.html"
+    mutant = "pathways_chaos.harness.reference.mutants:IteratorRestoredFromCurrentPosition"
+    out = _pytest(
+        kube_control_plane,
+        workload,
+        "--chaos-arm",
+        "-k",
+        "replica_resize",
+        f"--chaos-trainer={mutant}",
+        f"--chaos-report={report}",
+    )
+    assert out.returncode == 1 and "1 failed" in out.stdout
+    assert "pathways-chaos pod logs" in out.stdout
+    page = report.read_text()
+    head = f"{workload.head_job}"
+    assert page.count("class='pod-log'") >= 4  # head (2 containers) + slice 2's two hosts
+    assert head in page and "pathways-proxy" in page
+    assert f"{workload.jobset}-worker-2" in page and f"{workload.jobset}-worker-1" not in page
+    assert "log unavailable" in page  # no kubelet serves logs on the local control plane

@@ -16,6 +16,9 @@ DEMO_SCHEDULE = "data_loss@step=12:slice=2,data_loss@step=25:slice=1,repair@step
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["rollback"]:  # its own parser, --help included
+        return _rollback(args_list[1:])
     parser = argparse.ArgumentParser(prog="pathways-chaos", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -38,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rollback = sub.add_parser("rollback", help="undo every change a rollback journal records")
     rollback.add_argument("args", nargs=argparse.REMAINDER)
 
-    args = parser.parse_args(argv)
+    args = parser.parse_args(args_list)
     from pathways_chaos.faults.model import FaultSpecError
     from pathways_chaos.harness.errors import ChaosConfigError
 

@@ -1,0 +1,408 @@
+"""Runtime checks: a small run of the team's adapter, plain and on the fake cluster.
+
+Four runs, each made only when a check needs it and then shared: a **baseline** (the adapter's
+code in a plain loop on one device, no elastic machinery), a **migrated** run (the guide's
+elastic loop on the fake cluster, no fault), an **interrupted** run (a slice lost after a
+snapshot, in the recovery mode the adapter declares) and a **preempted** run (a preemption
+notice: Orbax checkpoint, new run, restore). The fake clock makes the waits free: the whole set
+takes a few seconds on 2 cores.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import statistics
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pathways_chaos.harness import oracle
+from pathways_chaos.harness.acceptance.adapter import TrainingAdapter
+from pathways_chaos.harness.acceptance.loop import (
+    AdapterTrainer,
+    PlainRun,
+    plain_run,
+    trainer_config,
+)
+from pathways_chaos.harness.acceptance.table import CheckResult, Finding
+from pathways_chaos.harness.episode import EpisodeResult
+from pathways_chaos.harness.errors import ChaosConfigError
+from pathways_chaos.harness.recorder import Event
+from pathways_chaos.harness.topology import SliceTopology
+
+#: The loader is the bottleneck when the device waits on it at least as long as it computes.
+MAX_INPUT_WAIT_RATIO = 1.0
+#: Episode-clock seconds a recovery may take (pathwaysutils polls every 10 s).
+RECOVERY_BUDGET_S = 120.0
+LOST_SLICE = 1
+
+
+class RuntimeRuns:
+    """The runs the checks read, made lazily, once per adapter."""
+
+    def __init__(
+        self,
+        adapter: TrainingAdapter,
+        topology: SliceTopology | None = None,
+        workdir: str | Path | None = None,
+        recovery_budget_s: float = RECOVERY_BUDGET_S,
+    ) -> None:
+        topology = topology or SliceTopology(4, 2)
+        if topology.num_slices < 2:
+            raise ChaosConfigError(
+                f"the runtime checks lose a slice, so they need >= 2 fake slices, not "
+                f"{topology}: pass --fake-slices 2 or more"
+            )
+        self.adapter = adapter
+        self.topology = topology
+        self.recovery_budget_s = recovery_budget_s
+        self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="acceptance-")
+        self.workdir = Path(workdir or self._tmp.name)  # type: ignore[union-attr]
+        self.fault_step = 2 * adapter.snapshot_interval + 1  # right after the second snapshot
+        self.preempt_step = adapter.snapshot_interval + 1
+
+    @property
+    def interruption(self) -> str:
+        if self.adapter.recovery_mode == "pause_resume":
+            return f"data_loss@step={self.fault_step}:slice={LOST_SLICE}:repair_after_polls=2"
+        return f"data_loss@step={self.fault_step}:slice={LOST_SLICE}"
+
+    @functools.cached_property
+    def baseline(self) -> PlainRun:
+        return plain_run(self.adapter)
+
+    @functools.cached_property
+    def migrated(self) -> EpisodeResult:
+        return self._episode("migrated", "")
+
+    @functools.cached_property
+    def interrupted(self) -> EpisodeResult:
+        return self._episode("interrupted", self.interruption)
+
+    @functools.cached_property
+    def preempted(self) -> EpisodeResult:
+        checkpoints = self.workdir / "checkpoints"
+        shutil.rmtree(checkpoints, ignore_errors=True)  # a stale one would be resumed from
+        return self._episode(
+            "preempted", f"preemption@step={self.preempt_step}", checkpoint_dir=str(checkpoints)
+        )
+
+    def _episode(self, name: str, schedule: str, **overrides: Any) -> EpisodeResult:
+        from pathways_chaos.faults.model import parse_schedule
+        from pathways_chaos.harness.episode import run_episode
+        from pathways_chaos.harness.fake_cluster import FakeCluster
+
+        with FakeCluster(self.topology) as cluster:
+            return run_episode(
+                cluster,
+                trainer_config(self.adapter, **overrides),
+                parse_schedule(schedule),
+                log_path=self.workdir / f"{name}.jsonl",
+                trainer_factory=AdapterTrainer.factory(self.adapter),
+            )
+
+    def close(self) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+
+# -- the checks ----------------------------------------------------------------------------
+def check_data_order(runs: RuntimeRuns) -> CheckResult:
+    """Validate the data before the throughput: same ids, same order, same result."""
+    a = runs.adapter
+    baseline = runs.baseline
+    findings: list[Finding] = []
+    if a.expected_ids is not None:
+        flat = [i for ids in baseline.ids for i in ids]
+        want = [int(i) for i in a.expected_ids(len(flat))]
+        findings += _first_difference("baseline run", _chunk(want, baseline.ids), baseline.ids)
+    findings += _episode_failed("migrated run", runs.migrated)
+    if not findings:
+        findings += _first_difference("migrated run", baseline.ids, _lineage_ids(runs.migrated))
+    if not findings:
+        findings += _state_differs("migrated run", runs.migrated, baseline)
+    against = "the declared order" if a.expected_ids is not None else "the baseline run"
+    return CheckResult(
+        "data-order",
+        "baseline and migrated runs consume the same sample ids in the same order",
+        "read the global dataset from the one controller (grain NoSharding / ElasticIterator), "
+        "not a per-host shard chosen by process index or a fixed host count",
+        tuple(findings),
+        f"{a.steps} steps x {a.global_batch} samples match {against}, final state matches",
+    )
+
+
+def check_snapshot_restore(runs: RuntimeRuns) -> CheckResult:
+    return _restore_check(
+        runs,
+        runs.interrupted,
+        "snapshot",
+        "snapshot-restore",
+        "restoring an in-memory snapshot gives back the saved state and data position",
+        "save the iterator's get_state() with the model in every snapshot and set_state() it "
+        "after load; the state must be replicated along the replica axis",
+    )
+
+
+def check_checkpoint_restore(runs: RuntimeRuns) -> CheckResult:
+    return _restore_check(
+        runs,
+        runs.preempted,
+        "checkpoint",
+        "checkpoint-restore",
+        "restoring the checkpoint written on a preemption gives back the state and data position",
+        "checkpoint the iterator state (a plain pytree) with the model and set_state() it on "
+        "restore; resume at the saved step + 1",
+    )
+
+
+def check_compile_time(runs: RuntimeRuns) -> CheckResult:
+    steps = _steps(runs.migrated)
+    findings = _episode_failed("migrated run", runs.migrated)
+    end = _run_end(runs.migrated)
+    meshes = sum(1 for e in runs.migrated.events if e["kind"] == "mesh" and e["recompile"])
+    compiles = int(end.get("compiles", 0)) if end else 0
+    note = ""
+    if len(steps) >= 3:
+        first, steady = steps[0]["step_s"], statistics.median(s["step_s"] for s in steps[2:])
+        note = (
+            f"compile ~{max(first - steady, 0):.3f} s (first step {first:.3f} s); steady state "
+            f"{steady * 1e3:.2f} ms/step (median of {len(steps) - 2})"
+        )
+    if not findings and compiles > meshes:
+        findings.append(
+            Finding(
+                "migrated run",
+                f"train_step compiled {compiles} times for {meshes} mesh"
+                f"{'es' if meshes != 1 else ''}: it recompiles in steady state. {note}",
+            )
+        )
+    return CheckResult(
+        "compile-time",
+        "compile time apart from steady-state step time, and no steady-state recompiles",
+        "keep batch shapes and dtypes fixed (pad or bucket), pass Python values as static "
+        "arguments once, so each mesh compiles the step exactly once",
+        tuple(findings),
+        note,
+    )
+
+
+def check_input_wait(runs: RuntimeRuns) -> CheckResult:
+    steps = _steps(runs.migrated)[1:]
+    findings = _episode_failed("migrated run", runs.migrated)
+    note = ""
+    if steps:
+        wait = statistics.median(s["input_s"] for s in steps)
+        step = statistics.median(s["step_s"] for s in steps)
+        note = f"input wait {wait * 1e3:.2f} ms vs step {step * 1e3:.2f} ms (medians)"
+        if not findings and wait >= MAX_INPUT_WAIT_RATIO * step:
+            findings.append(Finding("migrated run", f"{note}: the device waits on the loader"))
+    return CheckResult(
+        "input-wait",
+        "input wait time against step time",
+        "prefetch asynchronously (grain read-ahead), or move input processing onto the "
+        "accelerator hosts with colocated Python; size workers within the container's CPUs",
+        tuple(findings),
+        note,
+    )
+
+
+def check_interruption(runs: RuntimeRuns) -> CheckResult:
+    result = runs.interrupted
+    events = result.events
+    findings = _episode_failed(f"{runs.adapter.recovery_mode} run", result)
+    lineage, problems = oracle.committed_lineage(events)
+    problems += oracle.check_meshes(events) + oracle.check_progress(events)
+    findings += [Finding("oracle", p) for p in problems]
+    if not findings:
+        findings += _first_difference("interrupted run", runs.baseline.ids, _lineage_ids(result))
+    if not findings:
+        findings += _state_differs("interrupted run", result, runs.baseline)
+    if not findings and not any(e["kind"] == "error" and e["slice_down"] for e in events):
+        findings.append(Finding("interrupted run", "the lost slice was never noticed"))
+    return CheckResult(
+        "interruption",
+        f"a slice lost at step {runs.fault_step} in {runs.adapter.recovery_mode} mode passes "
+        "the oracle",
+        "rebuild the mesh from the active slices each attempt, restore the snapshot (model and "
+        "iterator) and resume at its step + 1",
+        tuple(findings),
+        f"{runs.interruption}: completed, {len(lineage)} committed steps match the baseline",
+    )
+
+
+def check_recovery_time(runs: RuntimeRuns) -> CheckResult:
+    result = runs.interrupted
+    rec = [r for r in oracle.recoveries(result.events) if r["kind"] != "repair"]
+    findings = []
+    notes = []
+    if not rec:
+        findings.append(Finding("interrupted run", "no fault was recorded"))
+    for r in rec:
+        if not r["recovered"]:
+            findings.append(Finding("interrupted run", f"{r['fault']}: training never resumed"))
+        elif r["recovery_s"] > runs.recovery_budget_s:
+            findings.append(
+                Finding(
+                    "interrupted run",
+                    f"{r['fault']}: recovery took {r['recovery_s']:.1f} s, over the "
+                    f"{runs.recovery_budget_s:.0f} s budget",
+                )
+            )
+        else:
+            notes.append(
+                f"recovered in {r['recovery_s']:.1f} s of episode time "
+                f"({r['recovery_wall_s']:.2f} s wall) in {runs.adapter.recovery_mode} mode"
+            )
+    return CheckResult(
+        "recovery-time",
+        "recovery time after a lost slice is measured and within budget",
+        "resize to continue on the survivors instead of waiting for the slice; keep restore "
+        "cheap (in-memory snapshot); keep the compilation cache (--gcs_scratch_location)",
+        tuple(findings),
+        "; ".join(notes),
+    )
+
+
+def check_live_arrays(runs: RuntimeRuns) -> CheckResult:
+    events = runs.interrupted.events
+    ready = [e for e in events if e["kind"] == "attempt_ready" and e.get("reason") == "attempt"]
+    findings = [Finding("interrupted run", p) for p in oracle.check_no_leaks(events)]
+    if len(ready) < 2 and not findings:
+        findings.append(
+            Finding("interrupted run", f"{len(ready)} attempt(s): no retry to compare against")
+        )
+    counts = [e["live"]["by_kind"].get("device", 0) for e in ready]
+    return CheckResult(
+        "live-arrays",
+        "live device arrays do not grow from attempt to attempt",
+        "do not keep device arrays of a failed attempt in globals, caches or callbacks; let "
+        "them go out of scope so JAX frees them before the next attempt",
+        tuple(findings),
+        f"live device arrays per attempt: {counts}",
+    )
+
+
+RUNTIME_CHECKS: dict[str, Callable[[RuntimeRuns], CheckResult]] = {
+    "data-order": check_data_order,
+    "snapshot-restore": check_snapshot_restore,
+    "checkpoint-restore": check_checkpoint_restore,
+    "compile-time": check_compile_time,
+    "input-wait": check_input_wait,
+    "interruption": check_interruption,
+    "recovery-time": check_recovery_time,
+    "live-arrays": check_live_arrays,
+}
+
+
+# -- helpers -------------------------------------------------------------------------------
+def _restore_check(
+    runs: RuntimeRuns, result: EpisodeResult, source: str, check: str, title: str, fix: str
+) -> CheckResult:
+    events = result.events
+    restores = [e for e in events if e["kind"] == "restore_end" and e["source"] == source]
+    findings = [Finding(f"{source} restore", p) for p in oracle.check_snapshot_round_trips(events)]
+    if not restores:
+        where = next(
+            (e for e in events if e["kind"] == "run_end" and e["status"] == "failed"), None
+        )
+        why = f": {where['error']}" if where else ""
+        findings.append(Finding(f"{source} restore", f"no restore from a {source} happened{why}"))
+    for r in restores:
+        after = _first_step_after(events, r)
+        if after is None:
+            continue
+        step, ids = after
+        want = runs.baseline.ids[step] if step < len(runs.baseline.ids) else None
+        if step != r["step"] + 1:
+            findings.append(
+                Finding(f"{source} restore", f"restored step {r['step']} but resumed at {step}")
+            )
+        elif want is not None and ids != want:
+            findings.append(
+                Finding(
+                    f"{source} restore",
+                    f"after restoring step {r['step']}, step {step} consumed ids {ids[:6]} but "
+                    f"the baseline's step {step} consumed {want[:6]}: the data position was not "
+                    "restored",
+                )
+            )
+    if not findings:
+        findings += _episode_failed(f"{source} run", result)
+    if not findings:
+        findings += _state_differs(f"run restored from a {source}", result, runs.baseline)
+    steps = sorted({r["step"] for r in restores})
+    return CheckResult(
+        check,
+        title,
+        fix,
+        tuple(findings),
+        f"{source} of step {', '.join(map(str, steps))} restored bitwise; data position and "
+        "final state match the baseline",
+    )
+
+
+def _steps(result: EpisodeResult) -> list[Event]:
+    return [e for e in result.events if e["kind"] == "step" and "step_s" in e]
+
+
+def _run_end(result: EpisodeResult) -> Event | None:
+    return next((e for e in reversed(result.events) if e["kind"] == "run_end"), None)
+
+
+def _lineage_ids(result: EpisodeResult) -> list[list[int]]:
+    lineage, _ = oracle.committed_lineage(result.events)
+    return [list(r.ids) for r in lineage]
+
+
+def _episode_failed(what: str, result: EpisodeResult) -> list[Finding]:
+    if result.completed:
+        return []
+    end = _run_end(result)
+    error = (end or {}).get("error") or (
+        f"{type(result.error).__name__}: {result.error}" if result.error else "did not complete"
+    )
+    return [Finding(what, f"did not complete: {' '.join(str(error).split())[:200]}")]
+
+
+def _first_difference(
+    what: str, want: Sequence[Sequence[int]], got: Sequence[Sequence[int]]
+) -> list[Finding]:
+    for step, (w, g) in enumerate(zip(want, got, strict=False)):
+        if list(w) != list(g):
+            return [
+                Finding(
+                    what,
+                    f"step {step} consumed ids {list(g)[:6]}{'...' if len(g) > 6 else ''}, "
+                    f"expected {list(w)[:6]}{'...' if len(w) > 6 else ''}",
+                )
+            ]
+    if len(want) != len(got):
+        return [Finding(what, f"{len(got)} committed steps, expected {len(want)}")]
+    return []
+
+
+def _state_differs(what: str, result: EpisodeResult, baseline: PlainRun) -> list[Finding]:
+    end = _run_end(result)
+    if end is None or "final_state" not in end:
+        return [Finding(what, "no final state in the log")]
+    problems = oracle.compare_state(end["final_state"], baseline.state)
+    return [Finding(what, p.replace("a one-device replay", "the baseline")) for p in problems]
+
+
+def _first_step_after(events: Sequence[Event], restore: Event) -> tuple[int, list[int]] | None:
+    key = (restore["run"], restore["attempt"])
+    for e in events:
+        if e["seq"] > restore["seq"] and e["kind"] == "step" and (e["run"], e["attempt"]) == key:
+            return int(e["step"]), list(e["ids"])
+    return None
+
+
+def _chunk(flat: Sequence[int], like: Sequence[Sequence[int]]) -> list[list[int]]:
+    out, i = [], 0
+    for ids in like:
+        out.append(list(flat[i : i + len(ids)]))
+        i += len(ids)
+    return out

@@ -82,6 +82,46 @@ class RepairSlice(Fault["FakeCluster"]):
 
 
 @dataclasses.dataclass(frozen=True)
+class FlappingSlice(Fault["FakeCluster"]):
+    """A slice lost ``times`` times: back after ``repair_after_polls`` health polls, it fails
+    again once the trainer has touched it ``up_accesses`` times."""
+
+    kind = "flapping"
+    slice: int = 0
+    times: int = 3
+    up_accesses: int = 5
+    repair_after_polls: int = 1
+
+    def __post_init__(self) -> None:
+        if self.times < 1 or self.up_accesses < 1 or self.repair_after_polls < 1:
+            raise FaultSpecError("flapping: times, up_accesses and repair_after_polls must be >= 1")
+
+    def inject(self, target: FakeCluster) -> list[str]:
+        return target.flap_slice(self.slice, self.times, self.up_accesses, self.repair_after_polls)
+
+    def describe(self) -> str:
+        return f"slice {self.slice} flaps: lost {self.times} times"
+
+
+@dataclasses.dataclass(frozen=True)
+class SlowHealth(Fault["FakeCluster"]):
+    """The slice's next ``polls`` health checks take ``seconds`` and time out (DEADLINE_EXCEEDED)."""
+
+    kind = "slow_health"
+    slice: int = 0
+    seconds: float = 30.0
+    polls: int = 1
+
+    def inject(self, target: FakeCluster) -> list[str]:
+        return target.slow_health(self.slice, self.seconds, self.polls)
+
+    def describe(self) -> str:
+        return (
+            f"slice {self.slice}'s next {self.polls} health checks time out after {self.seconds}s"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
 class RaiseError(Fault["FakeCluster"]):
     """The trainer's next access raises ``code`` without any slice being lost.
 

@@ -40,7 +40,12 @@ class _Slice:
     code: str = "DATA_LOSS"
     polls_until_repaired: int | None = None  # None: stays down until repaired explicitly
     health_delay_s: float = 0.0  # > 0: a slow slice whose health check times out
+    slow_polls_left: int = 0
     polls: int = 0
+    flaps_left: int = 0  # losses still to come each time the slice has served `flap_up` accesses
+    flap_up: int = 0
+    flap_polls: int = 0
+    accesses: int = 0
 
 
 def slice_down_error(code: str, slice_index: int, detail: str = "") -> Exception:
@@ -169,20 +174,46 @@ class FakeCluster:
             s.polls, s.polls_until_repaired = 0, after_polls
             return [f"slice {slice_index}: repaired after {after_polls} health polls"]
 
-    def slow_health(self, slice_index: int, delay_s: float) -> list[str]:
-        """Health checks on the slice take ``delay_s`` and then time out."""
+    def slow_health(self, slice_index: int, delay_s: float, polls: int = 0) -> list[str]:
+        """The next ``polls`` health checks (0: all) take ``delay_s`` and then time out."""
         self._check_index(slice_index)
         with self._lock:
-            self._slices[slice_index].health_delay_s = delay_s
+            s = self._slices[slice_index]
+            s.health_delay_s, s.slow_polls_left = delay_s, polls
         return [f"slice {slice_index}: health check takes {delay_s} s and times out"]
+
+    def flap_slice(
+        self, slice_index: int, times: int, up_accesses: int, repair_after_polls: int
+    ) -> list[str]:
+        """Lost now and ``times - 1`` more times, each after serving ``up_accesses`` accesses."""
+        touched = self.lose_slice(slice_index, repair_after_polls=repair_after_polls)
+        with self._lock:
+            s = self._slices[slice_index]
+            s.flaps_left, s.flap_up, s.flap_polls, s.accesses = (
+                times - 1,
+                up_accesses,
+                repair_after_polls,
+                0,
+            )
+        return touched + [f"slice {slice_index}: flapping, {times - 1} more losses to come"]
 
     def check_access(self, slices: Iterable[int]) -> None:
         """Raises the slice-down error a workload sees when it touches a lost slice."""
+        flapping = []
         with self._lock:
             for i in sorted(slices):
                 s = self._slices[i]
                 if s.state is SliceState.DOWN:
                     raise slice_down_error(s.code, i)
+                if s.flaps_left > 0:
+                    s.accesses += 1
+                    if s.accesses > s.flap_up:
+                        s.flaps_left -= 1
+                        s.accesses = 0
+                        flapping.append((i, s.flap_polls))
+        for i, polls in flapping:  # down again, in the trainer's thread
+            self.lose_slice(i, repair_after_polls=polls)
+            raise slice_down_error("DATA_LOSS", i, "flapping slice lost again")
 
     def add_poll_listener(self, listener: Callable[[int], None]) -> None:
         self._poll_listeners.append(listener)
@@ -199,6 +230,10 @@ class FakeCluster:
             ):
                 s.state = SliceState.REPAIRED
             state, code, delay = s.state, s.code, s.health_delay_s
+            if delay > 0 and s.slow_polls_left:
+                s.slow_polls_left -= 1
+                if s.slow_polls_left == 0:
+                    s.health_delay_s = 0.0
         for listener in self._poll_listeners:
             listener(slice_index)
         if delay > 0:

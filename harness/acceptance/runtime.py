@@ -212,10 +212,11 @@ def check_input_wait(runs: RuntimeRuns) -> CheckResult:
 def check_interruption(runs: RuntimeRuns) -> CheckResult:
     result = runs.interrupted
     events = result.events
-    findings = _episode_failed(f"{runs.adapter.recovery_mode} run", result)
     lineage, problems = oracle.committed_lineage(events)
     problems += oracle.check_meshes(events) + oracle.check_progress(events)
-    findings += [Finding("oracle", p) for p in problems]
+    # The oracle names the cause (a wrong mesh, a wrong resume step); a failed run follows.
+    findings = [Finding("oracle", p) for p in problems]
+    findings += _episode_failed(f"{runs.adapter.recovery_mode} run", result)
     if not findings:
         findings += _first_difference("interrupted run", runs.baseline.ids, _lineage_ids(result))
     if not findings:
@@ -271,8 +272,13 @@ def check_live_arrays(runs: RuntimeRuns) -> CheckResult:
     ready = [e for e in events if e["kind"] == "attempt_ready" and e.get("reason") == "attempt"]
     findings = [Finding("interrupted run", p) for p in oracle.check_no_leaks(events)]
     if len(ready) < 2 and not findings:
+        failed = _episode_failed("interrupted run", runs.interrupted)
+        why = f" ({failed[0].message})" if failed else ""
         findings.append(
-            Finding("interrupted run", f"{len(ready)} attempt(s): no retry to compare against")
+            Finding(
+                "interrupted run",
+                f"{len(ready)} attempt(s) got ready: no retry to compare against{why}",
+            )
         )
     counts = [e["live"]["by_kind"].get("device", 0) for e in ready]
     return CheckResult(
@@ -360,11 +366,13 @@ def _lineage_ids(result: EpisodeResult) -> list[list[int]]:
 def _episode_failed(what: str, result: EpisodeResult) -> list[Finding]:
     if result.completed:
         return []
-    end = _run_end(result)
-    error = (end or {}).get("error") or (
-        f"{type(result.error).__name__}: {result.error}" if result.error else "did not complete"
+    end = _run_end(result) or {}
+    error = end.get("error") or (
+        f"{type(result.error).__name__}: {result.error}" if result.error else "no run_end"
     )
-    return [Finding(what, f"did not complete: {' '.join(str(error).split())[:200]}")]
+    if end.get("cause"):
+        error = f"{error} (cause: {end['cause']})"
+    return [Finding(what, f"did not complete: {' '.join(str(error).split())[:240]}")]
 
 
 def _first_difference(

@@ -185,6 +185,12 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     order = {name: i for i, name in enumerate(check_order())}
     rows = sorted(rows, key=lambda r: order.get(r.check, len(order)))
     terminalreporter.write_sep("=", "pathways-chaos acceptance checks")
+    sources = _option(config, "acceptance_source") or [DEFAULT_SOURCE]
+    terminalreporter.write_line(
+        f"trainer {_option(config, 'acceptance_trainer') or DEFAULT_TRAINER}; "
+        f"source {', '.join(map(_shown, sources))}; "
+        f"manifest {_shown(_option(config, 'acceptance_manifest') or DEFAULT_MANIFEST)}"
+    )
     for line in render(rows, width=120).splitlines():
         terminalreporter.write_line(line)
 
@@ -196,3 +202,10 @@ def check_order() -> list[str]:
     from pathways_chaos.harness.acceptance.static_checks import STATIC_CHECKS
 
     return [*STATIC_CHECKS, *MANIFEST_CHECKS, "ramdisk-size", *RUNTIME_CHECKS]
+
+
+def _shown(path: str | Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)

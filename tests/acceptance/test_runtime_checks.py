@@ -112,7 +112,8 @@ BAD: dict[str, tuple[Any, str]] = {
     ),
     "interruption": (
         lambda: dataclasses.replace(reference_adapter("resize"), build_mesh=all_devices_mesh),
-        "did not complete",
+        "oracle: attempt 2 mesh holds devices [[0, 1], [2, 3], [4, 5], [6, 7]], not the active "
+        "slices [0, 2, 3]",
     ),
     "recovery-time": (
         lambda: reference_adapter("pause_resume"),

@@ -191,7 +191,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         f"source {', '.join(map(_shown, sources))}; "
         f"manifest {_shown(_option(config, 'acceptance_manifest') or DEFAULT_MANIFEST)}"
     )
-    for line in render(rows, width=120).splitlines():
+    for line in render(rows, width=150).splitlines():
         terminalreporter.write_line(line)
 
 

@@ -51,7 +51,7 @@ class HostShardLoader:
         first = self.position * NUM_HOSTS + self.shard
         ids = [first + k * NUM_HOSTS for k in range(self.batch)]
         self.position += self.batch
-        time.sleep(0.012)  # PITFALL: decoding in the controller's critical path
+        time.sleep(0.03)  # PITFALL: decoding in the controller's critical path
         samples = [sample(i % DATASET_SIZE) for i in ids]
         return {k: np.stack([s[k] for s in samples]) for k in ("id", "x", "y")}
 

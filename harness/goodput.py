@@ -12,7 +12,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from pathways_chaos.harness.oracle import committed_lineage
+from pathways_chaos.harness.oracle import committed_lineage, recoveries
 from pathways_chaos.harness.recorder import Event
 
 #: Our bucket -> ml-goodput-measurement's BadputType name.
@@ -129,25 +129,11 @@ def measure(events: Sequence[Event]) -> Goodput:
 
 
 def fault_timings(events: Sequence[Event]) -> list[FaultTiming]:
-    out = []
-    for i, e in enumerate(events):
-        if e["kind"] != "fault":
-            continue
-        later = events[i + 1 :]
-        error = next((x for x in later if x["kind"] == "error"), None)
-        if e["fault"]["kind"] == "repair":
-            back = e["fault"]["slice"]
-            ready = next((x for x in later if x["kind"] == "mesh" and back in x["slices"]), None)
-        else:
-            ready = next((x for x in later if x["kind"] == "attempt_ready"), None)
-        out.append(
-            FaultTiming(
-                e["text"],
-                None if error is None else error["wall"] - e["wall"],
-                None if ready is None else ready["wall"] - e["wall"],
-            )
-        )
-    return out
+    """Wall-clock detection and recovery per fault (the oracle decides what recovered means)."""
+    return [
+        FaultTiming(r["fault"], r["detect_wall_s"], r["recovery_wall_s"])
+        for r in recoveries(events)
+    ]
 
 
 def _step_durations(events: Sequence[Event]) -> dict[int, float]:

@@ -394,6 +394,7 @@ def recoveries(events: Sequence[Event]) -> list[dict[str, Any]]:
                 "kind": e["fault"]["kind"],
                 "detected": seen is not None,
                 "recovered": ready is not None,
+                "detect_wall_s": None if seen is None else round(seen["wall"] - e["wall"], 6),
                 "recovery_s": None if ready is None else round(ready["t"] - e["t"], 6),
                 "recovery_wall_s": None if ready is None else round(ready["wall"] - e["wall"], 6),
             }

@@ -21,26 +21,25 @@ def workload(kube_control_plane):
         yield w
 
 
-def _pytest(
-    plane, workload, *extra: str, suite: str = "suites/chaos"
-) -> subprocess.CompletedProcess[str]:
-    args = [
-        sys.executable,
-        "-m",
-        "pytest",
-        str(ROOT / suite),
-        "-m",
-        "chaos",
-        "-p",
-        "no:cacheprovider",
-        "-q",
-        "-rs",
+def _run_chaos(*args: str) -> subprocess.CompletedProcess[str]:
+    """The chaos suite in a new pytest process (its JAX and plugin start fresh)."""
+    command = [sys.executable, "-m", "pytest", str(ROOT / "suites/chaos"), "-m", "chaos"]
+    return subprocess.run(
+        [*command, "-p", "no:cacheprovider", "-q", "-rs", *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+    )
+
+
+def _pytest(plane, workload, *extra: str, jobset: str | None = None):
+    return _run_chaos(
         f"--cluster={plane.kubeconfig}:{plane.context}",
         f"--namespace={workload.namespace}",
-        f"--jobset={workload.jobset}",
+        f"--jobset={jobset or workload.jobset}",
         *extra,
-    ]
-    return subprocess.run(args, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    )
 
 
 def _nodes_and_jobs(workload):
@@ -79,23 +78,8 @@ def test_without_arming_nothing_changes_and_the_dry_run_says_what_it_would_do(
 
 
 def test_unknown_context_is_one_line(kube_control_plane, workload):
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            str(ROOT / "suites/chaos"),
-            "-m",
-            "chaos",
-            "-q",
-            f"--cluster={kube_control_plane.kubeconfig}:nope",
-            "--namespace=x",
-            "--jobset=y",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
+    out = _run_chaos(
+        f"--cluster={kube_control_plane.kubeconfig}:nope", "--namespace=x", "--jobset=y"
     )
     assert out.returncode == 4
     assert (
@@ -105,24 +89,7 @@ def test_unknown_context_is_one_line(kube_control_plane, workload):
 
 
 def test_missing_jobset_is_one_line(kube_control_plane, workload):
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            str(ROOT / "suites/chaos"),
-            "-m",
-            "chaos",
-            "-q",
-            f"--cluster={kube_control_plane.kubeconfig}:{kube_control_plane.context}",
-            f"--namespace={workload.namespace}",
-            "--jobset=absent",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
+    out = _pytest(kube_control_plane, workload, jobset="absent")
     assert out.returncode == 4
     assert "--jobset='absent': no Jobs of that JobSet" in out.stdout + out.stderr
 
@@ -135,24 +102,7 @@ def test_unreachable_api_server_is_one_line(tmp_path):
         "users: [{name: u, user: {token: t}}]\n"
         "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
     )
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            str(ROOT / "suites/chaos"),
-            "-m",
-            "chaos",
-            "-q",
-            f"--cluster={kubeconfig}:c",
-            "--namespace=x",
-            "--jobset=y",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
+    out = _run_chaos(f"--cluster={kubeconfig}:c", "--namespace=x", "--jobset=y")
     assert out.returncode == 4
     assert "the API server of 'c' at https://127.0.0.1:9 is unreachable" in out.stdout + out.stderr
 
@@ -190,25 +140,7 @@ def test_a_failed_preflight_injects_nothing(kube_control_plane, workload):
     worker_copy.spec.template.metadata.labels = {}
     batch.create_namespaced_job(workload.namespace, worker_copy)
     before = cluster_state(workload.api_client)
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            str(ROOT / "suites/chaos"),
-            "-m",
-            "chaos",
-            "-q",
-            f"--cluster={kube_control_plane.kubeconfig}:{kube_control_plane.context}",
-            f"--namespace={workload.namespace}",
-            "--jobset=other",
-            "--chaos-arm",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
+    out = _pytest(kube_control_plane, workload, "--chaos-arm", jobset="other")
     text = out.stdout + out.stderr
     assert out.returncode == 4, text[-2000:]
     assert (

@@ -38,7 +38,7 @@ class Recorder:
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = self.path.open("a", encoding="utf-8")
-        self.emit("log_start", schema=SCHEMA_VERSION)
+        self.emit("log_start", schema=SCHEMA_VERSION, epoch=time.time())
 
     def add_listener(self, listener: Listener) -> None:
         self._listeners.append(listener)

@@ -11,12 +11,13 @@ import dataclasses
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any, Protocol
 
 from pathways_chaos.faults.model import Schedule, ScheduledFault
-from pathways_chaos.harness.clock import FakeClock
-from pathways_chaos.harness.fake_cluster import FakeCluster
+from pathways_chaos.harness.clock import Clock, FakeClock
 from pathways_chaos.harness.recorder import Event, Recorder
 from pathways_chaos.harness.reference.trainer import ReferenceTrainer, TrainerConfig, TrainResult
+from pathways_chaos.harness.topology import SliceTopology
 
 #: Trainer events that touch data on the mesh (and so meet a lost slice).
 ACCESS_EVENTS = frozenset(
@@ -28,13 +29,27 @@ _EVENT_TRIGGERS = {"restore": "restore_begin", "save": "snapshot_save", "attempt
 TrainerFactory = Callable[..., ReferenceTrainer]
 
 
+class ClusterBackend(Protocol):
+    """What an episode needs of a cluster: the fake, the bridged one, or real Pathways."""
+
+    clock: Clock
+    devices: list[Any]
+    topology: SliceTopology
+
+    def check_access(self, slices: Iterable[int]) -> None: ...
+    def lose_slice(
+        self, slice_index: int, code: str = ..., repair_after_polls: int | None = ...
+    ) -> list[str]: ...
+    def repair_slice(self, slice_index: int, after_polls: int = ...) -> list[str]: ...
+
+
 class FaultController:
     """Applies a schedule to a fake cluster as the trainer's events arrive."""
 
     def __init__(
         self,
         schedule: Schedule,
-        cluster: FakeCluster,
+        cluster: ClusterBackend,
         recorder: Recorder,
         step_seconds: float = 1.0,
     ) -> None:
@@ -125,7 +140,7 @@ class EpisodeResult:
 
 
 def run_episode(
-    cluster: FakeCluster,
+    cluster: ClusterBackend,
     config: TrainerConfig,
     schedule: Schedule | None = None,
     *,

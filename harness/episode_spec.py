@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 import shlex
 import tempfile
 from typing import Any
@@ -33,6 +34,7 @@ class EpisodeSpec:
     snapshot_interval: int = 2
     global_batch: int = 8
     max_attempts: int = 8
+    poll_interval: int = 10  # seconds between the monitor's health polls (fake clock)
     data_size: int = 0  # 0: exactly what a fault-free run eats
     shuffle: bool = False
     expect: str = "completed"
@@ -57,6 +59,7 @@ class EpisodeSpec:
             snapshot_interval=self.snapshot_interval,
             global_batch=self.global_batch,
             max_attempts=self.max_attempts,
+            poll_interval=float(self.poll_interval),
             data=SyntheticData(size=size, shuffle=self.shuffle),
             checkpoint_dir=checkpoint_dir,
         )
@@ -103,7 +106,11 @@ def run_spec(spec: EpisodeSpec) -> Any:
     trainer = load_trainer(spec.trainer)
     schedule = parse_schedule(spec.schedule)
     topology = SliceTopology(spec.slices, spec.devices_per_slice)
-    with tempfile.TemporaryDirectory(prefix="chaos-") as tmp, FakeCluster(topology) as fake:
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None  # a preemption writes a checkpoint
+    with (
+        tempfile.TemporaryDirectory(prefix="chaos-", dir=shm) as tmp,
+        FakeCluster(topology) as fake,
+    ):
         return run_episode(fake, spec.config(tmp), schedule, trainer_factory=trainer)
 
 

@@ -15,7 +15,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pathways_chaos.harness.clock import Clock
@@ -327,7 +326,50 @@ class PodBridge:
             self._on_lost(lost)
 
 
-class KubeBridgedCluster(FakeCluster):
+class _KubeSliceActions:
+    """Slice faults as Kubernetes actions, confirmed through the Pod watch."""
+
+    target: KubeTarget
+    bridge: PodBridge
+    hosts_per_slice: int
+
+    def _kube_lose(self, slice_index: int, repair_after_polls: int | None) -> list[str]:
+        from pathways_chaos.faults.kubernetes import CordonNodes, KillPods
+
+        touched: list[str] = []
+        if repair_after_polls is None:  # it stays down: nothing may replace its Pods
+            touched += CordonNodes(slice=slice_index).inject(self.target)
+        self.bridge.expect_loss(slice_index)
+        victims = self.bridge.running_names(slice_index)
+        touched += KillPods(slice=slice_index, grace=0).inject(self.target)
+        # Seen gone through the watch (replacements may already be starting).
+        self.bridge.wait(
+            lambda: not victims & self.bridge.running_names(slice_index),
+            f"slice {slice_index}'s Pods gone",
+        )
+        if repair_after_polls is not None:
+            self._wait_running(slice_index)
+        return touched
+
+    def _kube_repair(self, slice_index: int) -> list[str]:
+        from pathways_chaos.faults.kubernetes import CordonNodes
+
+        touched = CordonNodes(slice=slice_index).heal(self.target)
+        self._wait_running(slice_index)
+        return touched
+
+    def _wait_running(self, slice_index: int) -> None:
+        hosts = self.hosts_per_slice
+        self.bridge.wait(
+            lambda: self.bridge.running(slice_index) >= hosts, f"slice {slice_index} running again"
+        )
+
+    def dry_run(self, plan: Any, initially_down: Iterable[int] = ()) -> list[str]:
+        """What the schedule would do to the cluster; the unarmed target changes nothing."""
+        return _dry_lines(self.target, plan, initially_down)
+
+
+class KubeBridgedCluster(_KubeSliceActions, FakeCluster):
     """The fake's devices, with slice faults acted out on the cluster through the API."""
 
     def __init__(
@@ -357,58 +399,97 @@ class KubeBridgedCluster(FakeCluster):
     def lose_slice(
         self, slice_index: int, code: str = "DATA_LOSS", repair_after_polls: int | None = None
     ) -> list[str]:
-        from pathways_chaos.faults.kubernetes import CordonNodes, KillPods
-
         self._check_index(slice_index)
-        touched: list[str] = []
-        if repair_after_polls is None:  # it stays down: nothing may replace its Pods
-            touched += CordonNodes(slice=slice_index).inject(self.target)
-        self.bridge.expect_loss(slice_index)
-        victims = self.bridge.running_names(slice_index)
-        touched += KillPods(slice=slice_index, grace=0).inject(self.target)
-        # Seen gone through the watch (replacements may already be starting).
-        self.bridge.wait(
-            lambda: not victims & self.bridge.running_names(slice_index),
-            f"slice {slice_index}'s Pods gone",
-        )
-        if repair_after_polls is not None:
-            self._wait_running(slice_index)
-        touched += super().lose_slice(slice_index, code, repair_after_polls)
-        return touched
+        touched = self._kube_lose(slice_index, repair_after_polls)
+        return touched + super().lose_slice(slice_index, code, repair_after_polls)
 
     def repair_slice(self, slice_index: int, after_polls: int = 0) -> list[str]:
-        from pathways_chaos.faults.kubernetes import CordonNodes
-
         self._check_index(slice_index)
         if self.state(slice_index) is not SliceState.DOWN:
             return super().repair_slice(slice_index, after_polls)
-        touched = CordonNodes(slice=slice_index).heal(self.target)
-        self._wait_running(slice_index)
-        return touched + super().repair_slice(slice_index, after_polls)
-
-    def dry_run(self, plan: Any, initially_down: Iterable[int] = ()) -> list[str]:
-        """What the schedule would do to the cluster; the unarmed target changes nothing."""
-        return _dry_lines(self, plan, initially_down)
-
-    def _wait_running(self, slice_index: int) -> None:
-        hosts = self.hosts_per_slice
-        self.bridge.wait(
-            lambda: self.bridge.running(slice_index) >= hosts, f"slice {slice_index} running again"
-        )
+        return self._kube_repair(slice_index) + super().repair_slice(slice_index, after_polls)
 
     def _lost_outside(self, slice_index: int) -> None:
         super().lose_slice(slice_index)
 
 
-def journal_path(base: Path) -> Path:
-    return base / "rollback.jsonl"
+def group_by_slice_index(devices: Iterable[Any]) -> dict[int, list[Any]]:
+    """Pathways devices by ``slice_index``, each slice's devices in id order."""
+    grouped: dict[int, list[Any]] = {}
+    for device in devices:
+        index = getattr(device, "slice_index", None)
+        if index is None:
+            raise ChaosConfigError(
+                f"device {device} has no slice_index: --pathways-proxy must point at a Pathways "
+                "proxy (JAX_PLATFORMS=proxy), not a local backend"
+            )
+        grouped.setdefault(int(index), []).append(device)
+    sizes = {len(v) for v in grouped.values()}
+    if len(sizes) > 1:
+        raise ChaosConfigError(f"slices have different device counts {sorted(sizes)}: unsupported")
+    return {s: sorted(v, key=lambda d: d.id) for s, v in sorted(grouped.items())}
 
 
-def _dry_lines(cluster: KubeBridgedCluster, plan: Any, initially_down: Iterable[int]) -> list[str]:
+class PathwaysCluster(_KubeSliceActions):
+    """Real Pathways devices; slice faults through the API, errors raised by Pathways itself.
+
+    Not exercised here (no Pathways proxy is reachable from this machine): the same Kubernetes
+    actions as the bridged cluster, without any fake state or pathwaysutils seam.
+    """
+
+    def __init__(
+        self, target: KubeTarget, api: ApiClient, spec: ClusterSpec, hosts_per_slice: int
+    ) -> None:
+        import jax
+        import pathwaysutils
+
+        from pathways_chaos.harness.clock import RealClock
+
+        pathwaysutils.initialize()
+        by_slice = group_by_slice_index(jax.devices())
+        first = next(iter(by_slice.values()))
+        self.topology = SliceTopology(len(by_slice), len(first))
+        self.devices = [d for ds in by_slice.values() for d in ds]
+        self.clock: Clock = RealClock()
+        self.target = target
+        self.hosts_per_slice = hosts_per_slice
+        self.bridge = PodBridge(api, spec, on_lost=lambda s: None)
+
+    def __enter__(self) -> PathwaysCluster:
+        self.bridge.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bridge.stop()
+
+    @property
+    def num_slices(self) -> int:
+        return self.topology.num_slices
+
+    def lose_slice(
+        self, slice_index: int, code: str = "DATA_LOSS", repair_after_polls: int | None = None
+    ) -> list[str]:
+        del code  # Pathways decides which error the trainer sees
+        return self._kube_lose(slice_index, repair_after_polls)
+
+    def repair_slice(self, slice_index: int, after_polls: int = 0) -> list[str]:
+        del after_polls
+        return self._kube_repair(slice_index)
+
+    def check_access(self, slices: Iterable[int]) -> None:
+        """Nothing to do: Pathways raises on a lost slice by itself."""
+
+    def slice_to_device_ids(self) -> dict[int, list[int]]:
+        per = self.topology.devices_per_slice
+        return {
+            s: [d.id for d in self.devices[s * per : (s + 1) * per]] for s in range(self.num_slices)
+        }
+
+
+def _dry_lines(target: KubeTarget, plan: Any, initially_down: Iterable[int]) -> list[str]:
     from pathways_chaos.faults.kubernetes import CordonNodes, KillPods
     from pathways_chaos.faults.slice import RepairSlice, SliceLoss
 
-    target = cluster.target
     lines: list[str] = []
     for s in initially_down:
         lines += CordonNodes(slice=s).inject(target) + KillPods(slice=s, grace=0).inject(target)

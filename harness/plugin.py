@@ -113,8 +113,13 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", marker)
     from pathways_chaos.harness.topology import request_cpu_devices
 
-    topology = fake_topology(config)
-    request_cpu_devices(topology.device_count)
+    proxy = config.getoption("pathways_proxy")
+    if proxy and config.getoption("cluster"):
+        # The JAX backend is the Pathways proxy: no CPU devices to make.
+        os.environ.setdefault("JAX_PLATFORMS", "proxy")
+        os.environ.setdefault("JAX_BACKEND_TARGET", proxy)
+    else:
+        request_cpu_devices(fake_topology(config).device_count)
     report_path = config.getoption("chaos_report")
     if report_path:
         from pathways_chaos.harness.report_plugin import ChaosReportPlugin

@@ -30,6 +30,7 @@ def check_replicated_along_replica_axis(tree: Any, mesh: Any, replica_axis: int 
     """
     import jax
 
+    axis_name = mesh.axis_names[replica_axis]
     rows = np.moveaxis(np.asarray(mesh.devices, dtype=object), replica_axis, 0)
     rows = rows.reshape(rows.shape[0], -1)
     mesh_ids = {d.id for d in rows.flat}
@@ -39,7 +40,17 @@ def check_replicated_along_replica_axis(tree: Any, mesh: Any, replica_axis: int 
             continue
         name = jax.tree_util.keystr(path) or "<root>"
         shape = tuple(leaf.shape)
-        index_map = sharding.devices_indices_map(shape)
+        if axis_name in _spec_axes(sharding):
+            raise SnapshotShardingError(
+                f"leaf {name} (shape {shape}, {_describe(sharding)}) is sharded along the "
+                f"replica axis {axis_name!r}: each replica holds only a piece, so a restore "
+                "from one replica gets the wrong shape; replicate it along the replica axis "
+                "(shard only along the other mesh axes)"
+            )
+        try:
+            index_map = sharding.devices_indices_map(shape)
+        except ValueError as error:
+            raise SnapshotShardingError(f"leaf {name}: {error}") from None
         placed = {d.id: _index_key(index, shape) for d, index in index_map.items()}
         missing = sorted(mesh_ids - set(placed))
         if missing:
@@ -90,6 +101,16 @@ def _index_key(index: Sequence[slice], shape: tuple[int, ...]) -> tuple[tuple[in
         (s.start or 0, dim if s.stop is None else s.stop)
         for s, dim in zip(index, shape, strict=False)
     )
+
+
+def _spec_axes(sharding: Any) -> set[str]:
+    """Mesh axis names a NamedSharding's PartitionSpec shards over (empty for others)."""
+    axes: set[str] = set()
+    for entry in getattr(sharding, "spec", None) or ():
+        if entry is None:
+            continue
+        axes |= set(entry) if isinstance(entry, tuple) else {entry}
+    return axes
 
 
 def _describe(sharding: Any) -> str:

@@ -132,10 +132,22 @@ class ResumeAtSnapshotStep(ReferenceTrainer):
 
 
 class FailedAttemptArraysKept(ReferenceTrainer):
-    """Keeps the state of every attempt it leaves (a debugging history), so memory grows."""
+    """Keeps each attempt's latest state in a history (for debugging), so memory grows.
 
-    def keep_failed_attempt(self, state: Any) -> None:
-        self.__dict__.setdefault("_history", []).append(state)
+    What a lost slice held is gone anyway; what survives (a scale-up restart, a retried
+    error) stays alive in every later attempt.
+    """
+
+    def _mesh_and_step(self, manager: Any, reason: str) -> tuple[Any, Any]:
+        mesh, step_fn = super()._mesh_and_step(manager, reason)
+        history: dict[int, Any] = self.__dict__.setdefault("_history", {})
+
+        def step_into_history(state: Any, x: Any, y: Any) -> Any:
+            out = step_fn(state, x, y)
+            history[self.attempt] = out[0]
+            return out
+
+        return mesh, step_into_history
 
 
 class NonSliceDownErrorsRetried(ReferenceTrainer):

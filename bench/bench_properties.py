@@ -1,0 +1,145 @@
+"""Property-suite figures, printed as one JSON object.
+
+- stateful: fault schedules per minute for the end-to-end state machine (each example is one
+  generated schedule run as one episode and judged by the oracle), warm: after a warm-up that
+  compiles the usual mesh shapes once; also the cold first minute's rate.
+- recompiles per example: the trainer's jit cache misses (``mesh`` events with
+  ``recompile``), and real XLA compiles (not served by the compilation cache) per example.
+- ci_profile_wall_s: ``pytest suites/properties`` with the ci profile, in a new process.
+
+Usage: python bench/bench_properties.py [--examples N] [--no-suite] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def stateful_rate(examples: int, warmup: int) -> dict[str, Any]:
+    import jax
+    from hypothesis import HealthCheck, Phase, settings
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from pathways_chaos.harness import properties
+
+    compiles: list[float] = []
+
+    def on_duration(event: str, duration: float, **_: Any) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(duration)
+
+    jax.monitoring.register_event_duration_secs_listener(on_duration)
+    episodes: list[float] = []
+    real_run_spec = properties.run_spec
+
+    def timed_run_spec(spec: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return real_run_spec(spec)
+        finally:
+            episodes.append(time.perf_counter() - t0)
+
+    properties.run_spec = timed_run_spec  # type: ignore[assignment]
+
+    def run(n: int) -> tuple[float, int, int, properties.ExampleCounter]:
+        counter = properties.ExampleCounter()
+        machine = properties.episode_machine(counter=counter)
+        before_episodes, before_compiles = len(episodes), len(compiles)
+        t0 = time.perf_counter()
+        run_state_machine_as_test(
+            machine,
+            settings=settings(
+                max_examples=n,
+                deadline=None,
+                database=None,
+                derandomize=False,
+                phases=(Phase.generate,),
+                suppress_health_check=list(HealthCheck),
+                stateful_step_count=12,
+            ),
+        )
+        return (
+            time.perf_counter() - t0,
+            len(episodes) - before_episodes,
+            len(compiles) - before_compiles,
+            counter,
+        )
+
+    cold_s, cold_n, cold_compiles, _ = run(warmup)
+    warm_s, warm_n, warm_compiles, warm_counter = run(examples)
+    return {
+        "schedules_per_minute_warm": round(warm_n / warm_s * 60, 1),
+        "schedules_per_minute_cold": round(cold_n / cold_s * 60, 1),
+        "schedules_warm": warm_n,
+        "wall_s_warm": round(warm_s, 2),
+        "episode_median_s": round(statistics.median(episodes), 3),
+        "episode_p90_s": round(sorted(episodes)[int(0.9 * (len(episodes) - 1))], 3),
+        "trainer_recompiles_per_example": round(statistics.mean(warm_counter.recompiles), 2),
+        "xla_compiles_per_example_warm": round(warm_compiles / max(1, warm_n), 2),
+        "xla_compiles_per_example_cold": round(cold_compiles / max(1, cold_n), 2),
+        "target_schedules_per_minute": 100,
+    }
+
+
+def ci_profile_wall() -> dict[str, Any]:
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "suites/properties", "-q", "-p", "no:logging"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    tail = proc.stdout.strip().splitlines()[-1:] or [""]
+    return {
+        "ci_profile_wall_s": round(time.perf_counter() - t0, 1),
+        "ci_profile_exit": proc.returncode,
+        "ci_profile_summary": tail[0],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--examples", type=int, default=60)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--no-suite", action="store_true")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+
+    import logging
+
+    from pathways_chaos.harness.topology import request_cpu_devices
+
+    request_cpu_devices(8)
+    for name in ("pathwaysutils", "absl", "jax", "root"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    from pathways_chaos.harness.properties import enable_compilation_cache
+
+    enable_compilation_cache()
+    out: dict[str, Any] = {"cores": _cores(), "stateful": stateful_rate(args.examples, args.warmup)}
+    if not args.no_suite:
+        out.update(ci_profile_wall())
+    text = json.dumps(out, indent=2)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    return 0
+
+
+def _cores() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -172,13 +172,18 @@ class SnapshotBeforeUpdate(ReferenceTrainer):
         mesh, step_fn = super()._mesh_and_step(manager, reason)
 
         def step_keeping_input(state: Any, x: Any, y: Any) -> Any:
-            self._before = state
+            import jax
+
+            self._before = jax.device_get(state)  # a host copy: this bug leaks nothing
             return step_fn(state, x, y)
 
         return mesh, step_keeping_input
 
     def snapshot_payload(self, state: Any, step: int, iterator: Any) -> dict[str, Any]:
-        return super().snapshot_payload(self._before, step, iterator)
+        import jax
+
+        before = jax.tree.map(lambda h, a: jax.device_put(h, a.sharding), self._before, state)
+        return super().snapshot_payload(before, step, iterator)
 
 
 class UnlimitedRetries(ReferenceTrainer):

@@ -17,8 +17,16 @@ DEMO_SCHEDULE = "data_loss@step=12:slice=2,data_loss@step=25:slice=1,repair@step
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if args_list[:1] == ["rollback"]:  # its own parser, --help included
+    if args_list[:1] == ["rollback"]:  # these have their own parsers, --help included
         return _rollback(args_list[1:])
+    if args_list[:1] == ["replay"]:
+        from pathways_chaos.harness.replay import replay_main
+
+        return replay_main(args_list[1:])
+    if args_list[:1] == ["ramdisk"]:
+        from pathways_chaos.harness.acceptance.ramdisk import ramdisk_main
+
+        return ramdisk_main(args_list[1:])
     parser = argparse.ArgumentParser(prog="pathways-chaos", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -38,8 +46,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     check.add_argument("log", type=Path)
     check.add_argument("--no-replay", action="store_true")
 
-    rollback = sub.add_parser("rollback", help="undo every change a rollback journal records")
-    rollback.add_argument("args", nargs=argparse.REMAINDER)
+    sub.add_parser("rollback", help="undo every change a rollback journal records (JOURNAL)")
+    sub.add_parser("replay", help="run one episode from a schedule's text form and judge it")
+    sub.add_parser("ramdisk", help="size the Multi-Tier Checkpointing ramdisk per host")
 
     args = parser.parse_args(args_list)
     from pathways_chaos.faults.model import FaultSpecError
@@ -48,9 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "demo":
             return _demo(args)
-        if args.command == "check":
-            return _check(args)
-        return _rollback(args.args)
+        return _check(args)
     except (ChaosConfigError, FaultSpecError) as error:
         print(f"pathways-chaos: error: {error}", file=sys.stderr)
         return 2

@@ -79,12 +79,12 @@ class RamdiskSizing:
     def lines(self) -> list[str]:
         """The calculation, one step a line, as the guide walks through it."""
         return [
-            f"checkpoint    {self.params:.4g} params x {BYTES_PER_PARAM} bytes"
+            f"{'checkpoint':<15}{self.params:.4g} params x {BYTES_PER_PARAM} bytes"
             f" = {_gb(self.checkpoint_bytes)}",
-            f"per-host shard {_gb(self.checkpoint_bytes)} / {self.hosts_per_slice} hosts per slice"
-            f" = {_gb(self.shard_bytes)}",
-            f"ramdisk       {_gb(self.shard_bytes)} x 2 = {_gb(self.ramdisk_bytes)}",
-            f"with buffer   {_gb(self.ramdisk_bytes)} x {1 + self.buffer:.2f}"
+            f"{'per-host shard':<15}{_gb(self.checkpoint_bytes)} / {self.hosts_per_slice} hosts "
+            f"per slice = {_gb(self.shard_bytes)}",
+            f"{'ramdisk':<15}{_gb(self.shard_bytes)} x 2 = {_gb(self.ramdisk_bytes)}",
+            f"{'with buffer':<15}{_gb(self.ramdisk_bytes)} x {1 + self.buffer:.2f}"
             f" = {_gb(self.required_bytes)} ({self.required_bytes / GIB:.2f} GiB) per pod",
         ]
 

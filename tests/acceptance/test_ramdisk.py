@@ -26,7 +26,7 @@ def test_the_guides_worked_example():
     assert sizing.shard_bytes == pytest.approx(26.25e9)
     assert sizing.ramdisk_bytes == pytest.approx(52.5e9)
     assert sizing.required_bytes == pytest.approx(60.375e9)
-    assert sizing.lines()[-1].startswith("with buffer   52.50 GB x 1.15 = 60.37 GB")
+    assert sizing.lines()[-1].startswith("with buffer    52.50 GB x 1.15 = 60.37 GB")
 
 
 def test_one_billion_params_is_twelve_gigabytes():
@@ -72,10 +72,10 @@ def test_check_flags_a_short_volume_and_passes_a_big_one():
 def test_cli_prints_the_calculation(capsys):
     assert ramdisk_main(["--params", "8e9", "--hosts-per-slice", "16"]) == 0
     out = capsys.readouterr().out
-    assert "checkpoint    8e+09 params x 12 bytes = 96.00 GB" in out
+    assert "checkpoint     8e+09 params x 12 bytes = 96.00 GB" in out
     assert "per-host shard 96.00 GB / 16 hosts per slice = 6.00 GB" in out
-    assert "ramdisk       6.00 GB x 2 = 12.00 GB" in out
-    assert "with buffer   12.00 GB x 1.15 = 13.80 GB" in out
+    assert "ramdisk        6.00 GB x 2 = 12.00 GB" in out
+    assert "with buffer    12.00 GB x 1.15 = 13.80 GB" in out
     assert "at least 13.80 GB" in out
 
 

@@ -289,7 +289,10 @@ def check_save_in_flight(saves: list[tuple[int, bool]]) -> None:
     sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     skipped: list[int] = []
     handler = _SkipListener(skipped)
-    logging.getLogger().addHandler(handler)
+    root = logging.getLogger()
+    level = root.level  # the skip is only a root-logger warning: make sure it is emitted
+    root.addHandler(handler)
+    root.setLevel(min(level, logging.WARNING) if level else logging.WARNING)
     try:
         snapshotter = Snapshotter(replica_axis_index=0)
         states: dict[int, np.ndarray] = {}
@@ -301,7 +304,13 @@ def check_save_in_flight(saves: list[tuple[int, bool]]) -> None:
                 snapshotter.join()
         snapshotter.join()
     finally:
-        logging.getLogger().removeHandler(handler)
+        root.removeHandler(handler)
+        root.setLevel(level)
+    from hypothesis import event
+    from hypothesis.control import currently_in_test_context
+
+    if currently_in_test_context():  # the statistics show how often a save was skipped
+        event(f"saves skipped while one was in flight: {len(skipped)}")
     kept = [step for step, _ in saves if step not in skipped]
     problems = []
     latest = None if snapshotter.latest is None else int(snapshotter.latest.step)

@@ -65,7 +65,7 @@ def replay_main(argv: list[str]) -> int:
 def _quiet_libraries() -> None:
     import logging
 
-    for name in ("pathwaysutils", "absl", "jax", "root"):
+    for name in ("pathwaysutils", "absl", "jax"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
 

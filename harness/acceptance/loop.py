@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,9 +21,6 @@ from pathways_chaos.harness.reference.trainer import (
     ReferenceTrainer,
     TrainerConfig,
     TrainResult,
-    digest,
-    live_census,
-    manager_slice,
 )
 
 
@@ -80,86 +76,22 @@ class AdapterTrainer(ReferenceTrainer):
     def make_iterator(self, manager: Any) -> Any:
         return self.adapter.make_iterator(self.global_batch(manager))
 
-    # -- the loop (the reference trainer's, over the adapter) --------------------------------
+    def init_state(self) -> Any:
+        return self.adapter.init_state()
+
+    def step_function(self) -> Any:
+        return self.adapter.train_step
+
+    def place_batch(self, batch: Any, mesh: Any) -> tuple[Any, ...]:
+        return (place_batch(batch, mesh),)
+
+    def batch_ids(self, batch: Any) -> list[int]:
+        return list(self.adapter.ids_of(batch))
+
+    # -- the loop is the reference trainer's; only the snapshotter is kept to let it go -------
     def _attempt(self, manager: Any, snapshotter: Any) -> TrainResult:
-        import jax
-
         self._snapshotter = snapshotter
-        config, emit = self.config, self.recorder.emit
-        ids = {"run": self.run_index, "attempt": self.attempt}
-        emit("attempt_start", **ids, active_slices=sorted(manager.active_slice_indices))
-        mesh, step_fn = self._mesh_and_step(manager, "attempt")
-        iterator = self.make_iterator(manager)
-        sharding = self.state_sharding(mesh)
-        abstract = jax.tree.map(
-            lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding),
-            jax.eval_shape(self.adapter.init_state),
-        )
-        checkpoint = self._latest_checkpoint() if self.attempt == 1 else None
-        if snapshotter.latest is not None:
-            snapshotter.join()
-            source, snap_step = "snapshot", snapshotter.latest.step
-            emit("restore_begin", **ids, source=source, step=snap_step)
-            state, step = self.restore_snapshot(snapshotter, abstract, iterator)
-        elif checkpoint is not None:
-            source, snap_step = "checkpoint", checkpoint[0]
-            emit("restore_begin", **ids, source=source, step=snap_step)
-            state, step = self._load_checkpoint(checkpoint[1], abstract, iterator)
-        else:
-            source, snap_step = "init", None
-            state, step = jax.device_put(self.adapter.init_state(), sharding), 0
-        if snap_step is not None:
-            emit("restore_end", **ids, source=source, step=snap_step, digest=digest(state))
-        emit("attempt_ready", **ids, reason="attempt", start_step=step, live=live_census())
-
-        while step < config.final_step:
-            t0 = time.perf_counter()
-            batch = next(iterator)
-            t1 = time.perf_counter()
-            state, loss = step_fn(state, place_batch(batch, mesh))
-            jax.block_until_ready(loss)
-            t2 = time.perf_counter()
-            emit(
-                "step",
-                **ids,
-                step=step,
-                ids=self.adapter.ids_of(batch),
-                loss=float(np.asarray(loss).ravel()[0]) if np.size(loss) else 0.0,
-                input_s=round(t1 - t0, 6),
-                step_s=round(t2 - t1, 6),
-            )
-            del batch
-            if step % config.snapshot_interval == 0:
-                snapshotter.save(step, self.snapshot_payload(state, step, iterator))
-                emit("snapshot_save", **ids, step=step, digest=digest(state))
-            if self._preempted.is_set():
-                return self._suspend(state, step, iterator)
-            step += 1
-        return TrainResult("completed", step, self.attempt, jax.device_get(state))
-
-    def _mesh_and_step(self, manager: Any, reason: str) -> tuple[Any, Any]:
-        import jax
-
-        mesh = self.build_mesh(manager)
-        key = tuple(d.id for d in mesh.devices.flat)
-        rows = mesh.devices.reshape(mesh.devices.shape[0], -1)
-        recompile = key not in self._jitted
-        if recompile:
-            self._jitted[key] = jax.jit(
-                self.adapter.train_step, out_shardings=(self.state_sharding(mesh), None)
-            )
-        self.recorder.emit(
-            "mesh",
-            run=self.run_index,
-            attempt=self.attempt,
-            reason=reason,
-            slices=sorted({manager_slice(manager, d) for d in mesh.devices.flat}),
-            # Rows = the first (replica) axis, which the Snapshotter and the oracle take as slices.
-            device_ids=[[d.id for d in row] for row in rows],
-            shape=list(rows.shape),
-            recompile=recompile,
-        )
-        return mesh, self._jitted[key]
+        return super()._attempt(manager, snapshotter)
 
 
 def release_snapshot(snapshotter: Any) -> None:

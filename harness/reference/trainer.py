@@ -13,6 +13,7 @@ import hashlib
 import os
 import signal
 import threading
+import time
 import traceback
 import warnings
 from collections.abc import Sequence
@@ -163,6 +164,34 @@ class ReferenceTrainer:
         iterator.set_state(restored["iterator_state"])
         return restored["state"], int(restored["step"]) + 1
 
+    def init_state(self) -> Any:
+        return model.init_state(self.config.seed)
+
+    def step_function(self) -> Any:
+        """The pure step ``(state, *placed_batch) -> (state, loss)``, jitted once per mesh."""
+        import functools
+
+        return functools.partial(model.train_step, lr=self.config.lr, beta=self.config.beta)
+
+    def place_batch(self, batch: Any, mesh: Any) -> tuple[Any, ...]:
+        """The step's batch arguments on the mesh: sharded over every device if it divides."""
+        import jax
+        from jax.sharding import NamedSharding, PartitionSpec
+
+        n = len(batch["id"])
+        if n % mesh.size == 0:
+            spec = PartitionSpec(("replica", "data"))
+        elif n % mesh.shape["replica"] == 0:
+            spec = PartitionSpec("replica")
+        else:
+            spec = PartitionSpec()
+        sharding = NamedSharding(mesh, spec)
+        return jax.device_put(batch["x"], sharding), jax.device_put(batch["y"], sharding)
+
+    def batch_ids(self, batch: Any) -> list[int]:
+        """The sample ids a batch carries, for the exactly-once check."""
+        return [int(i) for i in batch["id"]]
+
     def keep_failed_attempt(self, state: Any) -> None:
         """Nothing: the failed attempt's arrays must go out of scope (a mutant keeps them)."""
 
@@ -252,7 +281,7 @@ class ReferenceTrainer:
         sharding = self.state_sharding(mesh)
         abstract = jax.tree.map(
             lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding),
-            jax.eval_shape(model.init_state, config.seed),
+            jax.eval_shape(self.init_state),
         )
         checkpoint = self._latest_checkpoint() if self.attempt == 1 else None
         if snapshotter.latest is not None:
@@ -266,16 +295,27 @@ class ReferenceTrainer:
             state, step = self._load_checkpoint(checkpoint[1], abstract, iterator)
         else:
             source, snap_step = "init", None
-            state, step = jax.device_put(model.init_state(config.seed), sharding), 0
+            state, step = jax.device_put(self.init_state(), sharding), 0
         if snap_step is not None:
             emit("restore_end", **ids, source=source, step=snap_step, digest=digest(state))
         emit("attempt_ready", **ids, reason="attempt", start_step=step, live=live_census())
 
         while step < config.final_step:
+            t0 = time.perf_counter()
             batch = next(iterator)
-            x, y = self._place_batch(batch, mesh)
-            state, loss = step_fn(state, x, y)
-            emit("step", **ids, step=step, ids=batch["id"].tolist(), loss=float(loss))
+            t1 = time.perf_counter()
+            state, loss = step_fn(state, *self.place_batch(batch, mesh))
+            loss_value = float(np.asarray(loss).ravel()[0]) if np.size(loss) else 0.0
+            emit(
+                "step",
+                **ids,
+                step=step,
+                ids=self.batch_ids(batch),
+                loss=loss_value,
+                input_s=round(t1 - t0, 6),
+                step_s=round(time.perf_counter() - t1, 6),
+            )
+            del batch
             if step % config.snapshot_interval == 0:
                 snapshotter.save(step, self.snapshot_payload(state, step, iterator))
                 emit("snapshot_save", **ids, step=step, digest=digest(state))
@@ -313,41 +353,28 @@ class ReferenceTrainer:
 
     # -- helpers -----------------------------------------------------------------------------
     def _mesh_and_step(self, manager: Any, reason: str) -> tuple[Any, Any]:
-        import functools
-
         import jax
 
         mesh = self.build_mesh(manager)
         key = tuple(d.id for d in mesh.devices.flat)
+        # Rows = the first (replica) axis, which the Snapshotter and the oracle take as slices.
+        rows = mesh.devices.reshape(mesh.devices.shape[0], -1)
         recompile = key not in self._jitted
         if recompile:
-            step = functools.partial(model.train_step, lr=self.config.lr, beta=self.config.beta)
-            self._jitted[key] = jax.jit(step, out_shardings=(self.state_sharding(mesh), None))
+            self._jitted[key] = jax.jit(
+                self.step_function(), out_shardings=(self.state_sharding(mesh), None)
+            )
         self.recorder.emit(
             "mesh",
             run=self.run_index,
             attempt=self.attempt,
             reason=reason,
             slices=sorted({manager_slice(manager, d) for d in mesh.devices.flat}),
-            device_ids=[[d.id for d in row] for row in mesh.devices],
-            shape=list(mesh.devices.shape),
+            device_ids=[[d.id for d in row] for row in rows],
+            shape=list(rows.shape),
             recompile=recompile,
         )
         return mesh, self._jitted[key]
-
-    def _place_batch(self, batch: dict[str, Any], mesh: Any) -> tuple[Any, Any]:
-        import jax
-        from jax.sharding import NamedSharding, PartitionSpec
-
-        n = len(batch["id"])
-        if n % mesh.size == 0:
-            spec = PartitionSpec(("replica", "data"))
-        elif n % mesh.shape["replica"] == 0:
-            spec = PartitionSpec("replica")
-        else:
-            spec = PartitionSpec()
-        sharding = NamedSharding(mesh, spec)
-        return jax.device_put(batch["x"], sharding), jax.device_put(batch["y"], sharding)
 
     # -- suspend and resume ------------------------------------------------------------------
     def _install_preemption_handler(self) -> Any:

@@ -20,6 +20,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from pathways_chaos.fixtures.control_plane import LocalControlPlane
+from pathways_chaos.fixtures.workload import apply_rbac, delete_cluster_scoped
 
 pytestmark = pytest.mark.kube
 
@@ -115,38 +116,16 @@ def runner_token(kube_control_plane: LocalControlPlane, gke_namespace: str) -> I
     """Applies rbac.yaml to the namespace (really) and returns a token of its ServiceAccount."""
     api = kube_control_plane.api_client()
     core: Any = client.CoreV1Api(api)
-    rbac: Any = client.RbacAuthorizationV1Api(api)
     created: list[tuple[str, str]] = []
     try:
-        for doc in load(RBAC, gke_namespace):
-            kind, name = doc["kind"], doc["metadata"]["name"]
-            if kind == "ServiceAccount":
-                core.create_namespaced_service_account(gke_namespace, doc)
-            elif kind == "Role":
-                rbac.create_namespaced_role(gke_namespace, doc)
-            elif kind == "RoleBinding":
-                rbac.create_namespaced_role_binding(gke_namespace, doc)
-            elif kind == "ClusterRole":
-                try:
-                    rbac.create_cluster_role(doc)
-                    created.append((kind, name))
-                except ApiException as error:
-                    if error.status != 409:
-                        raise
-            elif kind == "ClusterRoleBinding":
-                rbac.create_cluster_role_binding(doc)
-                created.append((kind, name))
+        created = apply_rbac(api, load(RBAC, gke_namespace), gke_namespace)
         account = next(d for d in load(RBAC) if d["kind"] == "ServiceAccount")["metadata"]["name"]
         token: str = core.create_namespaced_service_account_token(
             account, gke_namespace, {"spec": {"expirationSeconds": 3600}}
         ).status.token
         yield token
     finally:
-        for kind, name in reversed(created):
-            if kind == "ClusterRoleBinding":
-                rbac.delete_cluster_role_binding(name)
-            else:
-                rbac.delete_cluster_role(name)
+        delete_cluster_scoped(api, created)
         api.close()
 
 

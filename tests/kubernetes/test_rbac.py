@@ -26,7 +26,12 @@ from pathways_chaos.faults.kubernetes import (
     TaintNode,
 )
 from pathways_chaos.fixtures.control_plane import LocalControlPlane
-from pathways_chaos.fixtures.workload import PathwaysWorkload, cluster_state
+from pathways_chaos.fixtures.workload import (
+    PathwaysWorkload,
+    apply_rbac,
+    cluster_state,
+    delete_cluster_scoped,
+)
 
 pytestmark = pytest.mark.kube
 
@@ -35,30 +40,8 @@ MANIFEST = Path(__file__).resolve().parents[2] / "ci" / "rbac" / "role.yaml"
 
 def apply_manifest(api: Any, namespace: str) -> list[tuple[str, str]]:
     """Creates the manifest's objects for ``namespace``; returns cluster-scoped ones to delete."""
-    rbac: Any = client.RbacAuthorizationV1Api(api)
-    core: Any = client.CoreV1Api(api)
-    cluster_scoped = []
-    text = MANIFEST.read_text().replace("NAMESPACE", namespace)
-    for doc in yaml.safe_load_all(text):
-        kind = doc["kind"]
-        if kind == "ServiceAccount":
-            core.create_namespaced_service_account(namespace, doc)
-        elif kind == "Role":
-            rbac.create_namespaced_role(namespace, doc)
-        elif kind == "RoleBinding":
-            rbac.create_namespaced_role_binding(namespace, doc)
-        elif kind == "ClusterRole":
-            try:
-                rbac.create_cluster_role(doc)
-            except ApiException as error:
-                if error.status != 409:  # shared by every namespace's binding
-                    raise
-        elif kind == "ClusterRoleBinding":
-            rbac.create_cluster_role_binding(doc)
-            cluster_scoped.append((kind, doc["metadata"]["name"]))
-        else:
-            raise AssertionError(f"unexpected kind {kind} in {MANIFEST}")
-    return cluster_scoped
+    docs = list(yaml.safe_load_all(MANIFEST.read_text().replace("NAMESPACE", namespace)))
+    return apply_rbac(api, docs, namespace)
 
 
 @pytest.fixture
@@ -78,9 +61,7 @@ def injector_api(
     try:
         yield api
     finally:
-        rbac: Any = client.RbacAuthorizationV1Api(admin)
-        for _, name in cluster_scoped:
-            rbac.delete_cluster_role_binding(name)
+        delete_cluster_scoped(admin, cluster_scoped)
 
 
 def test_every_fault_and_its_rollback_work_under_the_role(

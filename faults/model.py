@@ -205,6 +205,7 @@ def _fault_class(kind: str) -> type[Fault[Any]]:
 
 def _load_builtin_kinds() -> None:
     # Importing the injector modules registers their kinds; they import nothing heavy at load.
+    from pathways_chaos.faults import mtc as _mtc  # noqa: F401  (Multi-Tier Checkpointing)
     from pathways_chaos.faults import slice as _slice  # noqa: F401
 
     with contextlib.suppress(ImportError):  # the Kubernetes injectors are optional

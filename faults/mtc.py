@@ -121,19 +121,20 @@ class StaleBackup(Fault["MtcCluster"]):
 
 @dataclasses.dataclass(frozen=True)
 class TornSave(Fault["MtcCluster"]):
-    """A host crashes in the middle of a local save of ``step``: its half-written folder stays."""
+    """A host crashes in the middle of a local save of step ``saving``: its half-written
+    (temporary) folder stays in the ramdisk."""
 
     kind = "torn_save"
     host: int = 0
-    step: int = 0
+    saving: int = 0
     restart: bool = True
 
     def inject(self, target: MtcCluster) -> list[str]:
         target.check_host(self.host)
-        touched = target.tiers.write_torn_step(self.host, self.step)
+        touched = target.tiers.write_torn_step(self.host, self.saving)
         if self.restart:
-            target.restart(f"host {self.host} crashed while saving step {self.step}")
+            target.restart(f"host {self.host} crashed while saving step {self.saving}")
         return touched
 
     def describe(self) -> str:
-        return f"host {self.host} leaves a half-written step {self.step}"
+        return f"host {self.host} leaves a half-written step {self.saving}"

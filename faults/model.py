@@ -14,6 +14,8 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar, Self, TypeVar
 
+from pathways_chaos.harness.errors import ChaosError
+
 TargetT = TypeVar("TargetT")
 
 #: Trigger kinds: ``step`` fires after that step ran (before it is committed), ``time`` at that
@@ -22,7 +24,7 @@ TargetT = TypeVar("TargetT")
 TRIGGER_KINDS = ("step", "time", "restore", "save", "attempt")
 
 
-class FaultSpecError(ValueError):
+class FaultSpecError(ChaosError, ValueError):
     """A fault or schedule text that cannot be understood."""
 
 

@@ -13,12 +13,14 @@ from typing import Any
 
 import numpy as np
 
+from pathways_chaos.harness.errors import ChaosError
 
-class SnapshotShardingError(ValueError):
+
+class SnapshotShardingError(ChaosError, ValueError):
     """A leaf the Snapshotter cannot restore correctly after a slice loss."""
 
 
-class SnapshotLostError(RuntimeError):
+class SnapshotLostError(ChaosError, RuntimeError):
     """Every replica of the in-memory snapshot is gone; only a persistent checkpoint can help."""
 
 

@@ -10,7 +10,8 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from pathways_chaos.harness.fake_cluster import FakeCluster
+from pathways_chaos.harness.engine.fake_cluster import FakeCluster
+from pathways_chaos.harness.errors import ChaosError
 from pathways_chaos.harness.mtc.client_seams import MountTable, MtcClientSeams
 from pathways_chaos.harness.mtc.service import ReplicationService
 from pathways_chaos.harness.mtc.tiers import Tiers
@@ -19,7 +20,7 @@ DEFAULT_MOUNT = "/mtc/ramdisk"
 DEFAULT_JOB = "chaos-mtc"
 
 
-class PodRestarted(RuntimeError):
+class PodRestarted(ChaosError, RuntimeError):
     """Raised into the trainer when a fault restarts the job's Pods (the JobSet restarts all)."""
 
 

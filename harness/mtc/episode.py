@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from pathways_chaos.faults.model import Schedule
-from pathways_chaos.harness.episode import EpisodeResult, FaultController
+from pathways_chaos.harness.engine.episode import EpisodeResult, FaultController
 from pathways_chaos.harness.mtc.cluster import MtcCluster
-from pathways_chaos.harness.recorder import Event, Recorder
+from pathways_chaos.harness.engine.recorder import Event, Recorder
 from pathways_chaos.harness.reference.mtc_trainer import MtcOptions, MtcTrainer
 from pathways_chaos.harness.reference.trainer import TrainerConfig, TrainResult
 

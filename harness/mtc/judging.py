@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from pathways_chaos.harness.recorder import Event
+from pathways_chaos.harness.engine.recorder import Event
 
 TIER_ORDER = ("ramdisk", "peer", "backup")
 

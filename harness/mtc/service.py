@@ -53,7 +53,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pathways_chaos.harness.clock import Clock, RealClock
+from pathways_chaos.harness.engine.clock import Clock, RealClock
 from pathways_chaos.harness.mtc import protocol
 from pathways_chaos.harness.mtc.protocol import ReplicatorConfig
 from pathways_chaos.harness.mtc.tiers import Inventory, Tiers, copy_step

@@ -46,6 +46,14 @@ class AcceptsTornSteps(ReplicationService):
                 return RestorePlan(step, sources, False, inventory)
         return super().plan_restore(hosts)
 
+    def stage(self, host: int, plan: RestorePlan) -> None:
+        source = plan.sources.get(host)
+        if source is not None and ".orbax-checkpoint-tmp" in source.path.name:
+            kept = source.path.parent / f".torn-{plan.step}"
+            source.path.replace(kept)  # out of the way of the stale-folder sweep
+            plan = dataclasses.replace(plan, sources={**plan.sources, host: Source("ramdisk", kept)})
+        super().stage(host, plan)
+
 
 class IgnoresRestoreVersion(ReplicationService):
     """Never reads ``restore.version``: the newest in-cluster copy wins over the pin."""
@@ -76,6 +84,16 @@ class StagesPeersOwnStep(ReplicationService):
                     plan, sources={**plan.sources, host: Source("peer", wrong, source.holder)}
                 )
         super().stage(host, plan)
+
+
+class SkipsOwnRamdisk(ReplicationService):
+    """Fetches a host's step from its peer copy even when the host's own ramdisk holds it."""
+
+    def fastest_source(self, host: int, step: int) -> Source | None:
+        for holder, steps in sorted(self.tiers.peer_copies(host).items()):
+            if step in steps:
+                return Source("peer", self.tiers.peer_store(holder, host) / str(step), holder)
+        return super().fastest_source(host, step)
 
 
 class DataPositionOutsideCheckpoint(MtcTrainer):
@@ -116,12 +134,13 @@ MUTANTS: dict[str, MtcMutant] = {
     "accepts_torn_steps": MtcMutant(
         AcceptsTornSteps,
         ",".join(f"torn_save@step=12:host={h}:saving=13:restart=false" for h in range(3))
-        + ",torn_save@step=12:host=3:step=13",
+        + ",torn_save@step=12:host=3:saving=13",
         "never_partial",
     ),
     "ignores_restore_version": MtcMutant(
         IgnoresRestoreVersion, "stale_backup@step=17:version=1", "pinned_wins"
     ),
+    "skips_own_ramdisk": MtcMutant(SkipsOwnRamdisk, "node_loss@step=12:host=1", "fastest_tier"),
     "stages_peers_own_step": MtcMutant(
         StagesPeersOwnStep, "node_loss@step=12:host=1", "bitwise"
     ),

@@ -29,7 +29,8 @@ class NodeLoss(Fault["MtcCluster"]):
 
     def inject(self, target: MtcCluster) -> list[str]:
         target.check_host(self.host)
-        touched = target.tiers.wipe_host(self.host)
+        with target.service.held():
+            touched = target.tiers.wipe_host(self.host)
         target.restart(f"node of host {self.host} lost with its ramdisk")
         return touched  # pragma: no cover - restart raises
 
@@ -49,7 +50,9 @@ class PeerLoss(Fault["MtcCluster"]):
 
     def inject(self, target: MtcCluster) -> list[str]:
         target.check_host(self.host)
-        return target.tiers.drop_peer_copies(self.host) or [f"no peer copy of host {self.host}"]
+        with target.service.held():
+            touched = target.tiers.drop_peer_copies(self.host)
+        return touched or [f"no peer copy of host {self.host}"]
 
     def describe(self) -> str:
         return f"peer copies of host {self.host}'s checkpoints lost"
@@ -62,7 +65,8 @@ class BackupOnly(Fault["MtcCluster"]):
     kind = "backup_only"
 
     def inject(self, target: MtcCluster) -> list[str]:
-        touched = [line for h in range(target.num_hosts) for line in target.tiers.wipe_host(h)]
+        with target.service.held():
+            touched = [line for h in range(target.num_hosts) for line in target.tiers.wipe_host(h)]
         target.restart("every node lost with its ramdisk; only the backup is left")
         return touched  # pragma: no cover - restart raises
 
@@ -110,7 +114,8 @@ class StaleBackup(Fault["MtcCluster"]):
     restart: bool = True
 
     def inject(self, target: MtcCluster) -> list[str]:
-        touched = target.tiers.pin(self.version)
+        with target.service.held():
+            touched = target.tiers.pin(self.version)
         if self.restart:
             target.restart(f"restarted to roll back to backup step {self.version}")
         return touched
@@ -131,7 +136,8 @@ class TornSave(Fault["MtcCluster"]):
 
     def inject(self, target: MtcCluster) -> list[str]:
         target.check_host(self.host)
-        touched = target.tiers.write_torn_step(self.host, self.saving)
+        with target.service.held():
+            touched = target.tiers.write_torn_step(self.host, self.saving)
         if self.restart:
             target.restart(f"host {self.host} crashed while saving step {self.saving}")
         return touched

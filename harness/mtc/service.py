@@ -27,9 +27,10 @@ no public source; the README lists the same table):
    folder; a step is complete when ``<step>/_CHECKPOINT_METADATA`` exists) to the next of the
    node's peer ranks (the same position in the next data-parallel slice, a ring; O:
    ``peer-ranks``), into the peer host's volume (I).
-6. Backs up the newest step complete on every node when ``backup-interval-steps`` steps or
-   ``backup-interval-minutes`` minutes (on the cluster's clock) have passed since the last
-   backup, the first complete step always (R: "at certain intervals"; the exact rule is I).
+6. Backs up the newest step complete on every node, at most once per interval window: the
+   first such step, then the first one in each later window of ``backup-interval-steps``
+   steps (``step // interval`` grows) or ``backup-interval-minutes`` minutes on the cluster's
+   clock (R: "at certain intervals"; the exact rule is I).
    A backup is copied to a temporary folder and renamed (R: HNS "fast atomic folder renames
    required for checkpoint finalization and GCS backups").
 7. Keeps the two newest complete steps per node in each ramdisk and peer store and deletes
@@ -115,7 +116,11 @@ class ReplicationService:
 
     ``pump()`` runs one pass synchronously; the client seam calls it before each of the
     client's 1 s sleeps and the MTC episode after each save, so what the service has done at
-    any trainer event does not depend on thread timing.
+    any trainer event does not depend on thread timing. The thread answers restore requests
+    only (``background="restores"``, the default): replication, backups and garbage collection
+    run when a new local step lands (the episode's pump after each save), so a peer copy lost
+    while its node lives stays lost until the next save, in every run alike.
+    ``background="all"`` lets the thread do everything, as a real daemon would.
     """
 
     def __init__(
@@ -124,7 +129,11 @@ class ReplicationService:
         clock: Clock | None = None,
         poll_interval: float = 0.05,
         coordinator: str = "127.0.0.1:8476",
+        background: str = "restores",
     ) -> None:
+        if background not in ("restores", "all"):
+            raise ValueError(f"background={background!r}: use 'restores' or 'all'")
+        self.background = background
         self.tiers = tiers
         self.clock = clock if clock is not None else RealClock()
         self.poll_interval = poll_interval
@@ -157,7 +166,18 @@ class ReplicationService:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.poll_interval):
-            self.pump()
+            if self.background == "all":
+                self.pump()
+            else:
+                with self._lock:
+                    try:
+                        self._serve_restores()
+                    except OSError as error:
+                        self.pass_errors.append(f"_serve_restores: {error!r}")
+
+    def held(self) -> threading.RLock:
+        """Hold it while changing the tiers: no service pass sees a fault half-applied."""
+        return self._lock
 
     def fail_next(self, message: str, fatal: bool = True, times: int = 1) -> None:
         """The next ``times`` restore rounds fail with ``message`` (the replicator_error fault)."""
@@ -350,10 +370,11 @@ class ReplicationService:
         if not self.backups:
             return True
         if config.backup_interval_steps is not None:
-            return step - self.backups[-1] >= config.backup_interval_steps
-        minutes = config.backup_interval_minutes or 30
+            every = config.backup_interval_steps
+            return step // every > self.backups[-1] // every
+        window = (config.backup_interval_minutes or 30) * 60
         last = self._last_backup_time or 0.0
-        return self.clock.time() - last >= minutes * 60
+        return self.clock.time() // window > last // window
 
     def _collect(self) -> None:
         for h in range(self.tiers.num_hosts):

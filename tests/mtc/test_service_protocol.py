@@ -146,7 +146,7 @@ def test_backups_follow_the_step_interval_and_old_local_steps_are_collected(serv
     ask(service, interval_steps=10)
     for step in (1, 5, 10, 15, 20):
         save(service, step)
-    assert service.backups == [1, 15]
+    assert service.backups == [1, 10, 20]
     assert service.tiers.local_steps(0) == [15, 20]  # two kept per ramdisk
 
 

@@ -75,7 +75,10 @@ def restore_by_tier(state_name: str, make_state: Any, rounds: int) -> dict[str, 
             devices = cluster.cluster.slice_devices(h)
             mesh = jax.sharding.Mesh(np.asarray(devices).reshape(1, -1), ("replica", "data"))
             manager = sidecar.WorkerCheckpointManagerRaw(
-                str(cluster.host_dir(h)), (1, len(devices)), ("replica", "data"), 5,
+                str(cluster.host_dir(h)),
+                (1, len(devices)),
+                ("replica", "data"),
+                5,
                 tuple(d.id for d in devices),
             )
             out.append((manager, mesh))
@@ -88,7 +91,9 @@ def restore_by_tier(state_name: str, make_state: Any, rounds: int) -> dict[str, 
         state = make_state()
         size = sum(np.asarray(x).nbytes for x in jax.tree.leaves(state))
         for manager, mesh in fleet:
-            local = jax.device_put(state, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+            local = jax.device_put(
+                state, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+            )
             manager.save(_on(10, mesh, np.int32), _on(True, mesh, np.bool_), local)
         for manager, mesh in fleet:
             manager.wait_until_finished(_on(0, mesh, np.int32))
@@ -104,7 +109,10 @@ def restore_by_tier(state_name: str, make_state: Any, rounds: int) -> dict[str, 
                 assert plan.tier == tier and plan.step == 10, (tier, plan.to_json())
                 fleet = workers(cluster)
                 t0 = time.perf_counter()
-                restored = [m.restore_infer(_on(10, mesh, np.int32), _on(False, mesh, np.bool_)) for m, mesh in fleet]
+                restored = [
+                    m.restore_infer(_on(10, mesh, np.int32), _on(False, mesh, np.bool_))
+                    for m, mesh in fleet
+                ]
                 jax.block_until_ready(restored)
                 restore_s = time.perf_counter() - t0
                 for manager, mesh in fleet:
@@ -140,7 +148,11 @@ def steps_lost() -> dict[str, Any]:
     from pathways_chaos.harness.reference.mtc_trainer import MtcOptions
     from pathways_chaos.harness.reference.trainer import TrainerConfig
 
-    out: dict[str, Any] = {"local_checkpoint_period": 5, "backup_interval_steps": 10, "fault_step": 18}
+    out: dict[str, Any] = {
+        "local_checkpoint_period": 5,
+        "backup_interval_steps": 10,
+        "fault_step": 18,
+    }
     for name, schedule in STEPS_LOST_SCHEDULES.items():
         with FakeCluster(SliceTopology(4, 2)) as fake, MtcCluster(fake) as cluster:
             t0 = time.perf_counter()
@@ -156,8 +168,12 @@ def steps_lost() -> dict[str, Any]:
             "schedule": schedule,
             "steps_lost": sum(r.steps_lost for r in restores),
             "restored": [
-                {"step": r.restored_step, "tier": r.tier, "steps_lost": r.steps_lost,
-                 "recovery_s": r.recovery_s}
+                {
+                    "step": r.restored_step,
+                    "tier": r.tier,
+                    "steps_lost": r.steps_lost,
+                    "recovery_s": r.recovery_s,
+                }
                 for r in restores
             ],
             "episode_wall_s": round(wall, 3),

@@ -29,9 +29,12 @@ def mtc_schedules(
     backup_steps: tuple[int, ...] = (1,),
 ) -> st.SearchStrategy[Schedule]:
     """Faults at distinct steps, each after ``first_step`` (so a backup exists to pin)."""
-    entry = st.tuples(st.integers(first_step, max_step), mtc_faults(num_hosts, st.sampled_from(backup_steps)))
+    entry = st.tuples(
+        st.integers(first_step, max_step), mtc_faults(num_hosts, st.sampled_from(backup_steps))
+    )
     return st.lists(entry, max_size=max_faults, unique_by=lambda e: e[0]).map(
         lambda entries: Schedule.of(
-            ScheduledFault(Trigger("step", step), fault) for step, fault in sorted(entries, key=lambda e: e[0])
+            ScheduledFault(Trigger("step", step), fault)
+            for step, fault in sorted(entries, key=lambda e: e[0])
         )
     )

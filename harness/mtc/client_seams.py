@@ -1,4 +1,4 @@
-"""The named seams that let the real Orbax MTC client run on the fake's CPU hosts, all undone on exit.
+"""The named seams that let the real Orbax MTC client run on the fake's CPU hosts, undone on exit.
 
 What cannot run on CPU, and why (orbax-checkpoint 0.12.8, jax 0.12.0.1):
 
@@ -81,7 +81,7 @@ class _EpathWithMount(types.ModuleType):
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
 
-    def Path(self, path: Any = "", *parts: Any) -> Any:  # noqa: N802 - mirrors epath.Path
+    def Path(self, path: Any = "", *parts: Any) -> Any:
         return self._real.Path(self._table.resolve(str(self._real.Path(path, *parts))))
 
 

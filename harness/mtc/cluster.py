@@ -78,7 +78,9 @@ class MtcCluster:
     def check_access(self, slices: Any) -> None:
         self.cluster.check_access(slices)
 
-    def lose_slice(self, slice_index: int, code: str = "DATA_LOSS", repair_after_polls: Any = None) -> list[str]:
+    def lose_slice(
+        self, slice_index: int, code: str = "DATA_LOSS", repair_after_polls: Any = None
+    ) -> list[str]:
         return self.cluster.lose_slice(slice_index, code, repair_after_polls=repair_after_polls)
 
     def repair_slice(self, slice_index: int, after_polls: int = 0) -> list[str]:

@@ -14,8 +14,8 @@ from typing import Any
 
 from pathways_chaos.faults.model import Schedule
 from pathways_chaos.harness.engine.episode import EpisodeResult, FaultController
-from pathways_chaos.harness.mtc.cluster import MtcCluster
 from pathways_chaos.harness.engine.recorder import Event, Recorder
+from pathways_chaos.harness.mtc.cluster import MtcCluster
 from pathways_chaos.harness.reference.mtc_trainer import MtcOptions, MtcTrainer
 from pathways_chaos.harness.reference.trainer import TrainerConfig, TrainResult
 
@@ -86,13 +86,13 @@ def run_mtc_episode(
     )
     results: list[TrainResult] = []
     error: BaseException | None = None
-    with FaultController(schedule or Schedule(), cluster, recorder, step_seconds):  # type: ignore[arg-type]
-        with _ServiceLog(cluster, recorder):
-            trainer = trainer_factory(config, recorder, devices=cluster.devices, mtc=options)
-            try:
-                results.append(trainer.run())
-            except Exception as e:  # the properties and the test decide what this means
-                error = e
+    controller = FaultController(schedule or Schedule(), cluster, recorder, step_seconds)
+    with controller, _ServiceLog(cluster, recorder):
+        trainer = trainer_factory(config, recorder, devices=cluster.devices, mtc=options)
+        try:
+            results.append(trainer.run())
+        except Exception as e:  # the properties and the test decide what this means
+            error = e
     recorder.emit(
         "episode_end", error=None if error is None else f"{type(error).__name__}: {error}"
     )

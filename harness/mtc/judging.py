@@ -34,7 +34,9 @@ class TierRestore:
     recovery_s: float | None  # failure -> training ready again, wall time
 
 
-def expected_restore(inventory: dict[str, Any], hosts: Sequence[int]) -> tuple[int | None, dict[int, str]]:
+def expected_restore(
+    inventory: dict[str, Any], hosts: Sequence[int]
+) -> tuple[int | None, dict[int, str]]:
     """(step, tier per host) the reference document's rules give for this inventory."""
     pinned = inventory.get("pinned")
     if pinned is not None:
@@ -79,7 +81,9 @@ def tier_restores(events: Sequence[Event]) -> list[TierRestore]:
             previous = max((a for a in last_step if a < e["attempt"]), default=None)
             failed_at = last_step.get(previous) if previous is not None else None
             restored = restore["step"] if restore and restore["attempt"] == e["attempt"] else None
-            lost = 0 if failed_at is None else failed_at - (restored if restored is not None else -1)
+            lost = (
+                0 if failed_at is None else failed_at - (restored if restored is not None else -1)
+            )
             out.append(
                 TierRestore(
                     attempt=e["attempt"],
@@ -168,7 +172,8 @@ def check_pinned_wins(events: Sequence[Event]) -> list[str]:
         got = None if restore is None else restore["step"]
         if got != pinned or plan.get("tier") != "backup":
             problems.append(
-                f"restore.version pinned step {pinned}, the job restored {got} from {plan.get('tier')}"
+                f"restore.version pinned step {pinned}, the job restored {got} "
+                f"from {plan.get('tier')}"
             )
     return problems
 
@@ -216,7 +221,8 @@ def check_data_position(events: Sequence[Event]) -> list[str]:
         if attempt > 1 and first["step"] in base and first["ids"] != base[first["step"]]:
             problems.append(
                 f"attempt {attempt} resumed at step {first['step']} with sample ids "
-                f"{first['ids'][:4]}..., not the ids that step read first ({base[first['step']][:4]}...)"
+                f"{first['ids'][:4]}..., not the ids that step read first "
+                f"({base[first['step']][:4]}...)"
             )
     return problems
 

@@ -40,8 +40,14 @@ class AcceptsTornSteps(ReplicationService):
                 torn.setdefault(int(p.name.split(".")[0]), {})[h] = p
         for step, paths in sorted(torn.items(), reverse=True):
             if set(paths) == set(hosts) and step > max(
-                (s for tier in (inventory.ramdisk, inventory.peer, inventory.backup)
-                 for v in tier.values() for s in v), default=-1):
+                (
+                    s
+                    for tier in (inventory.ramdisk, inventory.peer, inventory.backup)
+                    for v in tier.values()
+                    for s in v
+                ),
+                default=-1,
+            ):
                 sources = {h: Source("ramdisk", paths[h]) for h in hosts}
                 return RestorePlan(step, sources, False, inventory)
         return super().plan_restore(hosts)
@@ -51,7 +57,9 @@ class AcceptsTornSteps(ReplicationService):
         if source is not None and ".orbax-checkpoint-tmp" in source.path.name:
             kept = source.path.parent / f".torn-{plan.step}"
             source.path.replace(kept)  # out of the way of the stale-folder sweep
-            plan = dataclasses.replace(plan, sources={**plan.sources, host: Source("ramdisk", kept)})
+            plan = dataclasses.replace(
+                plan, sources={**plan.sources, host: Source("ramdisk", kept)}
+            )
         super().stage(host, plan)
 
 
@@ -127,9 +135,7 @@ class MtcMutant:
 
 
 MUTANTS: dict[str, MtcMutant] = {
-    "prefers_backup": MtcMutant(
-        PrefersBackup, "node_loss@step=12:host=1", "newest_restored"
-    ),
+    "prefers_backup": MtcMutant(PrefersBackup, "node_loss@step=12:host=1", "newest_restored"),
     "prefers_backup_loses_work": MtcMutant(PrefersBackup, "node_loss@step=12:host=1", "lost_work"),
     "accepts_torn_steps": MtcMutant(
         AcceptsTornSteps,
@@ -141,11 +147,11 @@ MUTANTS: dict[str, MtcMutant] = {
         IgnoresRestoreVersion, "stale_backup@step=17:version=1", "pinned_wins"
     ),
     "skips_own_ramdisk": MtcMutant(SkipsOwnRamdisk, "node_loss@step=12:host=1", "fastest_tier"),
-    "stages_peers_own_step": MtcMutant(
-        StagesPeersOwnStep, "node_loss@step=12:host=1", "bitwise"
-    ),
+    "stages_peers_own_step": MtcMutant(StagesPeersOwnStep, "node_loss@step=12:host=1", "bitwise"),
     "data_position_outside_checkpoint": MtcMutant(
-        ReplicationService, "node_loss@step=12:host=1", "data_position",
+        ReplicationService,
+        "node_loss@step=12:host=1",
+        "data_position",
         trainer=DataPositionOutsideCheckpoint,
     ),
 }

@@ -21,7 +21,9 @@ FAILED_FILE = "replicator.failed"
 JAX_INIT_INFO_FILE = "jax-init-info.txt"
 #: In the job's backup directory: pins the step to restore (GKE "Restore from a specific backup").
 RESTORE_VERSION_FILE = "restore.version"
-RESTORE_MARKER_RE = re.compile(r"^(?P<job>.+)-s(?P<step>\d+)-n(?P<node>\d+)-w(?P<worker>\d+)\.restore$")
+RESTORE_MARKER_RE = re.compile(
+    r"^(?P<job>.+)-s(?P<step>\d+)-n(?P<node>\d+)-w(?P<worker>\d+)\.restore$"
+)
 #: Orbax writes a step into ``<step>.orbax-checkpoint-tmp-<n>`` and renames it when complete;
 #: a finalised step directory holds this file (orbax.checkpoint._src.metadata.checkpoint).
 CHECKPOINT_METADATA_FILE = "_CHECKPOINT_METADATA"

@@ -263,8 +263,12 @@ class ReplicationService:
             self.tiers.restore_version.replace(self.tiers.job_bucket / "restore.version.applied")
             return RestorePlan(pinned, sources, True, inventory)
         candidates = sorted(
-            {s for tier in (inventory.ramdisk, inventory.peer, inventory.backup)
-             for h in hosts for s in tier[h]},
+            {
+                s
+                for tier in (inventory.ramdisk, inventory.peer, inventory.backup)
+                for h in hosts
+                for s in tier[h]
+            },
             reverse=True,
         )
         for step in candidates:
@@ -298,7 +302,9 @@ class ReplicationService:
         # its latest step after the restore.
         for entry in ramdisk.iterdir():
             step = _step_of(entry.name)
-            if step is not None and (plan.step is None or step > plan.step or ".orbax" in entry.name):
+            if step is not None and (
+                plan.step is None or step > plan.step or ".orbax" in entry.name
+            ):
                 _remove(entry)
         worker = host % max(1, self._nodes_per_slice(host))
         if plan.step is None:
@@ -382,7 +388,11 @@ class ReplicationService:
                 _remove(self.tiers.ramdisk(h) / str(step))
             for holder in range(self.tiers.num_hosts):
                 store = self.tiers.peer_store(holder, h)
-                steps = sorted(int(p.name) for p in store.iterdir() if p.name.isdigit()) if store.is_dir() else []
+                steps = (
+                    sorted(int(p.name) for p in store.iterdir() if p.name.isdigit())
+                    if store.is_dir()
+                    else []
+                )
                 for step in steps[:-KEEP_LOCAL]:
                     _remove(store / str(step))
 

@@ -129,7 +129,10 @@ class Tiers:
         hosts = range(self.num_hosts)
         return Inventory(
             ramdisk={h: tuple(self.local_steps(h)) for h in hosts},
-            peer={h: tuple(sorted({s for v in self.peer_copies(h).values() for s in v})) for h in hosts},
+            peer={
+                h: tuple(sorted({s for v in self.peer_copies(h).values() for s in v}))
+                for h in hosts
+            },
             backup={h: tuple(self.backup_steps(h)) for h in hosts},
             pinned=self.pinned_version(),
         )
@@ -138,7 +141,9 @@ class Tiers:
     def wipe_host(self, host: int) -> list[str]:
         """The node and its ramdisk volume are gone: own checkpoints and the peer copies it held."""
         target = self.host_dir(host)
-        touched = [str(p) for p in sorted(target.rglob("*")) if p.parent.name in ("ramdisk", "peers")]
+        touched = [
+            str(p) for p in sorted(target.rglob("*")) if p.parent.name in ("ramdisk", "peers")
+        ]
         shutil.rmtree(target, ignore_errors=True)
         self.ramdisk(host).mkdir(parents=True, exist_ok=True)
         return touched or [f"{target} (empty)"]

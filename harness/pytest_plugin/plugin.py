@@ -19,6 +19,7 @@ FIXTURE_MODULES = (
     "pathways_chaos.fixtures.chaos",
     "pathways_chaos.fixtures.control_plane",
     "pathways_chaos.fixtures.workload",
+    "pathways_chaos.fixtures.mtc",
 )
 
 MARKERS = (

@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from pathways_chaos.harness.errors import ChaosConfigError
 from pathways_chaos.harness.engine.recorder import Recorder
+from pathways_chaos.harness.errors import ChaosConfigError
 from pathways_chaos.harness.reference.trainer import (
     ReferenceTrainer,
     TrainerConfig,
@@ -96,7 +96,8 @@ class MtcTrainer(ReferenceTrainer):
         if seams is None:
             raise ChaosConfigError(
                 "MtcTrainer runs its sidecar managers in-process only on the fake (enter an "
-                "MtcCluster); on Pathways use ReplicatorCheckpointManager(use_colocated_python=True)"
+                "MtcCluster); on Pathways use "
+                "ReplicatorCheckpointManager(use_colocated_python=True)"
             )
         out = []
         for host, devices in sorted(slices.items()):
@@ -187,7 +188,7 @@ class MtcTrainer(ReferenceTrainer):
 
         t0 = time.perf_counter()
         initialization.initialize_multi_tier_checkpointing(
-            mtc.mount,  # type: ignore[arg-type]
+            mtc.mount,
             backup_interval_minutes=mtc.backup_interval_minutes,
             backup_interval_steps=mtc.backup_interval_steps,
             num_slices=len(slices),
@@ -225,7 +226,9 @@ class MtcTrainer(ReferenceTrainer):
             for _, worker, host_mesh in workers:
                 worker.close(_on(0, host_mesh))
 
-    def _save(self, workers: Any, state: Any, step: int, iterator: Any, ids: dict[str, int]) -> None:
+    def _save(
+        self, workers: Any, state: Any, step: int, iterator: Any, ids: dict[str, int]
+    ) -> None:
         import jax
 
         t0 = time.perf_counter()
@@ -262,9 +265,7 @@ class MtcTrainer(ReferenceTrainer):
         step = latest[0]
         emit("restore_begin", **ids, source="checkpoint", step=step)
         t0 = time.perf_counter()
-        restored = [
-            w.restore_infer(_on(step, m), _on(False, m, np.bool_)) for _, w, m in workers
-        ]
+        restored = [w.restore_infer(_on(step, m), _on(False, m, np.bool_)) for _, w, m in workers]
         host_digests = [digest(r["model"]) for r in restored]
         host_positions = [int(np.asarray(r["data_index"])) for r in restored]
         # The controller assembles each leaf from every host's own shards, as the Pathways

@@ -7,8 +7,6 @@ import logging
 
 import pytest
 
-from pathways_chaos.fixtures.mtc import mtc  # noqa: F401  (the fixture)
-
 pytestmark = pytest.mark.chaos
 
 
@@ -18,8 +16,8 @@ def _restore(out):
     return plan, restore
 
 
-def test_node_loss_restores_from_the_peer_copy(mtc):
-    out = mtc.run("node_loss@step=12:host=1")
+def test_node_loss_restores_from_the_peer_copy(chaos_mtc):
+    out = chaos_mtc.run("node_loss@step=12:host=1")
 
     out.raise_if_failed()
     plan, restore = _restore(out)
@@ -28,8 +26,8 @@ def test_node_loss_restores_from_the_peer_copy(mtc):
     assert out.verdict.wasted_steps == 2  # steps 11 and 12 run again
 
 
-def test_node_and_peer_copy_lost_restores_from_the_backup(mtc):
-    out = mtc.run("peer_loss@step=11:host=1,node_loss@step=12:host=1")
+def test_node_and_peer_copy_lost_restores_from_the_backup(chaos_mtc):
+    out = chaos_mtc.run("peer_loss@step=11:host=1,node_loss@step=12:host=1")
 
     out.raise_if_failed()
     plan, restore = _restore(out)
@@ -38,8 +36,8 @@ def test_node_and_peer_copy_lost_restores_from_the_backup(mtc):
     assert out.verdict.wasted_steps == 2
 
 
-def test_backup_only_after_every_ramdisk_is_lost(mtc):
-    out = mtc.run("backup_only@step=17")
+def test_backup_only_after_every_ramdisk_is_lost(chaos_mtc):
+    out = chaos_mtc.run("backup_only@step=17")
 
     out.raise_if_failed()
     plan, restore = _restore(out)
@@ -48,24 +46,24 @@ def test_backup_only_after_every_ramdisk_is_lost(mtc):
     assert out.verdict.wasted_steps == 7
 
 
-def test_without_a_fault_nothing_is_restored_and_the_backup_follows_the_interval(mtc):
-    out = mtc.run("")
+def test_without_a_fault_nothing_is_restored_and_the_backup_follows_the_interval(chaos_mtc):
+    out = chaos_mtc.run("")
 
     out.raise_if_failed()
     assert not out.of_kind("restore_end")
     assert [b["step"] for b in out.of_kind("mtc_backup")] == [1, 10]  # Orbax saves 1, 5, 10, 15
 
 
-def test_pinned_restore_version_wins_over_newer_ramdisks(mtc):
-    out = mtc.run("stale_backup@step=17:version=1")
+def test_pinned_restore_version_wins_over_newer_ramdisks(chaos_mtc):
+    out = chaos_mtc.run("stale_backup@step=17:version=1")
 
     out.raise_if_failed()
     plan, restore = _restore(out)
     assert plan["pinned"] and plan["tier"] == "backup" and restore["step"] == 1
 
 
-def test_a_fatal_replicator_error_is_surfaced_by_the_client(mtc):
-    out = mtc.run("replicator_error@step=7")
+def test_a_fatal_replicator_error_is_surfaced_by_the_client(chaos_mtc):
+    out = chaos_mtc.run("replicator_error@step=7")
 
     out.raise_if_failed()  # the next restart succeeds
     errors = [e for e in out.of_kind("error") if e["type"] == "RuntimeError"]
@@ -74,16 +72,16 @@ def test_a_fatal_replicator_error_is_surfaced_by_the_client(mtc):
     )
 
 
-def test_a_replicator_that_keeps_failing_fails_the_job(mtc):
-    out = mtc.run("replicator_error@step=7:times=10", max_restarts=2)
+def test_a_replicator_that_keeps_failing_fails_the_job(chaos_mtc):
+    out = chaos_mtc.run("replicator_error@step=7:times=10", max_restarts=2)
 
     assert out.error is not None and "Replicator fatal errors" in str(out.error)
     assert out.of_kind("run_end")[-1]["status"] == "failed"
 
 
-def test_recoverable_replicator_errors_are_logged_and_training_continues(mtc, caplog):
+def test_recoverable_replicator_errors_are_logged_and_training_continues(chaos_mtc, caplog):
     with caplog.at_level(logging.ERROR):
-        out = mtc.run("replicator_error@step=12:fatal=false")
+        out = chaos_mtc.run("replicator_error@step=12:fatal=false")
 
     out.raise_if_failed()
     assert "Replicator errors: injected replicator failure" in caplog.text
@@ -91,8 +89,8 @@ def test_recoverable_replicator_errors_are_logged_and_training_continues(mtc, ca
     assert restore["step"] == 10
 
 
-def test_a_half_written_save_is_never_restored(mtc):
-    out = mtc.run("torn_save@step=12:host=2:saving=13")
+def test_a_half_written_save_is_never_restored(chaos_mtc):
+    out = chaos_mtc.run("torn_save@step=12:host=2:saving=13")
 
     out.raise_if_failed()
     _, restore = _restore(out)

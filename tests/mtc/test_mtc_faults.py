@@ -38,7 +38,7 @@ def test_generated_schedules_round_trip_through_text(schedule):
 
 
 def test_a_bad_parameter_names_what_it_takes():
-    with pytest.raises(FaultSpecError, match="node_loss: unknown parameter.*it takes host"):
+    with pytest.raises(FaultSpecError, match=r"node_loss: unknown parameter.*it takes host"):
         parse_schedule("node_loss@step=3:slice=1")
 
 

@@ -1,21 +1,20 @@
-"""Each MTC property has a broken service (or trainer) that it catches, and passes the honest one."""
+"""Each MTC property catches a broken service (or trainer), and passes the honest one."""
 
 from __future__ import annotations
 
 import pytest
 
-from pathways_chaos.fixtures.mtc import mtc  # noqa: F401  (the fixture)
 from pathways_chaos.harness.mtc import judging
 from pathways_chaos.harness.mtc.mutants import MUTANTS
 
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))
-def test_the_property_catches_the_mutant(mtc, name):
+def test_the_property_catches_the_mutant(chaos_mtc, name):
     mutant = MUTANTS[name]
     check = judging.PROPERTIES[mutant.caught_by]
 
-    broken = mtc.run(mutant.schedule, service=mutant.service, trainer=mutant.trainer)
-    honest = mtc.run(mutant.schedule)
+    broken = chaos_mtc.run(mutant.schedule, service=mutant.service, trainer=mutant.trainer)
+    honest = chaos_mtc.run(mutant.schedule)
 
     assert check(honest.events) == [], "the property fails the honest service too"
     honest.raise_if_failed()

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from pathways_chaos.fixtures.mtc import mtc  # noqa: F401  (the fixture)
 from pathways_chaos.harness.judging.oracle import check
 from pathways_chaos.harness.mtc.judging import tier_restores
 from pathways_chaos.harness.reports.goodput import tier_restore_report
 from pathways_chaos.harness.reports.report import summary
 
 
-def test_the_report_names_the_tier_and_the_cost_of_each_restore(mtc):
-    out = mtc.run("node_loss@step=12:host=1,backup_only@step=17")
+def test_the_report_names_the_tier_and_the_cost_of_each_restore(chaos_mtc):
+    out = chaos_mtc.run("node_loss@step=12:host=1,backup_only@step=17")
 
     (peer, backup) = tier_restores(out.events)
     assert (peer.tier, peer.restored_step, peer.steps_lost) == ("peer", 10, 2)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 
 import pytest
-from orbax.checkpoint.experimental.emergency.multi_tier_checkpointing import initialization as client
+from orbax.checkpoint.experimental.emergency.multi_tier_checkpointing import (
+    initialization as client,
+)
 
 from pathways_chaos.harness.mtc.protocol import ReplicatorConfig
 from pathways_chaos.harness.mtc.service import ReplicationService
@@ -54,8 +56,14 @@ def save(service, step, hosts=range(HOSTS)):
 
 def test_the_service_reads_what_the_real_client_writes(service):
     client._create_replicator_file(
-        service.tiers.ramdisk(2), run_name=JOB, num_nodes=4, data_parallelism=4, node_rank=2,
-        peer_ranks=[0, 1, 3], backup_interval_minutes=30, backup_interval_steps=None,
+        service.tiers.ramdisk(2),
+        run_name=JOB,
+        num_nodes=4,
+        data_parallelism=4,
+        node_rank=2,
+        peer_ranks=[0, 1, 3],
+        backup_interval_minutes=30,
+        backup_interval_steps=None,
     )
     config = ReplicatorConfig.parse((service.tiers.ramdisk(2) / "replicator.yaml").read_text())
     assert config == ReplicatorConfig(JOB, "orbax", 4, 2, 4, (0, 1, 3), 30, None)
@@ -89,7 +97,10 @@ def test_a_lost_host_gets_its_step_from_the_peer_copy_the_client_renames(service
         assert finish(service, h)
     (plan,) = [p for p in service.plans if p.step is not None]
     assert plan.step == 10 and {h: s.tier for h, s in plan.sources.items()} == {
-        0: "ramdisk", 1: "peer", 2: "ramdisk", 3: "ramdisk"
+        0: "ramdisk",
+        1: "peer",
+        2: "ramdisk",
+        3: "ramdisk",
     }
     restored = service.tiers.ramdisk(1) / "10" / "state" / "data"
     assert restored.read_bytes() == bytes([1, 10]) * 100
@@ -138,7 +149,9 @@ def test_a_pin_the_backup_lacks_fails_with_the_fix(service):
     save(service, 1)
     service.tiers.pin(7)
     ask(service)
-    with pytest.raises(RuntimeError, match=r"pins step 7.*remove restore.version or pin one of \[1\]"):
+    with pytest.raises(
+        RuntimeError, match=r"pins step 7.*remove restore.version or pin one of \[1\]"
+    ):
         client._wait_for_replicator_file_to_disappear(service.tiers.ramdisk(0), timeout_seconds=1)
 
 

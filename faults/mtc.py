@@ -20,8 +20,9 @@ if TYPE_CHECKING:
 class NodeLoss(Fault["MtcCluster"]):
     """A node is replaced: its ramdisk and the peer copies it held are gone; every Pod restarts.
 
-    On ``--cluster`` this is a Kubernetes node fault (``drain_nodes`` on the slice's Nodes; see
-    ``kubernetes_equivalent``); here the host's volume is wiped.
+    The host's volume is wiped; on ``--cluster`` the slice's Nodes are also cordoned and its
+    worker Pods killed through the API (``MtcCluster.node_lost``), then uncordoned. On a GKE
+    run against the managed service use ``kubernetes_equivalent`` (a drain of the Nodes).
     """
 
     kind = "node_loss"
@@ -31,6 +32,7 @@ class NodeLoss(Fault["MtcCluster"]):
         target.check_host(self.host)
         with target.service.held():
             touched = target.tiers.wipe_host(self.host)
+        touched += target.node_lost(self.host)
         target.restart(f"node of host {self.host} lost with its ramdisk")
         return touched  # pragma: no cover - restart raises
 

@@ -104,5 +104,14 @@ class MtcCluster:
                 f"0..{self.num_hosts - 1} (one per slice)"
             )
 
+    def node_lost(self, host: int) -> list[str]:
+        """On ``--cluster`` (the fake bridged to a JobSet), the node loss through the API too:
+        the slice's Nodes cordoned and its worker Pods killed, as ``data_loss`` does there, then
+        uncordoned (the node is replaced), all in the rollback journal. Nothing on the plain fake.
+        """
+        if not hasattr(self.cluster, "target"):
+            return []
+        return self.cluster.lose_slice(host) + self.cluster.repair_slice(host)
+
     def restart(self, why: str) -> None:
         raise PodRestarted(f"UNAVAILABLE: {why}; the JobSet restarts every Pod (pathways-chaos)")

@@ -135,8 +135,8 @@ class MtcMutant:
 
 
 MUTANTS: dict[str, MtcMutant] = {
-    "prefers_backup": MtcMutant(PrefersBackup, "node_loss@step=12:host=1", "newest_restored"),
-    "prefers_backup_loses_work": MtcMutant(PrefersBackup, "node_loss@step=12:host=1", "lost_work"),
+    "prefers_backup": MtcMutant(PrefersBackup, "node_loss@step=17:host=1", "newest_restored"),
+    "prefers_backup_loses_work": MtcMutant(PrefersBackup, "node_loss@step=17:host=1", "lost_work"),
     "accepts_torn_steps": MtcMutant(
         AcceptsTornSteps,
         ",".join(f"torn_save@step=12:host={h}:saving=13:restart=false" for h in range(3))

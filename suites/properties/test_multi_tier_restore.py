@@ -26,7 +26,8 @@ def test_every_restore_is_the_newest_complete_step_from_the_fastest_tier(schedul
     from pathways_chaos.harness.engine.fake_cluster import FakeCluster
     from pathways_chaos.harness.engine.topology import SliceTopology
 
-    out = MtcRunner(lambda n, m: FakeCluster(SliceTopology(n, m))).run(schedule.to_text())
+    with FakeCluster(SliceTopology(4, 2)) as fake:
+        out = MtcRunner(fake).run(schedule.to_text())
 
     for restore in judging.tier_restores(out.events):
         event(f"restored from {restore.tier or 'nothing'}")  # --hypothesis-show-statistics

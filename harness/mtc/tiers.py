@@ -1,6 +1,6 @@
 """Where checkpoints live on the fake: a ramdisk per host, peer copies, one backup bucket.
 
-Layout under one root (tmpfs under /dev/shm where the machine has it, a temp dir otherwise)::
+Layout under one root (tmpfs under /dev/shm when writable with 1 GB free, a temp dir otherwise)::
 
     hosts/<h>/ramdisk/            the host's local checkpoint directory (the job's mount)
     hosts/<h>/peers/<from>/<step> copies of host <from>'s checkpoints, held on host <h>
@@ -191,5 +191,13 @@ def _complete_steps(folder: Path) -> list[int]:
     return sorted(int(p.name) for p in folder.iterdir() if is_complete_step(p))
 
 
+#: Below this much free space a tmpfs is not used (Docker's default /dev/shm is 64 MB).
+MIN_TMPFS_FREE = 1 << 30
+
+
 def _writable_tmpfs(path: str) -> bool:
-    return os.path.isdir(path) and os.access(path, os.W_OK)
+    return (
+        os.path.isdir(path)
+        and os.access(path, os.W_OK)
+        and shutil.disk_usage(path).free >= MIN_TMPFS_FREE
+    )

@@ -95,3 +95,11 @@ def test_a_half_written_save_is_never_restored(chaos_mtc):
     out.raise_if_failed()
     _, restore = _restore(out)
     assert restore["step"] == 10
+
+
+def test_a_lost_peer_copy_is_replicated_again_at_the_next_save(chaos_mtc):
+    out = chaos_mtc.run("peer_loss@step=11:host=1,node_loss@step=17:host=1")
+
+    out.raise_if_failed()
+    plan, restore = _restore(out)
+    assert plan["sources"]["1"] == "peer" and restore["step"] == 15

@@ -168,3 +168,27 @@ def test_jax_init_info_is_what_the_real_client_reads(service):
         "3",
         "127.0.0.1:8476",
     ]
+
+
+def test_a_minutes_interval_backs_up_once_per_window_of_the_cluster_clock(tmp_path):
+    from pathways_chaos.harness.engine.clock import FakeClock
+
+    clock = FakeClock()
+    with Tiers(HOSTS, JOB, tmp_path) as tiers:
+        service = ReplicationService(tiers, clock=clock)
+        for h in range(HOSTS):
+            client._create_replicator_file(
+                tiers.ramdisk(h),
+                run_name=JOB,
+                num_nodes=HOSTS,
+                data_parallelism=HOSTS,
+                node_rank=h,
+                peer_ranks=[p for p in range(HOSTS) if p != h],
+                backup_interval_minutes=1,
+                backup_interval_steps=None,
+            )
+        service.pump()
+        for step, at in ((1, 0), (5, 30), (10, 61), (15, 100), (20, 125)):
+            clock.advance(at - clock.time())
+            save(service, step)
+        assert service.backups == [1, 10, 20]  # windows [0, 60), [60, 120), [120, 180)

@@ -18,8 +18,10 @@ TargetT = TypeVar("TargetT")
 
 #: Trigger kinds: ``step`` fires after that step ran (before it is committed), ``time`` at that
 #: many seconds on the episode clock, ``restore`` on the Nth restore of the run, ``save`` on
-#: the Nth snapshot save, ``attempt`` at the start of the Nth attempt.
-TRIGGER_KINDS = ("step", "time", "restore", "save", "attempt")
+#: the Nth snapshot save, ``attempt`` at the start of the Nth attempt, ``batch`` when the Nth
+#: batch has been drawn from the data iterator (counted over the episode, from 1). For a
+#: user's own loop, which has no step events, ``step=N`` means ``batch=N``.
+TRIGGER_KINDS = ("step", "time", "restore", "save", "attempt", "batch")
 
 
 class FaultSpecError(ValueError):

@@ -24,7 +24,12 @@ ACCESS_EVENTS = frozenset(
     {"step", "snapshot_save", "restore_begin", "restore_end", "attempt_ready", "scale_up"}
 )
 #: Trigger kind -> (event kind it counts, whether the value is a count or a step number).
-_EVENT_TRIGGERS = {"restore": "restore_begin", "save": "snapshot_save", "attempt": "attempt_ready"}
+_EVENT_TRIGGERS = {
+    "restore": "restore_begin",
+    "save": "snapshot_save",
+    "attempt": "attempt_ready",
+    "batch": "step",  # one batch drawn per step event
+}
 
 TrainerFactory = Callable[..., ReferenceTrainer]
 

@@ -232,6 +232,14 @@ class FakeCluster:
             self.lose_slice(i, repair_after_polls=polls)
             raise slice_down_error("DATA_LOSS", i, "flapping slice lost again")
 
+    def add_placement_listener(self, listener: Callable[[Any], None]) -> None:
+        """``listener(sharding)`` for every placement of new data (device_put, jit arguments)."""
+        self._device_seam.placement_listeners.append(listener)
+
+    def remove_placement_listener(self, listener: Callable[[Any], None]) -> None:
+        if listener in self._device_seam.placement_listeners:
+            self._device_seam.placement_listeners.remove(listener)
+
     @contextlib.contextmanager
     def unguarded(self) -> Iterator[None]:
         """Lost devices usable again for a while: the judge's one-device replay runs after the

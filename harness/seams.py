@@ -185,6 +185,8 @@ class JaxDeviceLossSeam:
     def __init__(self, lost_devices: LostDevices) -> None:
         self._lost = lost_devices
         self._saved: list[tuple[Any, str, Any]] = []
+        #: Called with each sharding new data is placed on (the black-box recorder's meshes).
+        self.placement_listeners: list[Callable[[Any], None]] = []
 
     @property
     def installed(self) -> bool:
@@ -211,6 +213,7 @@ class JaxDeviceLossSeam:
                 stacklevel=2,
             )
         lost = self._lost
+        listeners = self.placement_listeners
         check_if_deleted = jax_array.ArrayImpl._check_if_deleted
         array_block = jax_array.ArrayImpl.block_until_ready
         shard_args = pxla.shard_args
@@ -235,6 +238,9 @@ class JaxDeviceLossSeam:
             return array_block(self)
 
         def checked_shard_args(shardings: Any, *args: Any, **kwargs: Any) -> Any:
+            for listener in listeners:
+                for sharding in shardings:
+                    listener(sharding)
             if lost:
                 for sharding in shardings:
                     raise_if_lost(sharding.device_set)

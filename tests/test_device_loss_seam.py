@@ -12,11 +12,11 @@ import pytest
 
 
 def test_the_seam_targets_exist():
-    from pathways_chaos.harness.seams import missing_device_loss_targets
+    from pathways_chaos.harness.engine.seams import missing_device_loss_targets
 
     missing = missing_device_loss_targets()
     assert not missing, (
-        "the JAX device-loss seam (harness seams.py JaxDeviceLossSeam) lost its targets in this "
+        "the JAX device-loss seam (harness/engine/seams.py JaxDeviceLossSeam) lost its targets in this "
         f"JAX: {missing}; find where the array access check moved and update DEVICE_LOSS_TARGETS"
     )
 

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from pathways_chaos.harness.errors import ChaosConfigError
-from pathways_chaos.harness.recorder import Recorder
+from pathways_chaos.harness.engine.recorder import Recorder
 
 POSITION_KEY = "global_next_index"  # grain ElasticIterator's whole state
 #: A loop that retries more often than this in one run is stopped (it would never end).

@@ -24,7 +24,7 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pathways_chaos.harness.clock import Clock
+from pathways_chaos.harness.engine.clock import Clock
 from pathways_chaos.harness.errors import ChaosConfigError
 
 SliceOf = Callable[[Any], int]
@@ -204,7 +204,7 @@ class JaxDeviceLossSeam:
             raise SeamUnavailableError(
                 f"the JAX device-loss seam cannot be installed on jax {jax.__version__}: "
                 f"{', '.join(missing)} moved; pathways-chaos supports jax "
-                f"{'/'.join(v + 'x' for v in JAX_TESTED)} (pin it, or update harness seams.py)"
+                f"{'/'.join(v + 'x' for v in JAX_TESTED)} (pin it, or update harness/engine/seams.py)"
             )
         if not jax.__version__.startswith(JAX_TESTED):
             warnings.warn(

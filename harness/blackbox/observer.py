@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from pathways_chaos.harness.errors import ChaosConfigError
 from pathways_chaos.harness.engine.recorder import Recorder
+from pathways_chaos.harness.errors import ChaosConfigError
 
 POSITION_KEY = "global_next_index"  # grain ElasticIterator's whole state
 #: A loop that retries more often than this in one run is stopped (it would never end).
@@ -299,13 +299,12 @@ class LoopObserver:
     def _placed(self, sharding: Any) -> None:
         from jax.sharding import NamedSharding
 
-        # Named shardings only: the health checks' pmaps are pathwaysutils', not the loop's.
         if not isinstance(sharding, NamedSharding) or threading.get_ident() != self._main:
             return
-        devices = getattr(sharding.mesh, "devices", None)
-        if devices is None:
-            return
         mesh = sharding.mesh
+        devices = getattr(mesh, "devices", None)
+        if devices is None or any(str(a).startswith("_internal") for a in mesh.axis_names):
+            return  # the health checks' pmaps are pathwaysutils', not the loop's
         key = (self.run, self.attempt, tuple(d.id for d in devices.flat), devices.shape)
         if key in self._meshes:
             return

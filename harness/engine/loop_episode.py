@@ -23,8 +23,8 @@ from pathways_chaos.faults.model import Schedule, ScheduledFault
 from pathways_chaos.harness.blackbox.observer import LoopObserver
 from pathways_chaos.harness.engine.clock import FakeClock
 from pathways_chaos.harness.engine.episode import ClusterBackend, FaultController
-from pathways_chaos.harness.errors import ChaosConfigError
 from pathways_chaos.harness.engine.recorder import Event, Recorder
+from pathways_chaos.harness.errors import ChaosConfigError
 
 #: Trigger kind -> the observer's event it counts (``step`` is ``batch`` for a loop).
 LOOP_TRIGGERS = {

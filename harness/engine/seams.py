@@ -165,8 +165,8 @@ class JaxDeviceLossSeam:
     ``JaxRuntimeError`` whose message carries the slice-down status, which ``elastic_retry``
     retries. The fake deletes a lost slice's arrays, and plain JAX then raises
     ``RuntimeError: Array has been deleted`` (or ``INVALID_ARGUMENT`` from
-    ``block_until_ready``), which it does not. No public JAX hook exists, so five private
-    names are replaced while a fake cluster is active:
+    ``block_until_ready``), which it does not. No public JAX hook exists, so five JAX names
+    (four private) are replaced while a fake cluster is active:
 
     - ``ArrayImpl._check_if_deleted``: every Python path through an existing array (a jitted
       call's arguments, ``np.asarray``, ``device_get``, ``device_put``, arithmetic);
@@ -175,7 +175,9 @@ class JaxDeviceLossSeam:
       arguments of a jitted call whose shardings name them);
     - ``pxla.ExecuteReplicated.__call__``: a compiled program that runs on them (a collective
       included). JAX's C++ fast path skips Python, so a loss also clears the fast-path caches
-      (not the compiled executables): the next call of each jitted function comes through here.
+      (not the compiled executables): the next call of each jitted function comes through here;
+    - and the public Orbax ``Snapshotter.load``: a restore onto a lost slice's devices fails
+      before it donates the snapshot's replicas.
 
     An array some path still makes on a lost device fails at its first use. Only arrays whose
     devices include a lost one are touched; a donated array elsewhere still raises JAX's own
@@ -263,6 +265,37 @@ class JaxDeviceLossSeam:
         self._patch(pxla, "shard_args", checked_shard_args)
         self._patch(pxla.ExecuteReplicated, "__call__", checked_execute)
         self._patch(jax, "block_until_ready", checked_block_until_ready)
+        self._guard_snapshot_restore(raise_if_lost)
+
+    def _guard_snapshot_restore(self, raise_if_lost: Callable[[Any], None]) -> None:
+        """A restore onto a lost slice fails before it touches the snapshot.
+
+        ``Snapshotter.load`` donates the surviving replicas (pathwaysutils'
+        ``concatenate_by_mesh_axis`` always donates) before it places the result on the target
+        shardings. Failing only at that placement would leave the snapshot pointing at donated
+        buffers, which on CPU crash the process at the next restore; Pathways fails the
+        restore as a whole. A public method of a public class, wrapped like the rest.
+        """
+        import jax
+
+        try:
+            from orbax.checkpoint.experimental.v1.training.pathways import Snapshotter
+        except ImportError:
+            return
+        load = Snapshotter.__dict__["load"]
+        lost = self._lost
+        listeners = self.placement_listeners
+
+        def checked_load(snapshotter: Any, abstract_state: Any, **kwargs: Any) -> Any:
+            if lost:
+                shardings = [getattr(x, "sharding", None) for x in jax.tree.leaves(abstract_state)]
+                for sharding in filter(None, shardings):
+                    for listener in listeners:
+                        listener(sharding)  # the restore's placement, seen before it fails
+                    raise_if_lost(sharding.device_set)
+            return load(snapshotter, abstract_state, **kwargs)
+
+        self._patch(Snapshotter, "load", checked_load)
 
     def on_loss(self) -> None:
         """Drops JAX's C++ jit fast paths, so the next call of each function is checked."""

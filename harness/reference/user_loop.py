@@ -203,10 +203,8 @@ def train(
                 elastic_manager.active_slice_indices |= elastic_manager.available_inactive_slices
                 mesh = make_mesh(elastic_manager, devices_per_slice)
                 iterator_state = data_iterator.get_state()
-                abstract, shardings, jitted_train_step, data_iterator = (
-                    initialize_training_loop(
-                        mesh, elastic_manager, data, global_batch, batch == "fixed"
-                    )
+                abstract, shardings, jitted_train_step, data_iterator = initialize_training_loop(
+                    mesh, elastic_manager, data, global_batch, batch == "fixed"
                 )
                 data_iterator.set_state(iterator_state)
                 state = jax.device_put(state, shardings)

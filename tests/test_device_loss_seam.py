@@ -16,8 +16,9 @@ def test_the_seam_targets_exist():
 
     missing = missing_device_loss_targets()
     assert not missing, (
-        "the JAX device-loss seam (harness/engine/seams.py JaxDeviceLossSeam) lost its targets in this "
-        f"JAX: {missing}; find where the array access check moved and update DEVICE_LOSS_TARGETS"
+        "the JAX device-loss seam (harness/engine/seams.py JaxDeviceLossSeam) lost its targets "
+        f"in this JAX: {missing}; find where the array access check moved and update "
+        "DEVICE_LOSS_TARGETS"
     )
 
 

@@ -206,7 +206,8 @@ class JaxDeviceLossSeam:
             raise SeamUnavailableError(
                 f"the JAX device-loss seam cannot be installed on jax {jax.__version__}: "
                 f"{', '.join(missing)} moved; pathways-chaos supports jax "
-                f"{'/'.join(v + 'x' for v in JAX_TESTED)} (pin it, or update harness/engine/seams.py)"
+                f"{'/'.join(v + 'x' for v in JAX_TESTED)} "
+                "(pin it, or update harness/engine/seams.py)"
             )
         if not jax.__version__.startswith(JAX_TESTED):
             warnings.warn(

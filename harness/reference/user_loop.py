@@ -3,8 +3,9 @@
 Nothing from pathways-chaos is imported or called here: one ``Manager`` and one Orbax
 ``Snapshotter`` outside ``elastic_retry``, a grain ``ElasticIterator``, a jitted step, 2-D
 parameters sharded over the mesh's ``model`` axis and replicated over ``replica``. The toolkit
-tests it unchanged (``pytest -m chaos --chaos-loop=pathways_chaos.harness.reference.user_loop:main``);
-its broken variants are in ``user_loop_bugs.py``.
+tests it unchanged
+(``pytest -m chaos --chaos-loop=pathways_chaos.harness.reference.user_loop:main``); its broken
+variants are in ``user_loop_bugs.py``.
 
 ``main`` returns the final training state on the host (the toolkit compares it with a
 fault-free run), or ``None`` when a preemption notice suspended it after writing a checkpoint

@@ -56,7 +56,18 @@ class LoopResult:
 
 
 class LoopFaultController(FaultController):
-    """The schedule's faults, triggered by what the observer records of the loop."""
+    """The schedule's faults, triggered by what the observer records of the loop.
+
+    ``time=S`` counts from this episode's start: a fault-free run of the same loop may have
+    run on the same cluster (and clock) before.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.t0 = self.cluster.clock.time()
+
+    def on_time(self, now: float) -> None:
+        super().on_time(now - self.t0)
 
     def on_event(self, event: Event) -> None:
         if self._firing:
@@ -81,7 +92,7 @@ class LoopFaultController(FaultController):
     def _due(self, entry: ScheduledFault, event: Event) -> bool:
         at = entry.at
         if at.kind == "time":
-            return self.cluster.clock.time() >= at.value
+            return self.cluster.clock.time() - self.t0 >= at.value
         counted = LOOP_TRIGGERS[at.kind]
         return event["kind"] == counted and self._counts[counted] == at.value
 

@@ -308,8 +308,12 @@ def _resume_step(events: Sequence[Event]) -> list[str] | str:
 
 
 def _meshes(events: Sequence[Event]) -> list[str] | str:
+    """No attempt places data on a slice that was lost and that the manager had not
+    (again) made active: a slice lost in the middle of an attempt is that attempt's fault,
+    not its mesh's."""
     problems: list[str] = []
     down: dict[int, str] = {}
+    active: set[int] | None = None
     slices: dict[int, list[int]] = {}
     reported: set[tuple[int, int]] = set()
     applied = False
@@ -318,6 +322,7 @@ def _meshes(events: Sequence[Event]) -> list[str] | str:
         key = (e.get("run", 0), e.get("attempt", 0))
         if kind == "run_start":
             slices = {int(s): ids for s, ids in e["slices"].items()}
+            active = None
         elif kind == "fault" and "touched" in e:
             fault = e["fault"]
             if fault["kind"] in _LOSS_KINDS:
@@ -325,11 +330,14 @@ def _meshes(events: Sequence[Event]) -> list[str] | str:
             elif fault["kind"] == "repair":
                 down.pop(fault["slice"], None)
         elif kind in ("attempt_start", "active_slices"):
-            for s in e.get("active_slices", e.get("slices", [])):
+            active = set(e.get("active_slices", e.get("slices", [])))
+            for s in active:
                 down.pop(s, None)
         elif kind == "mesh":
             applied = True
-            dead = sorted(set(e["slices"]) & set(down))
+            dead = sorted(
+                s for s in set(e["slices"]) & set(down) if active is None or s not in active
+            )
             if dead and key not in reported:
                 reported.add(key)
                 devices = [d for s in dead for d in slices.get(s, [])]
@@ -340,7 +348,8 @@ def _meshes(events: Sequence[Event]) -> list[str] | str:
                     "manager's active slices, not jax.devices()"
                 )
         elif kind == "attempt_ready":
-            dead_devices = {d for s in down for d in slices.get(s, [])}
+            gone = [s for s in down if active is None or s not in active]
+            dead_devices = {d for s in gone for d in slices.get(s, [])}
             on_dead = sorted(dead_devices & set(e["live"]["device_ids"]))
             if on_dead and key not in reported:
                 reported.add(key)

@@ -77,6 +77,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="MODULE:CLASS of the trainer the chaos suite runs (a ReferenceTrainer subclass)",
     )
     group.addoption(
+        "--chaos-loop",
+        default=None,
+        metavar="MODULE:FUNC",
+        help="your own elastic loop (MODULE:FUNC or FILE.py:FUNC), run unchanged by the chaos "
+        "suite's loop scenarios and the acceptance runtime rows (default: the sample loop)",
+    )
+    group.addoption(
         "--chaos-report",
         default=None,
         metavar="PATH",
@@ -150,6 +157,24 @@ def fake_topology(config: pytest.Config) -> SliceTopology:
         os.environ.get("PATHWAYS_CHAOS_DEVICES_PER_SLICE", 2)
     )
     return SliceTopology(slices, per_slice)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With --chaos-loop, the chaos suite runs the user's loop: its reference-trainer
+    scenarios (the toolkit's own trainer) are deselected."""
+    if not config.getoption("chaos_loop"):
+        return
+    from pathlib import Path
+
+    suite = Path(__file__).resolve().parent.parent.parent / "suites" / "chaos"
+    keep, drop = [], []
+    for item in items:
+        in_suite = Path(str(item.path)).resolve().parent == suite
+        uses_loop = "chaos_loop" in getattr(item, "fixturenames", ())
+        (drop if in_suite and not uses_loop else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -128,3 +128,26 @@ def test_the_observer_is_undone_after_the_episode(chaos):
         manager.Manager.__dict__["active_slice_indices"],
     )
     assert after == before
+
+
+def test_the_cli_demo_judges_a_loop_and_check_reads_its_log(tmp_path, capsys, fake_cluster_factory):
+    from pathways_chaos.harness.cli.main import main
+
+    del fake_cluster_factory  # the plugin made the CPU devices; the CLI makes its own cluster
+    log = tmp_path / "loop.jsonl"
+    code = main(
+        [
+            "demo",
+            "--loop",
+            "pathways_chaos.harness.reference.user_loop_bugs:step_not_restored",
+            "--schedule",
+            "data_loss@batch=12:slice=2",
+            "--log",
+            str(log),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 1 and "FAILED" in out
+    assert "the step counter was not restored from the snapshot" in out
+    assert main(["check", str(log)]) == 1
+    assert "not judged: final-state" in capsys.readouterr().out

@@ -7,6 +7,8 @@ from collections.abc import Iterable, Sequence
 
 PASS = "PASS"
 FAIL = "FAIL"
+SKIP = "SKIP"
+NOT_JUDGED = "NOT JUDGED"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +31,8 @@ class CheckResult:
     fix: str  # what to do when it fails
     findings: tuple[Finding, ...] = ()
     note: str = ""  # the reason shown when it passes (what was measured or looked at)
+    skipped: str = ""  # SKIP: why this input cannot be checked here
+    depends_on: str = ""  # NOT JUDGED: the failed row this one cannot be judged without
 
     @property
     def ok(self) -> bool:
@@ -36,11 +40,21 @@ class CheckResult:
 
     @property
     def status(self) -> str:
-        return PASS if self.ok else FAIL
+        if self.findings:
+            return FAIL
+        if self.depends_on:
+            return NOT_JUDGED
+        return SKIP if self.skipped else PASS
 
     @property
     def reason(self) -> str:
         """One line: the first finding (and how many more), or what made it pass."""
+        if self.ok and self.depends_on:
+            return f"not judged: {self.depends_on} failed" + (
+                f" ({self.note})" if self.note else ""
+            )
+        if self.ok and self.skipped:
+            return f"not checked: {self.skipped}"
         if self.ok:
             return self.note or "nothing found"
         first = str(self.findings[0])
@@ -60,13 +74,17 @@ def render(results: Sequence[CheckResult], width: int = 100) -> str:
     if not results:
         return "no acceptance checks ran"
     name_w = max(len(r.check) for r in results)
-    lines = [f"{'check':<{name_w}}  {'result':<6}  reason", "-" * min(width, 40 + name_w)]
+    lines = [f"{'check':<{name_w}}  {'result':<10}  reason", "-" * min(width, 40 + name_w)]
     for r in results:
-        lines.append(f"{r.check:<{name_w}}  {r.status:<6}  {_clip(r.reason, width)}")
+        lines.append(f"{r.check:<{name_w}}  {r.status:<10}  {_clip(r.reason, width)}")
         if not r.ok:
-            lines.append(f"{'':<{name_w}}  {'':<6}  fix: {_clip(r.fix, width)}")
+            lines.append(f"{'':<{name_w}}  {'':<10}  fix: {_clip(r.fix, width)}")
     failed = sum(not r.ok for r in results)
-    lines.append(f"{len(results) - failed} passed, {failed} failed")
+    others = [r.status for r in results if r.ok and r.status != PASS]
+    extra = "".join(
+        f", {others.count(s)} {s.lower()}" for s in (SKIP, NOT_JUDGED) if others.count(s)
+    )
+    lines.append(f"{len(results) - failed - len(others)} passed, {failed} failed{extra}")
     return "\n".join(lines)
 
 

@@ -10,7 +10,8 @@ makes and writes what they show as events of the oracle's log:
 - pathwaysutils ``Manager``: its construction, each ``elastic_retry`` attempt and error, and
   every change of ``active_slice_indices`` (a scale-up);
 - the device-loss seam's placements: the mesh each attempt sends data to;
-- ``jax.live_arrays()`` when each attempt draws its first batch.
+- ``jax.live_arrays()`` when each attempt draws its first batch;
+- JAX's public ``jax.monitoring`` compile events (a recompile in steady state).
 
 Orbax's ``save_pytree`` / ``load_pytree`` (a preemption checkpoint) are watched the same way.
 Everything is undone on exit, whatever happened. Nothing runs inside the loop's own code.
@@ -22,6 +23,7 @@ import functools
 import hashlib
 import signal
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -32,6 +34,7 @@ from pathways_chaos.harness.engine.recorder import Recorder
 from pathways_chaos.harness.errors import ChaosConfigError
 
 POSITION_KEY = "global_next_index"  # grain ElasticIterator's whole state
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # jax.monitoring
 #: A loop that retries more often than this in one run is stopped (it would never end).
 MAX_ATTEMPTS_GUARD = 40
 
@@ -112,8 +115,17 @@ class LoopObserver:
         add = getattr(self.cluster, "add_placement_listener", None)
         if add is not None:
             add(self._placed)
+        import jax.monitoring
+
+        jax.monitoring.register_event_duration_secs_listener(self._compiled)
+        self._listening = True
 
     def _uninstall(self) -> None:
+        if getattr(self, "_listening", False):
+            import jax.monitoring
+
+            jax.monitoring.unregister_event_duration_listener(self._compiled)
+            self._listening = False
         remove = getattr(self.cluster, "remove_placement_listener", None)
         if remove is not None:
             remove(self._placed)
@@ -142,12 +154,19 @@ class LoopObserver:
         if not self._ready:
             self._attempt_ready()
         position = _position(iterator.get_state())
+        t0 = time.perf_counter()
         batch = original(iterator)
+        input_s = time.perf_counter() - t0
         size = _batch_size(batch)
         self.batches += 1
         self._attempt_batches += 1
         ids = _sample_ids(batch)
-        fields: dict[str, Any] = {"batch": self.batches, "position": position, "size": size}
+        fields: dict[str, Any] = {
+            "batch": self.batches,
+            "position": position,
+            "size": size,
+            "input_s": round(input_s, 6),
+        }
         if ids is not None:
             fields["ids"] = ids
         self.recorder.emit("batch", **self._ids(), **fields)
@@ -294,6 +313,17 @@ class LoopObserver:
                 )
 
         return property(prop.fget, setter, prop.fdel, prop.__doc__)
+
+    # -- compiles (JAX's public monitoring events) --------------------------------------------
+    def _compiled(self, event: str, duration: float, **kwargs: Any) -> None:
+        if event != COMPILE_EVENT or threading.get_ident() != self._main:
+            return
+        self.recorder.emit(
+            "compile",
+            **self._ids(),
+            seconds=round(duration, 6),
+            batches_in_attempt=self._attempt_batches,
+        )
 
     # -- placements (from the device-loss seam) ----------------------------------------------
     def _placed(self, sharding: Any) -> None:

@@ -154,7 +154,24 @@ def runtime_runs(
             workdir=tmp_path_factory.mktemp("acceptance"),
         )
     )
-    yield runs
+    loop_spec = _option(pytestconfig, "chaos_loop")
+    if loop_spec:  # the rows run the team's own loop; the adapter only where that cannot see
+        from pathways_chaos.harness.acceptance.loop_runtime import LoopRuns
+        from pathways_chaos.harness.engine.loop_episode import load_loop
+
+        given = _option(pytestconfig, "acceptance_trainer")
+        loop_runs = _usage(
+            lambda: LoopRuns(
+                load_loop(loop_spec),
+                topology=fake_topology(pytestconfig),
+                workdir=tmp_path_factory.mktemp("acceptance-loop"),
+                adapter_runs=runs if given else None,
+            )
+        )
+        yield loop_runs  # type: ignore[misc]
+        loop_runs.close()
+    else:
+        yield runs
     runs.close()
 
 
@@ -172,6 +189,8 @@ def check_row(request: pytest.FixtureRequest) -> Callable[[CheckResult], None]:
         ]
         if not result.ok:
             pytest.fail(result.failure_message(), pytrace=False)
+        if result.status != "PASS":  # SKIP or NOT JUDGED: shown, never a pass
+            pytest.skip(f"{result.status}: {result.reason}")
 
     return record
 
@@ -186,8 +205,10 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     rows = sorted(rows, key=lambda r: order.get(r.check, len(order)))
     terminalreporter.write_sep("=", "pathways-chaos acceptance checks")
     sources = _option(config, "acceptance_source") or [DEFAULT_SOURCE]
+    loop = _option(config, "chaos_loop")
     terminalreporter.write_line(
-        f"trainer {_option(config, 'acceptance_trainer') or DEFAULT_TRAINER}; "
+        (f"loop {loop}; " if loop else "")
+        + f"trainer {_option(config, 'acceptance_trainer') or DEFAULT_TRAINER}; "
         f"source {', '.join(map(_shown, sources))}; "
         f"manifest {_shown(_option(config, 'acceptance_manifest') or DEFAULT_MANIFEST)}"
     )

@@ -151,3 +151,60 @@ def test_the_cli_demo_judges_a_loop_and_check_reads_its_log(tmp_path, capsys, fa
     assert "the step counter was not restored from the snapshot" in out
     assert main(["check", str(log)]) == 1
     assert "not judged: final-state" in capsys.readouterr().out
+
+
+# -- each judge fails on a loop with its bug (beyond the three shipped variants) --------------
+KEPT: list[object] = []
+
+
+def _restarts_from_scratch(snapshotter, abstract, iterator):
+    import jax
+
+    shardings = jax.tree.map(lambda a: a.sharding, abstract)
+    return jax.device_put(user_loop.init_params(), shardings), 0
+
+
+def _keeps_every_restore(snapshotter, abstract, iterator):
+    import jax
+
+    state, step = user_loop.restore_from_snapshot(snapshotter, abstract, iterator)
+    # A history of restored states in a global, on slice 0 (never lost here): stays alive.
+    KEPT.append(jax.device_put(state, jax.devices()[0]))
+    return state, step
+
+
+def _drops_the_momentum(snapshotter, abstract, iterator):
+    import jax
+
+    state, step = user_loop.restore_from_snapshot(snapshotter, abstract, iterator)
+    zeros = jax.tree.map(lambda m: m * 0, state["momentum"])
+    return {"params": state["params"], "momentum": zeros}, step
+
+
+def test_a_loop_that_starts_over_fails_restore_latest(chaos):
+    out = chaos.run_loop(
+        lambda **o: user_loop.train(restore=_restarts_from_scratch, **o),
+        "data_loss@batch=12:slice=2",
+    )
+    (message,) = [v for v in out.verdict.violations if "without restoring" in v]
+    assert "snapshot of step 8" in message
+
+
+def test_a_loop_that_keeps_old_states_fails_no_leaks(chaos):
+    schedule = "data_loss@batch=12:slice=2"
+    try:
+        out = chaos.run_loop(
+            lambda **o: user_loop.train(restore=_keeps_every_restore, **o), schedule
+        )
+    finally:
+        KEPT.clear()
+    assert any("live device arrays grew" in v for v in out.verdict.violations)
+
+
+def test_a_loop_that_drops_optimizer_state_fails_final_state(chaos):
+    out = chaos.run_loop(
+        lambda **o: user_loop.pause_resume(restore=_drops_the_momentum, **o),
+        "data_loss@batch=12:slice=2:repair_after_polls=3",
+    )
+    (message,) = out.verdict.violations
+    assert message.startswith("final state differs from the fault-free run at leaf")

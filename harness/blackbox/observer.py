@@ -20,6 +20,7 @@ Everything is undone on exit, whatever happened. Nothing runs inside the loop's 
 from __future__ import annotations
 
 import functools
+import gc
 import hashlib
 import signal
 import threading
@@ -90,9 +91,15 @@ class LoopObserver:
         except BaseException:
             self._uninstall()
             raise
+        # The live-array census collects garbage at every attempt; with what existed before
+        # the episode frozen, a collection walks only the episode's own objects (a full one
+        # over JAX's heap takes 0.3 s here). Pre-episode garbage then counts the same in
+        # every attempt, so it can neither fake nor hide growth.
+        gc.freeze()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        gc.unfreeze()
         self._uninstall()
 
     def _install(self) -> None:
@@ -397,18 +404,32 @@ def _sample_ids(batch: Any) -> list[int] | None:
 
 
 def digest(tree: Any) -> dict[str, str]:
-    """sha256 of each array leaf's bytes by path; leaves on a lost slice are skipped."""
+    """sha256 of each array leaf's bytes by path; leaves on a lost slice are skipped.
+
+    One batched ``device_get`` for the whole tree (one wait, not one per leaf).
+    """
     import jax
 
+    flat = [
+        (jax.tree_util.keystr(path), leaf)
+        for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
+        if hasattr(leaf, "shape") and not isinstance(leaf, jax.ShapeDtypeStruct)
+    ]
+    try:
+        hosts = jax.device_get([leaf for _, leaf in flat])
+    except RuntimeError:  # some leaf is on a lost slice: fetch what can be fetched
+        hosts = []
+        for _, leaf in flat:
+            try:
+                hosts.append(jax.device_get(leaf))
+            except RuntimeError:
+                hosts.append(None)
     out = {}
-    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        if not hasattr(leaf, "shape") or isinstance(leaf, jax.ShapeDtypeStruct):
+    for (path, _), host in zip(flat, hosts, strict=True):
+        if host is None:
             continue
-        try:
-            array = np.asarray(jax.device_get(leaf))
-        except RuntimeError:
-            continue
-        out[jax.tree_util.keystr(path)] = hashlib.sha256(
+        array = np.asarray(host)
+        out[path] = hashlib.sha256(
             array.dtype.str.encode() + str(array.shape).encode() + array.tobytes()
         ).hexdigest()[:16]
     return out

@@ -404,7 +404,7 @@ def _last_position(lineage: list[loop_oracle.BatchRecord]) -> int | str:
 def _failed(what: str, result: LoopResult) -> list[str]:
     if result.completed:
         return []
-    end = next((e for e in reversed(result.events) if e["kind"] == "run_end"), {})
+    end: dict[str, Any] = next((e for e in reversed(result.events) if e["kind"] == "run_end"), {})
     error = end.get("error") or "no run_end"
     where = end.get("where")
     return [f"{what} did not complete: {error}" + (f" (raised at {where})" if where else "")]

@@ -322,13 +322,13 @@ class LoopObserver:
         return property(prop.fget, setter, prop.fdel, prop.__doc__)
 
     # -- compiles (JAX's public monitoring events) --------------------------------------------
-    def _compiled(self, event: str, duration: float, **kwargs: Any) -> None:
+    def _compiled(self, event: str, duration_secs: float, **kwargs: str | int) -> None:
         if event != COMPILE_EVENT or threading.get_ident() != self._main:
             return
         self.recorder.emit(
             "compile",
             **self._ids(),
-            seconds=round(duration, 6),
+            seconds=round(duration_secs, 6),
             batches_in_attempt=self._attempt_batches,
         )
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 import inspect
 import signal
 from collections.abc import Callable, Iterable
@@ -181,7 +182,7 @@ def run_loop_episode(
         loop=name,
         options={k: repr(v) for k, v in (options or {}).items()},
     )
-    provided = {"devices": list(cluster.devices)}
+    provided: dict[str, Any] = {"devices": list(cluster.devices)}
     if checkpoint_dir is not None:
         provided["checkpoint_dir"] = str(checkpoint_dir)
     arguments = loop_arguments(loop, provided, options or {})

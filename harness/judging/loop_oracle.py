@@ -85,7 +85,8 @@ def judge_loop(events: Sequence[Event], baseline: Sequence[Event] | None = None)
 
     results: dict[str, list[str] | str] = {}  # name -> violations, or why it was not judged
     results["completed"] = _completed(ends, failed)
-    results["exactly-once"] = problems + _exactly_once(lineage, base_lineage, completed)
+    once = _exactly_once(lineage, base_lineage, completed)
+    results["exactly-once"] = (problems or once) if isinstance(once, str) else problems + once
     results["restore-latest"] = _restore_latest(events)
     results["resume-step"] = _resume_step(events)
     results["meshes"] = _meshes(events)

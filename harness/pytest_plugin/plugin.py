@@ -167,7 +167,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     from pathlib import Path
 
     suite = Path(__file__).resolve().parent.parent.parent / "suites" / "chaos"
-    keep, drop = [], []
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
     for item in items:
         in_suite = Path(str(item.path)).resolve().parent == suite
         uses_loop = "chaos_loop" in getattr(item, "fixturenames", ())

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pathways_chaos.faults.model import Schedule
-    from pathways_chaos.harness.engine.episode import ClusterBackend, EpisodeResult
+    from pathways_chaos.harness.engine.backend import ClusterBackend
+    from pathways_chaos.harness.engine.episode import EpisodeResult
     from pathways_chaos.harness.engine.topology import SliceTopology
     from pathways_chaos.harness.judging.oracle import Verdict
     from pathways_chaos.harness.reference.trainer import TrainerConfig

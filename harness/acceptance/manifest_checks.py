@@ -105,9 +105,9 @@ class Pod:
     def is_head(self) -> bool:
         if self.is_worker:
             return False
-        return bool(
-            self.role(PROXY) or self.role(RESOURCE_MANAGER) or self.coordinator
-        ) or (self.job in HEAD_JOBS)
+        return bool(self.role(PROXY) or self.role(RESOURCE_MANAGER) or self.coordinator) or (
+            self.job in HEAD_JOBS
+        )
 
     def mounts_volume(self, container: Container, predicate: Callable[[dict], bool]) -> list[str]:
         """Mount paths in ``container`` whose volume satisfies ``predicate``."""
@@ -362,7 +362,9 @@ def check_jax_versions_match(m: Manifest) -> CheckResult:
             for where, got in known.items()
             if got != want
         ]
-        findings += [Finding(c.where, f"version unknown ({c.image or 'no image'})") for c in unknown]
+        findings += [
+            Finding(c.where, f"version unknown ({c.image or 'no image'})") for c in unknown
+        ]
         return CheckResult("jax-versions-match", title, fix, tuple(findings))
     listed = ", ".join(sorted({_role_label(c) for c in running if c.where in known}))
     note = f"jax {next(iter(versions))} in {len(known)} images ({listed})" if versions else ""
@@ -584,9 +586,7 @@ def _container(c: dict[str, Any], pod: Pod) -> Container:
         image=str(c.get("image", "") or ""),
         flags=_flags(words),
         env={str(e.get("name")): str(e.get("value", "")) for e in c.get("env") or []},
-        mounts={
-            str(v.get("mountPath")): str(v.get("name")) for v in c.get("volumeMounts") or []
-        },
+        mounts={str(v.get("mountPath")): str(v.get("name")) for v in c.get("volumeMounts") or []},
         pod=pod,
         asks_tpu=any(k.startswith("google.com/tpu") for k in limits),
     )

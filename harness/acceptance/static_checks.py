@@ -490,9 +490,11 @@ def _elastic_retry_calls(f: SourceFile) -> Iterator[ast.Call]:
         if not isinstance(node, ast.Call):
             continue
         func = node.func
-        if isinstance(func, ast.Attribute) and func.attr == "elastic_retry":
-            calls.append(node)
-        elif isinstance(func, ast.Name) and (f.qualname(func) or "").endswith(".elastic_retry"):
+        method = isinstance(func, ast.Attribute) and func.attr == "elastic_retry"
+        imported = isinstance(func, ast.Name) and (f.qualname(func) or "").endswith(
+            ".elastic_retry"
+        )
+        if method or imported:
             calls.append(node)
     yield from sorted(calls, key=lambda n: (n.lineno, n.col_offset))
 

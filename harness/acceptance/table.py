@@ -140,7 +140,11 @@ def write_report(results: Sequence[CheckResult], path: str | Path, header: str =
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix.lower() == ".json":
-        body = {"header": header, "summary": summary(results), "rows": [r.to_json() for r in results]}
+        body = {
+            "header": header,
+            "summary": summary(results),
+            "rows": [r.to_json() for r in results],
+        }
         out.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
     else:
         out.write_text(_html(results, header), encoding="utf-8")
@@ -173,5 +177,5 @@ def _html(results: Sequence[CheckResult], header: str) -> str:
 def _wrap(text: str, width: int, hang: str = "") -> list[str]:
     text = " ".join(text.split())
     return textwrap.wrap(
-        text, width, subsequent_indent=hang, break_long_words=True, break_on_hyphens=False
+        text, width, subsequent_indent=hang, break_long_words=False, break_on_hyphens=False
     ) or [""]

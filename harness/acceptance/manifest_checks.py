@@ -354,9 +354,7 @@ def check_jax_versions_match(m: Manifest) -> CheckResult:
     versions = Counter(known.values())
     findings: list[Finding] = []
     if len(versions) > 1:
-        clients = [known[c.where] for c in m.clients() if c.where in known]
-        want = clients[0] if clients else versions.most_common(1)[0][0]
-        whose = "the client's" if clients else "the most common"
+        want, whose = _reference_version(m, known, versions)
         findings += [
             Finding(where, f"jax/jaxlib {got} differs from {whose} {want}")
             for where, got in known.items()
@@ -669,6 +667,24 @@ def _jax_version(c: Container) -> str | None:
         return jax if jaxlib == jax else f"{jax}/jaxlib {jaxlib}"
     match = _JAX_TAG.search(_tag(c.image) or "")
     return match.group(1) if match else None
+
+
+def _reference_version(
+    m: Manifest, known: dict[str, str], versions: Counter[str]
+) -> tuple[str, str]:
+    """What the others are compared with: the client's jax, else the Pathways images' (their
+    release pins it), else the most common."""
+    clients = [known[c.where] for c in m.clients() if c.where in known]
+    if clients:
+        return clients[0], "the client's"
+    services = Counter(
+        known[c.where]
+        for c in m.containers()
+        if c.role in (PROXY, RESOURCE_MANAGER, WORKER) and c.where in known
+    )
+    if services:
+        return services.most_common(1)[0][0], "the Pathways images'"
+    return versions.most_common(1)[0][0], "the most common"
 
 
 def _role_label(c: Container) -> str:

@@ -179,9 +179,7 @@ GENERATED = {
             "worker_pod_spec_kwargs": {
                 "priority_class_name": "high-prior-job",
                 "volumes": [
-                    client.V1Volume(
-                        name="shared-memory", empty_dir=client.V1EmptyDirVolumeSource()
-                    )
+                    client.V1Volume(name="shared-memory", empty_dir=client.V1EmptyDirVolumeSource())
                 ],
             },
         },
@@ -273,7 +271,9 @@ def test_pathwaysutils_own_test_manifest(tmp_path):
     got = reasons(tmp_path, *docs)
     assert got["num-elastic-instances"] == "--num_elastic_slices=2 = 2 worker slices"
     assert got["jax-versions-match"].startswith("depends on image-pins, which failed")
-    assert got["dev-shm"].endswith("pathways-head/jax-tpu: mounts nothing at /dev/shm (64 MB default)")
+    assert got["dev-shm"].endswith(
+        "pathways-head/jax-tpu: mounts nothing at /dev/shm (64 MB default)"
+    )
 
 
 # -- the resilient-training guide's YAML ---------------------------------------------------

@@ -81,7 +81,7 @@ def test_the_generators_jobset_passes_the_elastic_preflight(namespace):
     api, ns = namespace
     create_jobs(api, ns, generated(elastic_slices=2))
     layout, line = elastic_line(api, ns)
-    assert (layout.slices, layout.hosts_per_slice) == (2, 2)  # pathways-worker jobs, found
+    assert layout.slices == 2  # the two pathways-worker Jobs, found by role
     assert line == (True, "elastic: pathways-proxy --num_elastic_slices=2 = worker slices")
 
 

@@ -95,9 +95,7 @@ def parse_count(text: str) -> float:
     """A parameter count: ``8e9``, ``8000000000``, ``70B``, ``1.5T``."""
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]?)\s*", text)
     if not match or match.group(2).lower() not in _COUNT_SUFFIXES:
-        raise ChaosConfigError(
-            f"--params {text!r} is not a parameter count: write for example 8e9 or 70B"
-        )
+        raise ChaosConfigError(f"{text!r} is not a parameter count: write for example 8e9 or 70B")
     return float(match.group(1)) * _COUNT_SUFFIXES[match.group(2).lower()]
 
 

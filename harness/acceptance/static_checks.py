@@ -101,12 +101,13 @@ def load_sources(paths: Sequence[str | Path]) -> list[SourceFile]:
             files.append(path)
         else:
             raise ChaosConfigError(
-                f"--source {raw}: no such file or folder: pass your training code's folder or file"
+                f"--acceptance-source {raw}: no such file or folder: pass your training code's "
+                "folder or file"
             )
     if not files:
         raise ChaosConfigError(
-            f"--source {', '.join(map(str, paths))}: no .py files found: pass the folder that "
-            "holds your training code"
+            f"--acceptance-source {', '.join(map(str, paths))}: no .py files found: pass the "
+            "folder that holds your training code"
         )
     return [parse_source(f) for f in files]
 
@@ -119,7 +120,7 @@ def parse_source(path: Path) -> SourceFile:
     except SyntaxError as error:
         raise ChaosConfigError(
             f"{label}:{error.lineno}: cannot parse ({error.msg}): fix the syntax or leave the "
-            "file out of --source"
+            "file out of --acceptance-source"
         ) from None
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     return SourceFile(path, label, tree, text.splitlines(), _aliases(tree), parents)

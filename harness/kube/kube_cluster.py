@@ -121,17 +121,23 @@ class JobSetLayout:
     opted_in: bool
 
     @property
-    def elastic_flag(self) -> tuple[str, str] | None:
-        """``(spelling, value)`` of the proxy's elastic flag, either spelling (``--flag=N`` or
-        ``--flag N``); None when neither is there."""
+    def elastic_flags(self) -> dict[str, str]:
+        """Each spelling of the elastic flag the proxy has (``--flag=N`` or ``--flag N``)."""
         args = self.proxy_args or []
+        found: dict[str, str] = {}
         for flag in ELASTIC_FLAGS:
             for i, arg in enumerate(args):
                 if arg.startswith(flag + "="):
-                    return flag, arg.split("=", 1)[1]
-                if arg == flag and i + 1 < len(args):
-                    return flag, args[i + 1]
-        return None
+                    found.setdefault(flag, arg.split("=", 1)[1])
+                elif arg == flag and i + 1 < len(args):
+                    found.setdefault(flag, args[i + 1])
+        return found
+
+    @property
+    def elastic_flag(self) -> tuple[str, str] | None:
+        """``(spelling, value)`` of the elastic flag, the guide's spelling first; None when
+        neither is there."""
+        return next(iter(self.elastic_flags.items()), None)
 
     @property
     def elastic_instances(self) -> int | None:
@@ -206,6 +212,9 @@ def preflight(api: ApiClient, spec: ClusterSpec, layout: JobSetLayout) -> list[t
                 f"is off; add {ELASTIC_FLAG}={layout.slices} to its args",
             )
         )
+    elif len(set(layout.elastic_flags.values())) > 1:
+        both = " and ".join(f"{f}={v}" for f, v in layout.elastic_flags.items())
+        lines.append((False, f"{PROXY_CONTAINER} has {both}: they disagree; keep one"))
     elif layout.elastic_instances is None:
         flag, value = found
         lines.append((False, f"{PROXY_CONTAINER} has {flag}={value}: not a number of slices"))

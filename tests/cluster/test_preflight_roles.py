@@ -103,6 +103,17 @@ def test_a_wrong_or_missing_flag_is_refused_naming_the_spelling(namespace):
         "pathways-proxy has neither --num_elastic_instances nor --num_elastic_slices: elastic "
         "training is off; add --num_elastic_instances=2 to its args",
     )
+    both = generated(
+        elastic_slices=2, proxy_container_kwargs={"args": ["--num_elastic_instances=3"]}
+    )
+    both["metadata"]["name"] = "both"
+    create_jobs(api, ns, both)
+    _, line = elastic_line(api, ns, "both")
+    assert line == (
+        False,
+        "pathways-proxy has --num_elastic_instances=3 and --num_elastic_slices=2: they "
+        "disagree; keep one",
+    )
 
 
 def test_the_pod_bridge_watches_pathways_worker_pods(namespace):
@@ -126,3 +137,17 @@ def test_the_pod_bridge_watches_pathways_worker_pods(namespace):
         assert bridge.running_names(1) == {"gen-worker-1-0"}
     finally:
         bridge.stop()
+
+
+def test_the_elastic_flag_is_read_in_either_spelling_and_form():
+    """The layout's parsing alone (no API): both spellings, ``=N`` or a separate word."""
+
+    def layout(*args: str) -> JobSetLayout:
+        return JobSetLayout(2, 4, list(args), True)
+
+    assert layout("--num_elastic_slices", "2").elastic_flag == ("--num_elastic_slices", "2")
+    assert layout("--num_elastic_instances=2").elastic_instances == 2
+    both = layout("--num_elastic_slices=2", "--num_elastic_instances=2")
+    assert both.elastic_flag == ("--num_elastic_instances", "2")  # the guide's spelling first
+    assert layout("--num_elastic_slices=two").elastic_instances is None
+    assert layout("--server_port=29000").elastic_flag is None

@@ -3,7 +3,7 @@
 One controller reads the global dataset (``ElasticIterator``, no per-host shard), meshes come
 from the elastic manager's active slices, loader workers fit the container's CPU quota, only
 public orbax/pathwaysutils APIs are used and ``logging.raiseExceptions`` stays True. The
-``adapter`` at the bottom is what ``pytest suites/acceptance --trainer=...`` runs.
+``adapter`` at the bottom is what ``pytest suites/acceptance --acceptance-adapter=...`` runs.
 """
 
 from __future__ import annotations

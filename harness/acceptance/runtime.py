@@ -90,18 +90,17 @@ class RuntimeRuns:
         )
 
     def _episode(self, name: str, schedule: str, **overrides: Any) -> EpisodeResult:
-        from pathways_chaos.faults.model import parse_schedule
-        from pathways_chaos.harness.engine.episode import run_episode
-        from pathways_chaos.harness.engine.fake_cluster import FakeCluster
+        from pathways_chaos.harness.play import play
 
-        with FakeCluster(self.topology) as cluster:
-            return run_episode(
-                cluster,
-                trainer_config(self.adapter, **overrides),
-                parse_schedule(schedule),
-                log_path=self.workdir / f"{name}.jsonl",
-                trainer_factory=AdapterTrainer.factory(self.adapter),
-            )
+        return play(
+            schedule,
+            config=trainer_config(self.adapter, **overrides),
+            topology=self.topology,
+            trainer=AdapterTrainer.factory(self.adapter),
+            log_path=self.workdir / f"{name}.jsonl",
+            replay=False,  # the runtime checks judge against the adapter's own baseline
+            expect_completed=False,
+        ).result
 
     def close(self) -> None:
         if self._tmp is not None:

@@ -83,6 +83,15 @@ class ClusterSpec:
         return cls(context, kubeconfig, namespace, jobset, pathways_proxy, armed)
 
 
+@dataclasses.dataclass(frozen=True)
+class ClusterConnection:
+    """What a session learns once about its cluster: the target, the API client, the layout."""
+
+    spec: ClusterSpec
+    api: Any
+    layout: JobSetLayout
+
+
 def connect(spec: ClusterSpec) -> ApiClient:
     """An API client for the context, after one cheap call proves the server answers."""
     from kubernetes import client, config

@@ -12,6 +12,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from pathways_chaos.harness.cli.quiet import quiet_libraries
+
 DEMO_SCHEDULE = "data_loss@step=12:slice=2,data_loss@step=25:slice=1,repair@step=30:slice=2"
 
 
@@ -72,16 +74,13 @@ def _demo(args: argparse.Namespace) -> int:
 
     topology = SliceTopology(args.slices, args.devices_per_slice)
     request_cpu_devices(topology.device_count)  # before anything starts JAX
-    _quiet_libraries()
+    quiet_libraries()
     if args.loop:
         from pathways_chaos.harness.cli.loop_demo import demo_loop
 
         return demo_loop(args, topology)
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness.engine.clock import make_clock
-    from pathways_chaos.harness.engine.episode import run_episode
-    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
-    from pathways_chaos.harness.judging import oracle
+    from pathways_chaos.harness.play import play
     from pathways_chaos.harness.reference.trainer import TrainerConfig
     from pathways_chaos.harness.reports import report
 
@@ -90,9 +89,10 @@ def _demo(args: argparse.Namespace) -> int:
         config = TrainerConfig(
             mode=args.mode, scale_up=args.scale_up, final_step=args.steps, checkpoint_dir=tmp
         )
-        with FakeCluster(topology, clock=make_clock(args.clock)) as cluster:
-            result = run_episode(cluster, config, schedule, log_path=args.log)
-    verdict = oracle.check(result.events)
+        outcome = play(
+            schedule, config=config, topology=topology, clock=args.clock, log_path=args.log
+        )
+    result, verdict = outcome.result, outcome.verdict
     print(f"pathways-chaos demo: {topology} fake cluster, mode {args.mode}, {args.steps} steps")
     print(f"schedule: {schedule.to_text() or '(none)'}")
     print(report.summary(result.events, verdict))
@@ -131,13 +131,6 @@ def _rollback(argv: list[str]) -> int:
         )
         return 2
     return rollback_main(argv)
-
-
-def _quiet_libraries() -> None:
-    import logging
-
-    for name in ("pathwaysutils", "absl", "jax"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 if __name__ == "__main__":

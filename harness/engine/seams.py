@@ -1,6 +1,6 @@
 """The only places pathwaysutils and JAX are patched, each installed and removed as one unit.
 
-Two seams from DESIGN.md let the real ``Manager`` and ``elastic_retry`` run on CPU slices:
+Two seams (see the README) let the real ``Manager`` and ``elastic_retry`` run on CPU slices:
 
 - ``elastic.get_slice_to_devices``: CPU devices have no ``slice_index``; group them by slice.
 - ``elastic.DefaultSliceHealthChecker._simple_execution``: a dead slice's result raises a

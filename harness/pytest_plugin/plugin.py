@@ -1,7 +1,7 @@
 """The pytest11 entry point: options, markers, and the fixture modules.
 
-Imports nothing heavy: JAX is configured (its CPU device count) in ``pytest_configure``, before
-any test module can start its backend, and imported only by the fixtures that need it.
+Inert until used (see ``activation``): a session that asks for nothing of ours imports nothing
+heavy, sets no environment variable and leaves JAX alone.
 """
 
 from __future__ import annotations
@@ -17,9 +17,6 @@ if TYPE_CHECKING:
 FIXTURE_MODULES = (
     "pathways_chaos.fixtures.cluster",
     "pathways_chaos.fixtures.chaos",
-)
-#: Fixture modules that exist only once their issue landed; loaded when importable.
-OPTIONAL_FIXTURE_MODULES = (
     "pathways_chaos.fixtures.control_plane",
     "pathways_chaos.fixtures.workload",
 )
@@ -102,11 +99,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="steps between progress lines (default 10)",
     )
     group.addoption(
+        "--chaos-profile",
+        choices=("ci", "dev", "nightly"),
+        default=None,
+        help="hypothesis profile of the property suites: ci (default), dev, nightly "
+        "(env PATHWAYS_CHAOS_PROFILE)",
+    )
+    group.addoption(
         "--chaos-arm",
         action="store_true",
         default=False,
         help="against a real cluster, really inject faults (otherwise a dry run that prints them)",
     )
+    # The acceptance suite's options live here, not in its conftest, so that they exist when
+    # the suite runs from an installed wheel (pytest --pyargs pathways_chaos.suites.acceptance).
+    from pathways_chaos.harness.acceptance.options import add_acceptance_options
+
+    add_acceptance_options(group)
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -118,15 +127,10 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
-    from pathways_chaos.harness.engine.topology import request_cpu_devices
+    from pathways_chaos.harness.pytest_plugin import activation
 
-    proxy = config.getoption("pathways_proxy")
-    if proxy and config.getoption("cluster"):
-        # The JAX backend is the Pathways proxy: no CPU devices to make.
-        os.environ.setdefault("JAX_PLATFORMS", "proxy")
-        os.environ.setdefault("JAX_BACKEND_TARGET", proxy)
-    else:
-        request_cpu_devices(fake_topology(config).device_count)
+    if activation.options_ask_for_devices(config) or config.getoption("cluster"):
+        activation.activate(config)
     report_path = config.getoption("chaos_report")
     if report_path:
         from pathways_chaos.harness.reports.report_plugin import ChaosReportPlugin
@@ -139,14 +143,17 @@ def pytest_configure(config: pytest.Config) -> None:
     for name in FIXTURE_MODULES:
         if not config.pluginmanager.has_plugin(name):
             config.pluginmanager.import_plugin(name)
-    for name in OPTIONAL_FIXTURE_MODULES:
-        if config.pluginmanager.has_plugin(name):
-            continue
-        try:
-            config.pluginmanager.import_plugin(name)
-        except ImportError as error:
-            if name.rsplit(".", 1)[-1] not in str(error):
-                raise
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Makes the fake devices when a collected test needs them, before the first test runs."""
+    from pathways_chaos.harness.pytest_plugin import activation
+
+    if not activation.is_active(config) and activation.items_ask_for_devices(items):
+        activation.activate(config)
+    if config.getoption("chaos_loop"):
+        _run_the_loop_scenarios_only(config, items)
 
 
 def fake_topology(config: pytest.Config) -> SliceTopology:
@@ -159,14 +166,14 @@ def fake_topology(config: pytest.Config) -> SliceTopology:
     return SliceTopology(slices, per_slice)
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def _run_the_loop_scenarios_only(config: pytest.Config, items: list[pytest.Item]) -> None:
     """With --chaos-loop, the chaos suite runs the user's loop: its reference-trainer
     scenarios (the toolkit's own trainer) are deselected."""
-    if not config.getoption("chaos_loop"):
-        return
     from pathlib import Path
 
-    suite = Path(__file__).resolve().parent.parent.parent / "suites" / "chaos"
+    from pathways_chaos.harness.pytest_plugin.activation import suites_dir
+
+    suite = (suites_dir() / "chaos").resolve()
     keep: list[pytest.Item] = []
     drop: list[pytest.Item] = []
     for item in items:

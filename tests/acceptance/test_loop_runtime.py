@@ -62,7 +62,7 @@ def test_a_crashing_loop_fails_the_interruption_row_with_the_line(crashing_runs)
     for dependent in ("recovery-time", "snapshot-restore"):
         later = LOOP_RUNTIME_CHECKS[dependent](crashing_runs)
         assert later.status == NOT_JUDGED and later.depends_on == "interruption"
-        assert later.reason.startswith("not judged: interruption failed")
+        assert later.reason.startswith("depends on interruption, which failed")
 
 
 def test_pytest_suites_acceptance_runs_the_loop_itself():

@@ -19,7 +19,6 @@ import pytest
 if TYPE_CHECKING:
     from pathways_chaos.harness.acceptance.adapter import TrainingAdapter
     from pathways_chaos.harness.acceptance.manifest_checks import Manifest
-    from pathways_chaos.harness.acceptance.runtime import RuntimeRuns
     from pathways_chaos.harness.acceptance.static_checks import SourceFile
     from pathways_chaos.harness.acceptance.table import CheckResult
 

@@ -169,3 +169,20 @@ def test_snapshotter_save_and_load_on_a_lost_slice_raise(fake_cluster):
     abstract = {"w": jax.ShapeDtypeStruct((8,), np.float32, sharding=NamedSharding(mesh, P()))}
     with pytest.raises(jax.errors.JaxRuntimeError, match="NOT_FOUND"):
         snapshotter.load(abstract)
+
+
+def test_a_moved_target_refuses_the_fake_by_name_and_leaves_nothing_patched(
+    fake_cluster_factory, monkeypatch
+):
+    from pathwaysutils.elastic import elastic
+
+    from pathways_chaos.harness.engine import seams
+
+    moved = ("jax._src.array", "ArrayImpl", "_check_if_deleted_moved_in_a_new_jax")
+    monkeypatch.setattr(seams, "DEVICE_LOSS_TARGETS", (*seams.DEVICE_LOSS_TARGETS, moved))
+    before = elastic.get_slice_to_devices
+    with pytest.raises(seams.SeamUnavailableError) as caught:
+        fake_cluster_factory(4, 2).start()
+    assert "JAX device-loss seam" in str(caught.value)
+    assert "ArrayImpl._check_if_deleted_moved_in_a_new_jax" in str(caught.value)
+    assert elastic.get_slice_to_devices is before  # the pathwaysutils seams were undone too

@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pathways_chaos.faults.model import Schedule
-    from pathways_chaos.harness.engine.episode import ClusterBackend, EpisodeResult
+    from pathways_chaos.harness.engine.backend import ClusterBackend
+    from pathways_chaos.harness.engine.episode import EpisodeResult
+    from pathways_chaos.harness.engine.loop_episode import LoopResult
     from pathways_chaos.harness.engine.topology import SliceTopology
     from pathways_chaos.harness.judging.oracle import Verdict
     from pathways_chaos.harness.reference.trainer import TrainerConfig
@@ -23,9 +25,10 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass
 class Outcome:
-    """An episode and the oracle's verdict on it."""
+    """An episode and the oracle's verdict on it (a user's loop: a ``LoopResult`` and a
+    ``LoopVerdict``, from ``chaos.run_loop``)."""
 
-    result: EpisodeResult
+    result: EpisodeResult | LoopResult
     verdict: Verdict
 
     @property
@@ -79,7 +82,10 @@ def play(
             trainer_factory=factory or ReferenceTrainer,
             listeners=listeners,
         )
-    verdict = oracle.check(result.events, replay=replay, expect_completed=expect_completed)
+    # The one-device replay runs on device 0, whatever the episode did to its slice.
+    unguarded = getattr(cluster, "unguarded", None)
+    with unguarded() if unguarded is not None else contextlib.nullcontext():
+        verdict = oracle.check(result.events, replay=replay, expect_completed=expect_completed)
     return Outcome(result, verdict)
 
 

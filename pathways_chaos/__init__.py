@@ -18,7 +18,7 @@ _EXPORTS: dict[str, str] = {
     "SliceTopology": "pathways_chaos.harness.engine.topology",
     "FakeClock": "pathways_chaos.harness.engine.clock",
     "make_clock": "pathways_chaos.harness.engine.clock",
-    "ClusterBackend": "pathways_chaos.harness.engine.episode",
+    "ClusterBackend": "pathways_chaos.harness.engine.backend",
     # faults and schedules
     "Fault": "pathways_chaos.faults.model",
     "Schedule": "pathways_chaos.faults.model",
@@ -133,8 +133,9 @@ if TYPE_CHECKING:
         SlowHealth,
     )
     from pathways_chaos.harness.acceptance.adapter import TrainingAdapter
+    from pathways_chaos.harness.engine.backend import ClusterBackend
     from pathways_chaos.harness.engine.clock import FakeClock, make_clock
-    from pathways_chaos.harness.engine.episode import ClusterBackend, EpisodeResult, run_episode
+    from pathways_chaos.harness.engine.episode import EpisodeResult, run_episode
     from pathways_chaos.harness.engine.fake_cluster import FakeCluster
     from pathways_chaos.harness.engine.recorder import Recorder, read_log
     from pathways_chaos.harness.engine.topology import SliceTopology

@@ -38,8 +38,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--mode", default="resize", help="pause_resume or resize")
     demo.add_argument("--scale-up", default="in_loop", help="in_loop, signal or off")
     demo.add_argument("--steps", type=int, default=50)
+    demo.add_argument("--schedule", default=None, help="faults, e.g. data_loss@step=12:slice=2")
     demo.add_argument(
-        "--schedule", default=DEMO_SCHEDULE, help="faults, e.g. data_loss@step=12:slice=2"
+        "--loop",
+        default=None,
+        metavar="MODULE:FUNC",
+        help="run your own elastic loop (unchanged) instead of the reference trainer",
     )
     demo.add_argument("--clock", default="fake", choices=("fake", "real"))
     demo.add_argument("--log", type=Path, default=None, help="write the JSONL event log here")
@@ -71,12 +75,16 @@ def _demo(args: argparse.Namespace) -> int:
     topology = SliceTopology(args.slices, args.devices_per_slice)
     request_cpu_devices(topology.device_count)  # before anything starts JAX
     quiet_libraries()
+    if args.loop:
+        from pathways_chaos.harness.cli.loop_demo import demo_loop
+
+        return demo_loop(args, topology)
     from pathways_chaos.faults.model import parse_schedule
     from pathways_chaos.harness.play import play
     from pathways_chaos.harness.reference.trainer import TrainerConfig
     from pathways_chaos.harness.reports import report
 
-    schedule = parse_schedule(args.schedule)
+    schedule = parse_schedule(args.schedule or DEMO_SCHEDULE)
     with tempfile.TemporaryDirectory() as tmp:
         config = TrainerConfig(
             mode=args.mode, scale_up=args.scale_up, final_step=args.steps, checkpoint_dir=tmp
@@ -97,6 +105,10 @@ def _check(args: argparse.Namespace) -> int:
     from pathways_chaos.harness.engine.recorder import read_log
 
     events = read_log(args.log)
+    from pathways_chaos.harness.cli.loop_demo import check_loop_log, is_loop_log
+
+    if is_loop_log(events):
+        return check_loop_log(events)
     if any(e["kind"] == "run_start" for e in events):
         from pathways_chaos.harness.engine.topology import request_cpu_devices
 

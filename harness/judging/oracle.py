@@ -393,6 +393,7 @@ def recoveries(events: Sequence[Event]) -> list[dict[str, Any]]:
             {
                 "fault": e["text"],
                 "kind": e["fault"]["kind"],
+                "fault_t": e["t"],
                 "detected": seen is not None,
                 "recovered": ready is not None,
                 "detect_wall_s": None if seen is None else round(seen["wall"] - e["wall"], 6),

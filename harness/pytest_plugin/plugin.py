@@ -75,6 +75,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="MODULE:CLASS of the trainer the chaos suite runs (a ReferenceTrainer subclass)",
     )
     group.addoption(
+        "--chaos-loop",
+        default=None,
+        metavar="MODULE:FUNC",
+        help="your own elastic loop (MODULE:FUNC or FILE.py:FUNC), run unchanged by the chaos "
+        "suite's loop scenarios and the acceptance runtime rows (default: the sample loop)",
+    )
+    group.addoption(
         "--chaos-report",
         default=None,
         metavar="PATH",
@@ -105,6 +112,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="against a real cluster, really inject faults (otherwise a dry run that prints them)",
     )
+    # The acceptance suite's options live here, not in its conftest, so that they exist when
+    # the suite runs from an installed wheel (pytest --pyargs pathways_chaos.suites.acceptance).
+    from pathways_chaos.harness.acceptance.options import add_acceptance_options
+
+    add_acceptance_options(group)
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -141,6 +153,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     if not activation.is_active(config) and activation.items_ask_for_devices(items):
         activation.activate(config)
+    if config.getoption("chaos_loop"):
+        _run_the_loop_scenarios_only(config, items)
 
 
 def fake_topology(config: pytest.Config) -> SliceTopology:
@@ -151,6 +165,25 @@ def fake_topology(config: pytest.Config) -> SliceTopology:
         os.environ.get("PATHWAYS_CHAOS_DEVICES_PER_SLICE", 2)
     )
     return SliceTopology(slices, per_slice)
+
+
+def _run_the_loop_scenarios_only(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With --chaos-loop, the chaos suite runs the user's loop: its reference-trainer
+    scenarios (the toolkit's own trainer) are deselected."""
+    from pathlib import Path
+
+    from pathways_chaos.harness.pytest_plugin.activation import suites_dir
+
+    suite = (suites_dir() / "chaos").resolve()
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        in_suite = Path(str(item.path)).resolve().parent == suite
+        uses_loop = "chaos_loop" in getattr(item, "fixturenames", ())
+        (drop if in_suite and not uses_loop else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -87,6 +87,46 @@ def play(
     with unguarded() if unguarded is not None else contextlib.nullcontext():
         verdict = oracle.check(result.events, replay=replay, expect_completed=expect_completed)
     return Outcome(result, verdict)
+
+
+def play_loop(
+    loop: Callable[..., Any] | str,
+    schedule: str | Schedule = "",
+    *,
+    baseline: Sequence[dict[str, Any]] | None = None,
+    options: dict[str, Any] | None = None,
+    cluster: ClusterBackend | None = None,
+    topology: SliceTopology | str | None = None,
+    clock: str = "fake",
+    log_path: str | Path | None = None,
+    checkpoint_dir: str | Path | None = None,
+    listeners: Iterable[Callable[[dict[str, Any]], None]] = (),
+) -> Outcome:
+    """Runs a user's own loop, unchanged, under ``schedule`` and judges it from the libraries'
+    calls the black-box observer saw.
+
+    ``baseline`` is the event log of a fault-free run of the same loop and options (this
+    function with no schedule); without it, the judges that need one say "not judged".
+    """
+    from pathways_chaos.faults.model import parse_schedule
+    from pathways_chaos.harness.engine.loop_episode import load_loop, run_loop_episode
+    from pathways_chaos.harness.judging.loop_oracle import judge_loop
+
+    fn = load_loop(loop) if isinstance(loop, str) else loop
+    plan = parse_schedule(schedule) if isinstance(schedule, str) else schedule
+    with contextlib.ExitStack() as stack:
+        if cluster is None:
+            cluster = stack.enter_context(_fake_cluster(topology, clock))
+        result = run_loop_episode(
+            cluster,
+            fn,
+            plan,
+            options=options,
+            log_path=log_path,
+            checkpoint_dir=checkpoint_dir,
+            listeners=listeners,
+        )
+    return Outcome(result, judge_loop(result.events, baseline))
 
 
 def _fake_cluster(topology: SliceTopology | str | None, clock: str) -> Any:

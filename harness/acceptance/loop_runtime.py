@@ -88,18 +88,17 @@ class LoopRuns:
         return loop_oracle.judge_loop(self.interrupted.events, self.fault_free.events)
 
     def _episode(self, name: str, schedule: str) -> LoopResult:
-        from pathways_chaos.faults.model import parse_schedule
-        from pathways_chaos.harness.engine.fake_cluster import FakeCluster
-        from pathways_chaos.harness.engine.loop_episode import run_loop_episode
+        from pathways_chaos.harness.play import play_loop
 
-        with FakeCluster(self.topology) as cluster:
-            return run_loop_episode(
-                cluster,
-                self.loop,
-                parse_schedule(schedule),
-                log_path=self.workdir / f"loop-{name}.jsonl",
-                checkpoint_dir=self.workdir / f"checkpoints-{name}",
-            )
+        outcome = play_loop(
+            self.loop,
+            schedule,
+            topology=self.topology,
+            log_path=self.workdir / f"loop-{name}.jsonl",
+            checkpoint_dir=self.workdir / f"checkpoints-{name}",
+        )
+        result: LoopResult = outcome.result
+        return result
 
     def close(self) -> None:
         if self._tmp is not None:

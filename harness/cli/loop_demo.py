@@ -18,8 +18,8 @@ def demo_loop(args: argparse.Namespace, topology: Any) -> int:
     from pathways_chaos.faults.model import parse_schedule
     from pathways_chaos.harness.engine.clock import make_clock
     from pathways_chaos.harness.engine.fake_cluster import FakeCluster
-    from pathways_chaos.harness.engine.loop_episode import load_loop, run_loop_episode
-    from pathways_chaos.harness.judging.loop_oracle import judge_loop
+    from pathways_chaos.harness.engine.loop_episode import load_loop
+    from pathways_chaos.harness.play import play_loop
 
     loop = load_loop(args.loop)
     schedule = parse_schedule(args.schedule or LOOP_DEMO_SCHEDULE)
@@ -27,11 +27,16 @@ def demo_loop(args: argparse.Namespace, topology: Any) -> int:
         tempfile.TemporaryDirectory() as tmp,
         FakeCluster(topology, clock=make_clock(args.clock)) as cluster,
     ):
-        baseline = run_loop_episode(cluster, loop, checkpoint_dir=Path(tmp) / "fault-free")
-        result = run_loop_episode(
-            cluster, loop, schedule, log_path=args.log, checkpoint_dir=Path(tmp) / "faulted"
+        baseline = play_loop(loop, cluster=cluster, checkpoint_dir=Path(tmp) / "fault-free")
+        outcome = play_loop(
+            loop,
+            schedule,
+            baseline=baseline.events,
+            cluster=cluster,
+            log_path=args.log,
+            checkpoint_dir=Path(tmp) / "faulted",
         )
-    verdict = judge_loop(result.events, baseline.events)
+    result, verdict = outcome.result, outcome.verdict
     batches = [e for e in result.events if e["kind"] == "batch"]
     attempts = [e for e in result.events if e["kind"] == "attempt_start"]
     print(f"pathways-chaos demo: {topology} fake cluster, loop {args.loop}")

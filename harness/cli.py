@@ -52,14 +52,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = parser.parse_args(args_list)
     from pathways_chaos.faults.model import FaultSpecError
-    from pathways_chaos.harness.errors import ChaosConfigError
+    from pathways_chaos.harness.errors import ChaosError
 
     try:
         if args.command == "demo":
             return _demo(args)
         return _check(args)
-    except (ChaosConfigError, FaultSpecError) as error:
+    except ChaosError as error:
         print(f"pathways-chaos: error: {error}", file=sys.stderr)
+        return error.exit_code
+    except FaultSpecError as error:
+        print(f"pathways-chaos: error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:  # a folder given as --log, a log that cannot be read...
+        where = f" {error.filename}" if error.filename else ""
+        print(f"pathways-chaos: error:{where}: {error.strerror or error}", file=sys.stderr)
         return 2
 
 
@@ -89,7 +96,9 @@ def _demo(args: argparse.Namespace) -> int:
     print(report.summary(result.events, verdict))
     if args.log:
         print(f"event log: {args.log}")
-    return 0 if verdict.ok else 1
+    for line in result.unfired:  # never "survived" for a fault that never happened
+        print(f"pathways-chaos: {line}", file=sys.stderr)
+    return 0 if verdict.ok and not result.unfired else 1
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -1,0 +1,1 @@
+"""The pytest plugin: options, markers, hooks and the checks on their values."""

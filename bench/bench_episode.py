@@ -45,11 +45,11 @@ def episode_seconds(
     num_slices: int, per_slice: int, steps: int, schedule: str, mode: str = "resize"
 ) -> dict[str, Any]:
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness import oracle
-    from pathways_chaos.harness.episode import run_episode
-    from pathways_chaos.harness.fake_cluster import FakeCluster
+    from pathways_chaos.harness.engine.episode import run_episode
+    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
+    from pathways_chaos.harness.engine.topology import SliceTopology
+    from pathways_chaos.harness.judging import oracle
     from pathways_chaos.harness.reference.trainer import TrainerConfig
-    from pathways_chaos.harness.topology import SliceTopology
 
     config = TrainerConfig(mode=mode, final_step=steps, global_batch=4 * num_slices)
     compiled_before = sum(_COMPILE_SECONDS)
@@ -75,10 +75,10 @@ def idle_overhead(rounds: int, steps: int) -> dict[str, Any]:
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    from pathways_chaos.harness.fake_cluster import FakeCluster
+    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
+    from pathways_chaos.harness.engine.topology import SliceTopology
     from pathways_chaos.harness.reference import model
     from pathways_chaos.harness.reference.data import SyntheticData
-    from pathways_chaos.harness.topology import SliceTopology
 
     devices = sorted(jax.devices(), key=lambda d: d.id)[:8]
     mesh = Mesh(np.array(devices).reshape(4, 2), ("replica", "data"))
@@ -112,7 +112,7 @@ def idle_overhead(rounds: int, steps: int) -> dict[str, Any]:
 
 
 def one_size(num_slices: int, steps: int) -> dict[str, Any]:
-    from pathways_chaos.harness.topology import request_cpu_devices
+    from pathways_chaos.harness.engine.topology import request_cpu_devices
 
     request_cpu_devices(num_slices * 4)
     return episode_seconds(num_slices, 4, steps, SCALE_FAULTS)
@@ -131,7 +131,7 @@ def main() -> int:
         print(json.dumps(one_size(args.one_size, args.steps)))
         return 0
 
-    from pathways_chaos.harness.topology import request_cpu_devices
+    from pathways_chaos.harness.engine.topology import request_cpu_devices
 
     request_cpu_devices(8)
     out: dict[str, Any] = {"machine": {"cores": _cores()}}

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from pathways_chaos.faults.model import Fault, FaultSpecError
 
 if TYPE_CHECKING:
-    from pathways_chaos.harness.fake_cluster import FakeCluster
+    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +105,7 @@ class FlappingSlice(Fault["FakeCluster"]):
 
 @dataclasses.dataclass(frozen=True)
 class SlowHealth(Fault["FakeCluster"]):
-    """The slice's next ``polls`` health checks take ``seconds`` and time out (DEADLINE_EXCEEDED)."""
+    """The next ``polls`` health checks of the slice take ``seconds``, then DEADLINE_EXCEEDED."""
 
     kind = "slow_health"
     slice: int = 0

@@ -3,7 +3,7 @@ from __future__ import annotations
 import threading
 import time
 
-from pathways_chaos.harness.clock import FakeClock, RealClock
+from pathways_chaos.harness.engine.clock import FakeClock, RealClock
 
 
 def test_sleep_on_a_fake_clock_costs_no_real_time():

@@ -1,1 +1,1 @@
-"""The pytest plugin: options, markers, hooks and the checks on their values."""
+"""pytest glue: the pytest11 entry point, its options and markers, and the hooks it adds."""

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from pathways_chaos.harness.engine.recorder import Recorder
 from pathways_chaos.harness.errors import ChaosConfigError
-from pathways_chaos.harness.recorder import Recorder
 from pathways_chaos.harness.reference import model
 from pathways_chaos.harness.reference.data import SyntheticData
 

@@ -38,7 +38,7 @@ def test_a_leaf_sharded_along_the_replica_axis_is_reported_by_name():
     import jax
     import numpy as np
 
-    from pathways_chaos.harness.snapshot_checks import (
+    from pathways_chaos.harness.judging.snapshot_checks import (
         SnapshotShardingError,
         check_replicated_along_replica_axis,
     )

@@ -10,9 +10,9 @@ import html
 from collections.abc import Sequence
 from pathlib import Path
 
-from pathways_chaos.harness.goodput import BUCKETS, Goodput, measure
-from pathways_chaos.harness.oracle import Verdict, committed_lineage
-from pathways_chaos.harness.recorder import Event
+from pathways_chaos.harness.engine.recorder import Event
+from pathways_chaos.harness.judging.oracle import Verdict, committed_lineage
+from pathways_chaos.harness.reports.goodput import BUCKETS, Goodput, measure
 
 WIDTH = 960
 ROW = 18

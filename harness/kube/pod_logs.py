@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pathways_chaos.harness.kube_cluster import JOB_INDEX_LABEL, JOBSET_NAME_LABEL
+from pathways_chaos.harness.kube.kube_cluster import JOB_INDEX_LABEL, JOBSET_NAME_LABEL
 
 TAIL_LINES = 200
 

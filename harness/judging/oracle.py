@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from pathways_chaos.harness.recorder import Event
+from pathways_chaos.harness.engine.recorder import Event
 
 #: Replay tolerance. The fake-cluster run reduces each step's gradient over a batch sharded
 #: across up to 64 CPU devices, the replay on one: float32 sums in a different order differ

@@ -21,7 +21,7 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pathways_chaos.harness.clock import Clock
+from pathways_chaos.harness.engine.clock import Clock
 
 SliceOf = Callable[[Any], int]
 HealthCheck = Callable[[int, Sequence[Any]], Any]

@@ -20,7 +20,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args_list[:1] == ["rollback"]:  # these have their own parsers, --help included
         return _rollback(args_list[1:])
     if args_list[:1] == ["replay"]:
-        from pathways_chaos.harness.replay import replay_main
+        from pathways_chaos.harness.cli.replay import replay_main
 
         return replay_main(args_list[1:])
     if args_list[:1] == ["ramdisk"]:
@@ -71,17 +71,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from pathways_chaos.harness.topology import SliceTopology, request_cpu_devices
+    from pathways_chaos.harness.engine.topology import SliceTopology, request_cpu_devices
 
     topology = SliceTopology(args.slices, args.devices_per_slice)
     request_cpu_devices(topology.device_count)  # before anything starts JAX
     _quiet_libraries()
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness import oracle, report
-    from pathways_chaos.harness.clock import make_clock
-    from pathways_chaos.harness.episode import run_episode
-    from pathways_chaos.harness.fake_cluster import FakeCluster
+    from pathways_chaos.harness.engine.clock import make_clock
+    from pathways_chaos.harness.engine.episode import run_episode
+    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
+    from pathways_chaos.harness.judging import oracle
     from pathways_chaos.harness.reference.trainer import TrainerConfig
+    from pathways_chaos.harness.reports import report
 
     schedule = parse_schedule(args.schedule)
     with tempfile.TemporaryDirectory() as tmp:
@@ -102,14 +103,15 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from pathways_chaos.harness.recorder import read_log
+    from pathways_chaos.harness.engine.recorder import read_log
 
     events = read_log(args.log)
     if any(e["kind"] == "run_start" for e in events):
-        from pathways_chaos.harness.topology import request_cpu_devices
+        from pathways_chaos.harness.engine.topology import request_cpu_devices
 
         request_cpu_devices(1)
-    from pathways_chaos.harness import oracle, report
+    from pathways_chaos.harness.judging import oracle
+    from pathways_chaos.harness.reports import report
 
     verdict = oracle.check(events, replay=not args.no_replay)
     print(report.summary(events, verdict))

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pathways_chaos.harness.html_report import EpisodeReport, write_report
+from pathways_chaos.harness.reports.html_report import EpisodeReport, write_report
 
 
 class ChaosReportPlugin:

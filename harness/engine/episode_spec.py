@@ -113,9 +113,9 @@ def load_trainer(spec: str) -> Any:
 def run_spec(spec: EpisodeSpec) -> Any:
     """Runs the episode on a fresh fake cluster; returns the ``EpisodeResult``."""
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness.episode import run_episode
-    from pathways_chaos.harness.fake_cluster import FakeCluster
-    from pathways_chaos.harness.topology import SliceTopology
+    from pathways_chaos.harness.engine.episode import run_episode
+    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
+    from pathways_chaos.harness.engine.topology import SliceTopology
 
     trainer = load_trainer(spec.trainer)
     schedule = parse_schedule(spec.schedule)
@@ -130,7 +130,7 @@ def run_spec(spec: EpisodeSpec) -> Any:
 
 def judge(events: list[dict[str, Any]], spec: EpisodeSpec) -> list[str]:
     """The oracle, plus the outcome the spec expects and the retry policy's bound."""
-    from pathways_chaos.harness import oracle
+    from pathways_chaos.harness.judging import oracle
 
     problems: list[str] = []
     attempts: dict[int, int] = {}

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from pathways_chaos.harness.topology import SliceTopology
+    from pathways_chaos.harness.engine.topology import SliceTopology
 
 FIXTURE_MODULES = (
     "pathways_chaos.fixtures.cluster",
@@ -103,7 +103,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    from pathways_chaos.harness import hooks
+    from pathways_chaos.harness.pytest_plugin import hooks
 
     pluginmanager.add_hookspecs(hooks)
 
@@ -111,7 +111,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
-    from pathways_chaos.harness.topology import request_cpu_devices
+    from pathways_chaos.harness.engine.topology import request_cpu_devices
 
     proxy = config.getoption("pathways_proxy")
     if proxy and config.getoption("cluster"):
@@ -122,11 +122,11 @@ def pytest_configure(config: pytest.Config) -> None:
         request_cpu_devices(fake_topology(config).device_count)
     report_path = config.getoption("chaos_report")
     if report_path:
-        from pathways_chaos.harness.report_plugin import ChaosReportPlugin
+        from pathways_chaos.harness.reports.report_plugin import ChaosReportPlugin
 
         config.pluginmanager.register(ChaosReportPlugin(report_path), "pathways-chaos-report")
     if config.getoption("cluster"):
-        from pathways_chaos.harness.pod_logs import PodLogCollector
+        from pathways_chaos.harness.kube.pod_logs import PodLogCollector
 
         config.pluginmanager.register(PodLogCollector(), "pathways-chaos-pod-logs")
     for name in FIXTURE_MODULES:
@@ -143,7 +143,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def fake_topology(config: pytest.Config) -> SliceTopology:
-    from pathways_chaos.harness.topology import SliceTopology
+    from pathways_chaos.harness.engine.topology import SliceTopology
 
     slices = config.getoption("fake_slices") or int(os.environ.get("PATHWAYS_CHAOS_SLICES", 4))
     per_slice = config.getoption("fake_devices_per_slice") or int(

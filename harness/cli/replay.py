@@ -10,7 +10,7 @@ import argparse
 import dataclasses
 import sys
 
-from pathways_chaos.harness.episode_spec import EpisodeSpec
+from pathways_chaos.harness.engine.episode_spec import EpisodeSpec
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,11 +35,11 @@ def replay_main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
         spec = EpisodeSpec(**vars(args))
-        from pathways_chaos.harness.topology import request_cpu_devices
+        from pathways_chaos.harness.engine.topology import request_cpu_devices
 
         request_cpu_devices(spec.slices * spec.devices_per_slice)  # before JAX starts
         _quiet_libraries()
-        from pathways_chaos.harness.episode_spec import judge, run_spec
+        from pathways_chaos.harness.engine.episode_spec import judge, run_spec
 
         result = run_spec(spec)
     except ChaosError as error:

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pathways_chaos.faults.model import Schedule, ScheduledFault, check_schedule_fits
-from pathways_chaos.harness.clock import Clock, FakeClock
-from pathways_chaos.harness.recorder import Event, Recorder
+from pathways_chaos.harness.engine.clock import Clock, FakeClock
+from pathways_chaos.harness.engine.recorder import Event, Recorder
+from pathways_chaos.harness.engine.topology import SliceTopology
 from pathways_chaos.harness.reference.trainer import ReferenceTrainer, TrainerConfig, TrainResult
-from pathways_chaos.harness.topology import SliceTopology
 
 #: Trainer events that touch data on the mesh (and so meet a lost slice).
 ACCESS_EVENTS = frozenset(

@@ -1,0 +1,1 @@
+"""The episode engine: topology, clock, seams, the fake cluster, the recorder, episodes."""

@@ -1,0 +1,1 @@
+"""pathways-chaos: prove that elastic JAX training survives failure on Cloud Pathways."""

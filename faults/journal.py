@@ -780,7 +780,9 @@ def _connect(args: argparse.Namespace) -> ApiClient:
     try:
         from kubernetes import config
     except ImportError:
-        raise JournalError("the kubernetes package is not installed: pip install kubernetes") from None
+        raise JournalError(
+            "the kubernetes package is not installed: pip install kubernetes"
+        ) from None
     try:
         api = config.new_client_from_config(
             config_file=args.kubeconfig, context=args.context, persist_config=False
@@ -852,7 +854,7 @@ def pending_journals(directory: Path, identity: ClusterIdentity) -> list[tuple[P
 
 def _held_by_live_process(header: dict[str, Any]) -> bool:
     pid = header.get("pid")
-    if header.get("host") != socket.gethostname() or not _is_int(pid) or pid == os.getpid():
+    if header.get("host") != socket.gethostname() or not isinstance(pid, int) or pid == os.getpid():
         return False
     try:
         os.kill(pid, 0)

@@ -19,6 +19,12 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from pathways_chaos.faults.jobset import (
+    JOB_INDEX_LABEL,
+    JOBSET_NAME_LABEL,
+    REPLICATED_JOB_LABEL,
+    WORKER_REPLICATED_JOB,
+)
 from pathways_chaos.faults.journal import RollbackJournal, job_manifest_for_recreate
 from pathways_chaos.faults.model import Fault, FaultSpecError
 from pathways_chaos.faults.safety import (
@@ -37,10 +43,15 @@ from pathways_chaos.harness.errors import ChaosConfigError
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
-JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
-REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
-JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
-WORKER_REPLICATED_JOB = "worker"
+__all__ = [
+    "JOBSET_NAME_LABEL",
+    "JOB_INDEX_LABEL",
+    "KUBERNETES_FAULTS",
+    "REPLICATED_JOB_LABEL",
+    "WORKER_REPLICATED_JOB",
+    "KubeTarget",
+    "TargetNotFound",
+]
 
 #: Taints GKE-style disruptions put on a Node. ``key``/``effect`` parameters override them.
 TAINT_REASONS: dict[str, tuple[str, str, str]] = {
@@ -315,7 +326,12 @@ def _evict_pod(target: KubeTarget, pod: Any, fault: Fault[Any]) -> str | None:
         target.echo(f"pod {ns}/{name} already gone")
         return None
     _journal(target).record(
-        "evict_pod", namespace=ns, name=name, uid=uid, owner=_controller(pod), fault=_identity(fault)
+        "evict_pod",
+        namespace=ns,
+        name=name,
+        uid=uid,
+        owner=_controller(pod),
+        fault=_identity(fault),
     )
     # policy/v1beta1: the Eviction version every server from 1.20 on accepts.
     body = {
@@ -630,8 +646,12 @@ class TaintNode(Fault[KubeTarget]):
         journal = _journal(target)
         name, uid = node.metadata.name, node.metadata.uid
         current = target.retry(functools.partial(target.core.read_node, name))
-        if any(t.key == base["key"] and t.effect == base["effect"] for t in current.spec.taints or []):
-            target.echo(f"node {name} already has a {base['key']}:{base['effect']} taint; left alone")
+        if any(
+            t.key == base["key"] and t.effect == base["effect"] for t in current.spec.taints or []
+        ):
+            target.echo(
+                f"node {name} already has a {base['key']}:{base['effect']} taint; left alone"
+            )
             return None
         taint = {**base, "timeAdded": _now_stamp()}
         journal.record("taint", node=name, uid=uid, taint=taint, fault=_identity(self))
@@ -646,7 +666,9 @@ class TaintNode(Fault[KubeTarget]):
             if any(same_taint(t, taint) for t in taints):
                 return done
             if any(t.key == taint["key"] and t.effect == taint["effect"] for t in taints):
-                raise _Settled(f"node {name} got a {taint['key']} taint from someone else; left alone")
+                raise _Settled(
+                    f"node {name} got a {taint['key']} taint from someone else; left alone"
+                )
             body = {
                 "metadata": {"resourceVersion": fresh.metadata.resource_version},
                 "spec": {"taints": [*target.api_client.sanitize_for_serialization(taints), taint]},

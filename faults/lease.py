@@ -34,7 +34,9 @@ def lease_name(jobset: str) -> str:
 
 
 def holder_identity(run_id: str) -> str:
-    return f"{os.environ.get('USER', 'unknown')}@{socket.gethostname()} pid {os.getpid()} run {run_id}"
+    return (
+        f"{os.environ.get('USER', 'unknown')}@{socket.gethostname()} pid {os.getpid()} run {run_id}"
+    )
 
 
 def _now() -> datetime.datetime:
@@ -141,7 +143,9 @@ class TargetLease:
         api = self._api
         current = api.read_namespaced_lease(self.name, self.namespace)
         if current.spec.holder_identity != self.holder:
-            self.lost = f"lease {self.namespace}/{self.name} taken by {current.spec.holder_identity}"
+            self.lost = (
+                f"lease {self.namespace}/{self.name} taken by {current.spec.holder_identity}"
+            )
             return
         acquired = current.spec.acquire_time or _now()
         api.replace_namespaced_lease(

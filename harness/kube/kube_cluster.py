@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from pathways_chaos.faults.jobset import JOB_INDEX_LABEL, JOBSET_NAME_LABEL, REPLICATED_JOB_LABEL
 from pathways_chaos.harness.engine.clock import Clock
 from pathways_chaos.harness.engine.fake_cluster import FakeCluster, SliceState
 from pathways_chaos.harness.engine.topology import SliceTopology
@@ -27,9 +28,6 @@ if TYPE_CHECKING:
 
     from pathways_chaos.faults.kubernetes import KubeTarget
 
-JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
-REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
-JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
 PROXY_CONTAINER = "pathways-proxy"
 ELASTIC_FLAG = "--num_elastic_instances"
 #: Real seconds to wait for the API to show what a fault did (a watch event, a Pod running).
@@ -86,14 +84,29 @@ def connect(spec: ClusterSpec) -> ApiClient:
     try:
         contexts, _ = config.list_kube_config_contexts(config_file=spec.kubeconfig)
     except (ConfigException, OSError) as error:
-        raise ChaosConfigError(f"--cluster: cannot read a kubeconfig: {error}") from None
-    names = [c["name"] for c in contexts]
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ChaosConfigError(f"--cluster: cannot read a kubeconfig: {first}") from None
+    except Exception as error:  # a file that is not YAML, or YAML that is not a kubeconfig
+        raise ChaosConfigError(
+            f"--cluster: {spec.kubeconfig or 'the kubeconfig'} is not a valid kubeconfig "
+            f"({type(error).__name__}): point --cluster at a kubeconfig file"
+        ) from None
+    if not isinstance(contexts, list):
+        raise ChaosConfigError("--cluster: the kubeconfig has no contexts list")
+    names = [str(c.get("name")) for c in contexts if isinstance(c, dict)]
     if spec.context not in names:
         raise ChaosConfigError(
             f"--cluster: unknown context {spec.context!r}; the kubeconfig has "
             f"{', '.join(names) or 'none'}"
         )
-    api = config.new_client_from_config(config_file=spec.kubeconfig, context=spec.context)
+    try:
+        api = config.new_client_from_config(config_file=spec.kubeconfig, context=spec.context)
+    except Exception as error:  # a context whose cluster or user entry is missing or broken
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ChaosConfigError(
+            f"--cluster: context {spec.context!r} cannot be loaded ({first}): fix its cluster "
+            "and user entries in the kubeconfig"
+        ) from None
     api.configuration.retries = 0
     try:
         client.VersionApi(api).get_code(_request_timeout=5)

@@ -53,8 +53,8 @@ def first_problem(config: pytest.Config) -> str | None:
             return f"{env}={raw}: use a whole number >= 1"
     slices = _opt(config, "fake_slices") or sizes.get("--fake-slices", 4)
     per_slice = _opt(config, "fake_devices_per_slice") or sizes.get("--fake-devices-per-slice", 2)
+    from pathways_chaos.harness.engine.topology import SliceTopology
     from pathways_chaos.harness.errors import ChaosError
-    from pathways_chaos.harness.topology import SliceTopology
 
     try:
         SliceTopology(int(str(slices)), int(str(per_slice)))
@@ -76,7 +76,8 @@ def first_problem(config: pytest.Config) -> str | None:
     namespace = _opt(config, "namespace")
     if namespace is not None and not _DNS_LABEL.match(str(namespace)):
         return f"--namespace={namespace!r} is not a Kubernetes namespace name (a DNS label)"
-    for allowed in _opt(config, "chaos_allow_namespace") or []:
+    allowed_list = _opt(config, "chaos_allow_namespace")
+    for allowed in allowed_list if isinstance(allowed_list, list) else []:
         if not _DNS_LABEL.match(str(allowed)):
             return (
                 f"--chaos-allow-namespace={allowed!r} is not a Kubernetes namespace name; "

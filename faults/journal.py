@@ -686,18 +686,23 @@ def _undo_delete_job(api_client: ApiClient, entry: dict[str, Any], dry_run: bool
 
 def _wait_gone(read: Callable[[], Any | None], uid: str | None, what: str) -> Any | None:
     """Waits (bounded) until the Job with ``uid`` is gone; returns what holds the name then."""
-    deadline = time.monotonic() + TERMINATING_JOB_WAIT_S
-    while True:
-        job = read()
-        if job is None or job.metadata.uid != uid:
-            return job
-        if time.monotonic() > deadline:
-            finalizers = ", ".join(job.metadata.finalizers or []) or "none"
-            raise RuntimeError(
-                f"{what}: the deleted Job is still terminating after "
-                f"{TERMINATING_JOB_WAIT_S:.0f} s (finalizers: {finalizers}); run rollback again"
-            )
-        time.sleep(0.2)
+    from pathways_chaos.harness.kube.watching import wait_for
+
+    seen: list[Any] = [None]
+
+    def gone() -> bool:
+        seen[0] = read()
+        return seen[0] is None or seen[0].metadata.uid != uid
+
+    try:
+        wait_for(gone, TERMINATING_JOB_WAIT_S, interval=0.2, what=what)
+    except TimeoutError:
+        finalizers = ", ".join(seen[0].metadata.finalizers or []) or "none"
+        raise RuntimeError(
+            f"{what}: the deleted Job is still terminating after "
+            f"{TERMINATING_JOB_WAIT_S:.0f} s (finalizers: {finalizers}); run rollback again"
+        ) from None
+    return seen[0]
 
 
 def job_manifest_for_recreate(api_client: ApiClient, job: Any) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from pathways_chaos.faults.jobset import (
     JOBSET_NAME_LABEL,
     REPLICATED_JOB_LABEL,
     WORKER_REPLICATED_JOB,
+    slice_selector,
 )
 from pathways_chaos.faults.journal import RollbackJournal, job_manifest_for_recreate
 from pathways_chaos.faults.model import Fault, FaultSpecError
@@ -120,10 +121,7 @@ class KubeTarget:
             self.journal.bind(self.api_client, namespace=self.namespace, jobset=self.jobset)
 
     def slice_selector(self, slice_index: int) -> str:
-        return (
-            f"{JOBSET_NAME_LABEL}={self.jobset},{REPLICATED_JOB_LABEL}={WORKER_REPLICATED_JOB},"
-            f"{JOB_INDEX_LABEL}={slice_index}"
-        )
+        return slice_selector(self.jobset, slice_index)
 
     def retry(self, fn: Callable[[], Any], retry_on: frozenset[int] = RETRYABLE_STATUSES) -> Any:
         return call_with_retries(fn, attempts=self.retry_attempts, retry_on=retry_on)

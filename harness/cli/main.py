@@ -71,12 +71,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from pathways_chaos.faults.model import check_schedule_fits, parse_schedule
     from pathways_chaos.harness.engine.topology import SliceTopology, request_cpu_devices
+    from pathways_chaos.harness.errors import ChaosConfigError
 
+    # Every input is checked before JAX starts: a typo costs milliseconds, not a JAX start-up.
     topology = SliceTopology(args.slices, args.devices_per_slice)
+    if args.steps < 1:
+        raise ChaosConfigError(f"--steps {args.steps}: use a whole number of steps >= 1")
+    schedule = parse_schedule(args.schedule)
+    check_schedule_fits(schedule, topology.num_slices, kubernetes=False)
+    if args.log is not None and args.log.is_dir():
+        raise ChaosConfigError(
+            f"--log {args.log} is a folder: name a file, e.g. {args.log}/demo.jsonl"
+        )
     request_cpu_devices(topology.device_count)  # before anything starts JAX
     _quiet_libraries()
-    from pathways_chaos.faults.model import parse_schedule
     from pathways_chaos.harness.engine.clock import make_clock
     from pathways_chaos.harness.engine.episode import run_episode
     from pathways_chaos.harness.engine.fake_cluster import FakeCluster
@@ -84,7 +94,6 @@ def _demo(args: argparse.Namespace) -> int:
     from pathways_chaos.harness.reference.trainer import TrainerConfig
     from pathways_chaos.harness.reports import report
 
-    schedule = parse_schedule(args.schedule)
     with tempfile.TemporaryDirectory() as tmp:
         config = TrainerConfig(
             mode=args.mode, scale_up=args.scale_up, final_step=args.steps, checkpoint_dir=tmp
@@ -103,9 +112,20 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from pathways_chaos.harness.engine.recorder import read_log
+    import json
 
-    events = read_log(args.log)
+    from pathways_chaos.harness.engine.recorder import read_log
+    from pathways_chaos.harness.errors import ChaosConfigError
+
+    try:
+        events = read_log(args.log)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ChaosConfigError(
+            f"{args.log} is not a JSONL event log ({type(error).__name__}): give the file "
+            "an episode wrote (--log, --chaos-log-dir)"
+        ) from None
+    if not all(isinstance(e, dict) and "kind" in e for e in events):
+        raise ChaosConfigError(f"{args.log} is not an event log: its lines have no 'kind'")
     if any(e["kind"] == "run_start" for e in events):
         from pathways_chaos.harness.engine.topology import request_cpu_devices
 

@@ -171,6 +171,8 @@ NEEDED_PERMISSIONS = (
     ("get", "", "nodes", "", False),
     ("patch", "", "nodes", "", False),
     ("list", "batch", "jobs", "", True),
+    ("create", "coordination.k8s.io", "leases", "", True),
+    ("update", "coordination.k8s.io", "leases", "", True),
 )
 
 

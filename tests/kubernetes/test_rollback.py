@@ -87,6 +87,7 @@ def test_an_entry_whose_change_never_happened_undoes_to_nothing(
     api = pathways_workload.api_client
     node: Any = client.CoreV1Api(api).read_node(pathways_workload.all_node_names()[0])
     journal = RollbackJournal(tmp_path / "j.jsonl")
+    journal.bind(api)
     journal.record("cordon", node=node.metadata.name, uid=node.metadata.uid)
     taint = {
         "key": "cloud.google.com/active-node-maintenance",
@@ -103,7 +104,7 @@ def test_an_entry_whose_change_never_happened_undoes_to_nothing(
     assert result.ok
     assert [line.split(": ", 1)[1] for line in result.lines] == [
         "taint not present, nothing to undo",
-        "not ours",
+        "not cordoned (not this run's cordon), left alone",
     ]
     assert cluster_state(api) == before
 

@@ -21,7 +21,6 @@ undone. A torn last line (killed mid-write, no newline) is a change never starte
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import contextlib
 import getpass
@@ -42,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from pathways_chaos.faults.safety import (
     CORDONED_BY_ANNOTATION,
     RECREATED_BY_ANNOTATION,
+    RETRY_READS,
     api_status,
     call_with_retries,
     field_manager,
@@ -69,9 +69,6 @@ _REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
 TERMINATING_JOB_WAIT_S = 30.0
 JOURNAL_DIR_ENV = "PATHWAYS_CHAOS_JOURNAL_DIR"
 
-#: Exit codes of ``pathways-chaos rollback`` (documented in the README).
-EXIT_OK, EXIT_INCOMPLETE, EXIT_USAGE, EXIT_REFUSED, EXIT_CLUSTER = 0, 1, 2, 3, 4
-
 
 class JournalError(ChaosError):
     """A journal that cannot be read at all (a folder, a missing file); nothing was undone."""
@@ -80,7 +77,7 @@ class JournalError(ChaosError):
 class WrongCluster(ChaosError):
     """A journal replayed against a cluster it was not written for; nothing was undone."""
 
-    exit_code = EXIT_REFUSED
+    exit_code = 3
 
 
 def default_journal_dir() -> Path:
@@ -374,7 +371,7 @@ class RollbackJournal:
             try:
                 line = undo_entry(api_client, entry, dry_run=dry_run)
             except Exception as error:  # keep going: one failure must not strand the rest
-                result.errors.append(f"#{entry['seq']} {entry['action']}: {_short(error)}")
+                result.errors.append(f"#{entry['seq']} {entry['action']}: {short_error(error)}")
                 continue
             result.lines.append(f"#{entry['seq']} {line}")
             if not dry_run:
@@ -422,7 +419,7 @@ def _user() -> str:
         return "unknown"
 
 
-def _short(error: BaseException) -> str:
+def short_error(error: BaseException) -> str:
     status = api_status(error)
     if status is not None:
         reason = getattr(error, "reason", "") or ""
@@ -492,7 +489,7 @@ def _read_node(api_client: ApiClient, name: str, uid: str | None, what: str) -> 
     from kubernetes.client.rest import ApiException
 
     try:
-        node = call_with_retries(lambda: _core(api_client).read_node(name))
+        node = call_with_retries(lambda: _core(api_client).read_node(name), retry_on=RETRY_READS)
     except ApiException as error:
         if error.status == 404:
             raise _LeftAlone(f"{what}: node gone, nothing to undo") from None
@@ -639,7 +636,9 @@ def _undo_delete_job(api_client: ApiClient, entry: dict[str, Any], dry_run: bool
 
     def read() -> Any | None:
         try:
-            return call_with_retries(lambda: batch.read_namespaced_job(name, namespace))
+            return call_with_retries(
+                lambda: batch.read_namespaced_job(name, namespace), retry_on=RETRY_READS
+            )
         except ApiException as error:
             if error.status == 404:
                 return None
@@ -731,114 +730,6 @@ def job_manifest_for_recreate(api_client: ApiClient, job: Any) -> dict[str, Any]
     return data
 
 
-# -- the CLI command ------------------------------------------------------------------------
-
-ROLLBACK_EPILOG = """exit codes: 0 everything undone (or nothing to undo); 1 something was
-skipped (a malformed line, an undo that failed: see stderr); 2 bad input (no such journal,
-a folder); 3 refused (the journal belongs to another cluster); 4 the kubeconfig or the cluster
-cannot be reached."""
-
-
-def rollback_main(argv: list[str]) -> int:
-    """``pathways-chaos rollback JOURNAL | --pending``: undo what a crashed run left behind."""
-    parser = argparse.ArgumentParser(
-        prog="pathways-chaos rollback",
-        description="Undo every change recorded in a rollback journal (safe to run twice).",
-        epilog=ROLLBACK_EPILOG,
-    )
-    parser.add_argument("journal", nargs="?", help="path of the JSONL rollback journal")
-    parser.add_argument(
-        "--pending",
-        action="store_true",
-        help="undo every unfinished journal of the current cluster in the journal folder",
-    )
-    parser.add_argument(
-        "--journal-dir",
-        type=Path,
-        default=None,
-        help=f"the journal folder (default ${JOURNAL_DIR_ENV} or $XDG_STATE_HOME/pathways-chaos)",
-    )
-    parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube)")
-    parser.add_argument("--context", help="kubeconfig context (default: its current context)")
-    parser.add_argument(
-        "--dry-run", action="store_true", help="print what would be undone, change nothing"
-    )
-    parser.add_argument(
-        "--assume-cluster",
-        action="store_true",
-        help="undo a journal without a cluster header (an old one) against this cluster",
-    )
-    args = parser.parse_args(argv)
-    if bool(args.journal) == bool(args.pending):
-        parser.error("name one JOURNAL, or pass --pending (not both)")
-    try:
-        if args.pending:
-            return _rollback_pending(args)
-        return _rollback_one(args, Path(args.journal))
-    except ChaosError as error:
-        print(f"pathways-chaos rollback: {error}", file=sys.stderr)
-        return error.exit_code
-
-
-def _connect(args: argparse.Namespace) -> ApiClient:
-    """An API client for the kubeconfig, or a one-line ``ChaosError`` (exit 4)."""
-    try:
-        from kubernetes import config
-    except ImportError:
-        raise JournalError(
-            "the kubernetes package is not installed: pip install kubernetes"
-        ) from None
-    try:
-        api = config.new_client_from_config(
-            config_file=args.kubeconfig, context=args.context, persist_config=False
-        )
-    except Exception as error:  # ConfigException, YAML errors, OSError: all one line
-        raise _ClusterUnreachable(
-            f"cannot load the kubeconfig ({type(error).__name__}: "
-            f"{str(error).splitlines()[0] if str(error) else 'unreadable'}): "
-            "pass --kubeconfig FILE and --context NAME"
-        ) from None
-    api.configuration.retries = 0
-    return api
-
-
-class _ClusterUnreachable(ChaosError):
-    exit_code = EXIT_CLUSTER
-
-
-def _identity(api: ApiClient) -> ClusterIdentity:
-    try:
-        return ClusterIdentity.of(api)
-    except Exception as error:
-        raise _ClusterUnreachable(
-            f"cannot read the cluster's identity at {api.configuration.host} "
-            f"({_short(error)}): check the kubeconfig, the context and the network"
-        ) from None
-
-
-def _rollback_one(args: argparse.Namespace, path: Path) -> int:
-    if not path.exists():
-        raise JournalError(f"no journal at {path}")
-    contents = read_journal(path)
-    for note in contents.notes:
-        print(f"{path}: {note}")
-    for problem in contents.problems:
-        print(f"SKIPPED {path}: {problem}", file=sys.stderr)
-    if not contents.pending():
-        print(f"{path}: nothing to undo")
-        return EXIT_INCOMPLETE if contents.problems else EXIT_OK
-    api = _connect(args)
-    _identity(api)  # unreachable: one line, exit 4, before anything else
-    result = RollbackJournal(path).replay(
-        api, dry_run=args.dry_run, assume_cluster=args.assume_cluster
-    )
-    for line in result.lines:
-        print(line)
-    for error in result.errors:
-        print(f"FAILED {error}", file=sys.stderr)
-    return EXIT_OK if result.ok else EXIT_INCOMPLETE
-
-
 def pending_journals(directory: Path, identity: ClusterIdentity) -> list[tuple[Path, str]]:
     """Journals in ``directory`` of this cluster with changes left: (path, why it is listed)."""
     found = []
@@ -870,27 +761,6 @@ def _held_by_live_process(header: dict[str, Any]) -> bool:
     return True
 
 
-def _rollback_pending(args: argparse.Namespace) -> int:
-    directory = args.journal_dir or default_journal_dir()
-    if not directory.is_dir():
-        print(f"{directory}: no journal folder, nothing to undo")
-        return EXIT_OK
-    api = _connect(args)
-    identity = _identity(api)
-    journals = pending_journals(directory, identity)
-    if not journals:
-        print(f"{directory}: no unfinished journal for cluster {identity.cluster_uid}")
-        return EXIT_OK
-    code = EXIT_OK
-    for path, busy in journals:
-        if busy:
-            print(f"{path}: skipped, {busy} (a live session rolls it back itself)")
-            continue
-        print(f"{path}:")
-        code = max(code, _rollback_one(args, path))
-    return code
-
-
 __all__ = [
     "ClusterIdentity",
     "JournalError",
@@ -900,7 +770,7 @@ __all__ = [
     "default_journal_dir",
     "job_manifest_for_recreate",
     "new_journal_path",
+    "pending_journals",
     "read_journal",
-    "rollback_main",
     "undo_entry",
 ]

@@ -266,7 +266,9 @@ def _pod_gone_or_going(target: KubeTarget, pod: Any) -> str | None:
 
     ns, name, uid = target.namespace, pod.metadata.name, pod.metadata.uid
     try:
-        current = target.retry(lambda: target.core.read_namespaced_pod(name, ns))
+        current = target.retry(
+            lambda: target.core.read_namespaced_pod(name, ns), _RETRY_BUT_NOT_404
+        )
     except ApiException as error:
         if error.status == 404:
             return "gone"

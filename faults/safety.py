@@ -64,6 +64,8 @@ def check_opted_in(
 #: HTTP answers worth retrying: conflict (re-read and retry), not found (a cache behind), too
 #: many requests (eviction blocked by a PodDisruptionBudget, or throttling), server errors.
 RETRYABLE_STATUSES = frozenset({404, 409, 429, 500, 502, 503, 504})
+#: For reads whose 404 means something (gone): retried on everything else that is transient.
+RETRY_READS = frozenset(RETRYABLE_STATUSES - {404})
 #: Answers after which a write may or may not have happened: the server (or a proxy in front of
 #: it) may have applied it and lost the answer. Only a fresh read tells.
 UNKNOWN_OUTCOME_STATUSES = frozenset({409, 429, 500, 502, 503, 504})

@@ -140,7 +140,7 @@ def _check(args: argparse.Namespace) -> int:
 
 def _rollback(argv: list[str]) -> int:
     try:
-        from pathways_chaos.faults.journal import rollback_main
+        from pathways_chaos.harness.cli.rollback import rollback_main
     except ImportError:
         print(
             "pathways-chaos: error: the Kubernetes rollback journal is not installed",

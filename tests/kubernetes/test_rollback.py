@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from pathways_chaos.faults.journal import RollbackJournal, rollback_main, undo_entry
+from pathways_chaos.faults.journal import RollbackJournal, undo_entry
 from pathways_chaos.faults.kubernetes import (
     CordonNodes,
     DrainNodes,
@@ -25,6 +25,7 @@ from pathways_chaos.faults.kubernetes import (
 from pathways_chaos.faults.safety import CORDONED_BY_ANNOTATION
 from pathways_chaos.fixtures.control_plane import LocalControlPlane, wait_for
 from pathways_chaos.fixtures.workload import PathwaysWorkload, cluster_state
+from pathways_chaos.harness.cli.rollback import rollback_main
 
 pytestmark = pytest.mark.kube
 

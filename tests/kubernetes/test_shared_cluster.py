@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from pathways_chaos.faults.journal import RollbackJournal, read_journal, rollback_main
+from pathways_chaos.faults.journal import RollbackJournal, read_journal
 from pathways_chaos.faults.kubernetes import (
     CordonNodes,
     DeleteJob,
@@ -35,6 +35,7 @@ from pathways_chaos.faults.safety import CORDONED_BY_ANNOTATION, OPT_IN_LABEL, O
 from pathways_chaos.fixtures.control_plane import LocalControlPlane, wait_for
 from pathways_chaos.fixtures.kubernetes.pathways_jobset import PathwaysWorkload
 from pathways_chaos.fixtures.kubernetes.state import cluster_state
+from pathways_chaos.harness.cli.rollback import rollback_main
 
 pytestmark = pytest.mark.kube
 ROOT = Path(__file__).parents[2]

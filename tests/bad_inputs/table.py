@@ -69,7 +69,9 @@ PENDING_CHANGE = (
 GARBAGE_KUBECONFIG = "this: [is not: a kubeconfig\n"
 EMPTY_KUBECONFIG = (
     '{"apiVersion": "v1", "kind": "Config", "current-context": "ctx", '
-    '"contexts": [{"name": "ctx", "context": {}}]}'
+    '"contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}], '
+    '"clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}], '
+    '"users": [{"name": "u", "user": {}}]}'
 )
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from pathways_chaos.faults.journal import RollbackJournal, read_journal
+from pathways_chaos.faults.journal import RollbackJournal, read_journal, undo_entry
 from pathways_chaos.faults.kubernetes import (
     CordonNodes,
     DeleteJob,
@@ -65,7 +65,9 @@ def test_a_journal_replayed_against_another_control_plane_changes_nothing_there(
     DeleteJob(slice=1).inject(kube_target)
     assert kube_target.journal is not None
     journal = kube_target.journal.path
-    with LocalControlPlane(tmp_path / "other", controller_manager=False, scheduler=False) as other:
+    with LocalControlPlane(
+        workdir=tmp_path / "other", controller_manager=False, scheduler=False
+    ) as other:
         # The other cluster has what the journal names: the namespace and same-named Nodes.
         other_api = other.api_client()
         core: Any = client.CoreV1Api(other_api)
@@ -81,7 +83,7 @@ def test_a_journal_replayed_against_another_control_plane_changes_nothing_there(
         assert err.count("\n") == 0 and "belongs to cluster" in err and "refused" in err
         assert cluster_state(other_api) == before_there
     # Nothing was marked undone: the right cluster is still restored afterwards.
-    assert len(RollbackJournal(journal).pending()) == 2
+    assert len(RollbackJournal(journal).pending()) == 3  # two cordons and the Job
     assert rollback_main(cli(kube_control_plane, str(journal))) == 0
     pathways_workload.wait_running(timeout=60)
     assert nodes_of(cluster_state(api)) == nodes_of(before_here)
@@ -206,7 +208,7 @@ def _bare_pod(workload: PathwaysWorkload, node: str) -> str:
 
 
 def test_drain_leaves_a_pod_no_controller_owns_unless_forced(
-    pathways_workload: PathwaysWorkload, kube_target: KubeTarget
+    pathways_workload: PathwaysWorkload, kube_target: KubeTarget, make_kube_target: Any
 ) -> None:
     core: Any = client.CoreV1Api(pathways_workload.api_client)
     node = sorted({p.spec.node_name for p in pathways_workload.worker_pods(0)})[0]
@@ -221,11 +223,32 @@ def test_drain_leaves_a_pod_no_controller_owns_unless_forced(
     )
     assert any(f"{bare} left alone: no controller owns it" in e for e in kube_target.echo)  # type: ignore[attr-defined]
 
-    forced = DrainNodes(slice=0, force=True).inject(kube_target)
-    assert any(f"evicted pod {pathways_workload.namespace}/{bare}" in line for line in forced)
     assert kube_target.journal is not None
-    undo = kube_target.journal.replay(kube_target.api_client)
-    assert any("nothing recreates it (no controller)" in line for line in undo.lines)
+    assert not [e for e in kube_target.journal.entries() if e.get("name") == bare]
+
+    dry = make_kube_target(pathways_workload, armed=False)
+    plan = DrainNodes(slice=1, force=True).inject(dry)  # slice 1's Nodes are not cordoned
+    assert not any(bare in line for line in plan)  # not on slice 1's Nodes
+    undo = undo_entry(
+        pathways_workload.api_client,
+        {
+            "action": "evict_pod",
+            "namespace": pathways_workload.namespace,
+            "name": bare,
+            "owner": None,
+        },
+    )
+    assert undo.endswith("nothing to undo, and nothing recreates it (no controller)")
+
+
+def test_a_forced_drain_evicts_a_pod_no_controller_owns(
+    pathways_workload: PathwaysWorkload, make_kube_target: Any
+) -> None:
+    node = sorted({p.spec.node_name for p in pathways_workload.worker_pods(0)})[0]
+    bare = _bare_pod(pathways_workload, node)
+    dry = make_kube_target(pathways_workload, armed=False)
+    plan = DrainNodes(slice=0, force=True).inject(dry)
+    assert f"DRY RUN: would evict pod {pathways_workload.namespace}/{bare}" in plan
 
 
 def test_a_job_still_terminating_is_waited_for_then_recreated_and_verified(

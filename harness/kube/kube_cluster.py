@@ -17,7 +17,12 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from pathways_chaos.faults.jobset import JOB_INDEX_LABEL, JOBSET_NAME_LABEL, REPLICATED_JOB_LABEL
+from pathways_chaos.faults.jobset import (
+    JOB_INDEX_LABEL,
+    JOBSET_NAME_LABEL,
+    REPLICATED_JOB_LABEL,
+    WORKER_REPLICATED_JOB,
+)
 from pathways_chaos.harness.engine.clock import Clock
 from pathways_chaos.harness.engine.fake_cluster import FakeCluster, SliceState
 from pathways_chaos.harness.engine.topology import SliceTopology
@@ -286,7 +291,9 @@ class PodBridge:
         from kubernetes import client
 
         core: Any = client.CoreV1Api(self.api)
-        selector = f"{JOBSET_NAME_LABEL}={self.spec.jobset},{REPLICATED_JOB_LABEL}=worker"
+        selector = (
+            f"{JOBSET_NAME_LABEL}={self.spec.jobset},{REPLICATED_JOB_LABEL}={WORKER_REPLICATED_JOB}"
+        )
         self._watch = ListWatch(
             core.list_namespaced_pod,
             self.spec.namespace,

@@ -11,7 +11,12 @@ from typing import Any
 
 import pytest
 
-from pathways_chaos.harness.kube.kube_cluster import JOB_INDEX_LABEL, JOBSET_NAME_LABEL
+from pathways_chaos.faults.jobset import (
+    JOB_INDEX_LABEL,
+    JOBSET_NAME_LABEL,
+    REPLICATED_JOB_LABEL,
+    WORKER_REPLICATED_JOB,
+)
 
 TAIL_LINES = 200
 
@@ -32,8 +37,8 @@ def collect(api: Any, namespace: str, jobset: str, slices: Iterable[int]) -> dic
     out: dict[str, str] = {}
     for pod in sorted(pods, key=lambda p: p.metadata.name):
         labels = pod.metadata.labels or {}
-        role = labels.get("jobset.sigs.k8s.io/replicatedjob-name", "")
-        if role == "worker" and int(labels.get(JOB_INDEX_LABEL, -1)) not in wanted:
+        role = labels.get(REPLICATED_JOB_LABEL, "")
+        if role == WORKER_REPLICATED_JOB and int(labels.get(JOB_INDEX_LABEL, -1)) not in wanted:
             continue
         for container in pod.spec.containers:
             key = f"{pod.metadata.name}/{container.name}"

@@ -353,3 +353,23 @@ def test_two_concurrent_armed_sessions_the_second_refuses_in_one_line(
     ]
     assert len(refusal) == 1 and "run " in refusal[0]
     assert "Traceback" not in second.stdout + second.stderr
+
+
+def test_the_allowlist_option_refuses_a_namespace_outside_it_once(
+    pathways_workload: PathwaysWorkload, kube_control_plane: LocalControlPlane, tmp_path: Path
+) -> None:
+    (tmp_path / "test_hold.py").write_text(textwrap.dedent(HOLDER_TEST))
+    (tmp_path / "release").write_text("at once")
+    argv = [
+        sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "test_hold.py",
+        f"--cluster={kube_control_plane.kubeconfig}:{kube_control_plane.context}",
+        f"--namespace={pathways_workload.namespace}",
+        f"--jobset={pathways_workload.jobset}",
+        "--chaos-allow-namespace=training-a", "--chaos-allow-namespace=training-b",
+    ]  # fmt: skip
+    env = {**os.environ, "READY": str(tmp_path / "ready"), "RELEASE": str(tmp_path / "release")}
+    out = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 3, out.stdout[-2000:] + out.stderr[-2000:]
+    lines = [line for line in out.stdout.splitlines() if "is not among the allowed" in line]
+    assert len(lines) == 1 and "training-a, training-b" in lines[0]
+    assert not (tmp_path / "ready").exists()  # refused before any test ran

@@ -150,3 +150,15 @@ def test_an_error_that_says_the_write_failed_is_not_retried() -> None:
 
     with pytest.raises(Forbidden):
         write_confirmed(write, lambda: pytest.fail("no read needed"), sleep=lambda s: None)
+
+
+def test_rollback_of_a_journal_with_nothing_pending_needs_no_kubeconfig(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pathways_chaos.harness.cli.rollback import rollback_main
+
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-such-kubeconfig"))
+    path = tmp_path / "j.jsonl"
+    write_lines(path, HEADER, CORDON, {"undone": 1, "result": "uncordoned node n1"})
+    assert rollback_main([str(path)]) == 0
+    assert "nothing to undo" in capsys.readouterr().out

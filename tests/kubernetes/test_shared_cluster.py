@@ -373,3 +373,22 @@ def test_the_allowlist_option_refuses_a_namespace_outside_it_once(
     lines = [line for line in out.stdout.splitlines() if "is not among the allowed" in line]
     assert len(lines) == 1 and "training-a, training-b" in lines[0]
     assert not (tmp_path / "ready").exists()  # refused before any test ran
+
+
+def test_a_fake_smaller_than_the_jobset_stops_the_session_once(
+    pathways_workload: PathwaysWorkload, kube_control_plane: LocalControlPlane, tmp_path: Path
+) -> None:
+    (tmp_path / "test_two.py").write_text(
+        "def test_a(cluster):\n    pass\n\n\ndef test_b(cluster):\n    pass\n"
+    )
+    argv = [
+        sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "test_two.py",
+        f"--cluster={kube_control_plane.kubeconfig}:{kube_control_plane.context}",
+        f"--namespace={pathways_workload.namespace}",
+        f"--jobset={pathways_workload.jobset}",
+        "--fake-slices=1",
+    ]  # fmt: skip
+    out = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 4, out.stdout[-2000:] + out.stderr[-2000:]
+    lines = [line for line in out.stdout.splitlines() if "pass --fake-slices=2" in line]
+    assert len(lines) == 1 and "Traceback" not in out.stdout + out.stderr

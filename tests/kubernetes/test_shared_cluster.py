@@ -295,10 +295,15 @@ def test_a_second_armed_session_is_refused_naming_the_holder_and_a_dead_holder_e
         message = str(refused.value)
         assert "\n" not in message and first.holder in message and message.startswith("refused:")
     TargetLease(api, ns, js, "second").acquire()  # released at exit: free again
+    client.CoordinationV1Api(api).delete_namespaced_lease(f"pathways-chaos-{js}", ns)
 
-    dead = TargetLease(api, ns, js, "dead", duration_s=1)
-    coordination: Any = client.CoordinationV1Api(api)
-    coordination.delete_namespaced_lease(dead.name, ns)
+    with TargetLease(api, ns, js, "renewing", duration_s=3) as held:
+        time.sleep(3.5)  # longer than the lease: only its renewals keep it
+        assert held.renewals >= 1 and held.lost is None
+        with pytest.raises(LeaseHeld):
+            TargetLease(api, ns, js, "other").acquire()
+
+    dead = TargetLease(api, ns, js, "dead", duration_s=1)  # the renewing one released it
     dead.acquire()  # ... and the process dies: no renewals, no release
     with pytest.raises(LeaseHeld):
         TargetLease(api, ns, js, "early").acquire()
@@ -392,3 +397,45 @@ def test_a_fake_smaller_than_the_jobset_stops_the_session_once(
     assert out.returncode == 4, out.stdout[-2000:] + out.stderr[-2000:]
     lines = [line for line in out.stdout.splitlines() if "pass --fake-slices=2" in line]
     assert len(lines) == 1 and "Traceback" not in out.stdout + out.stderr
+
+
+def test_rollback_pending_undoes_this_clusters_unfinished_journals_only(
+    pathways_workload: PathwaysWorkload,
+    kube_control_plane: LocalControlPlane,
+    make_kube_target: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    api = pathways_workload.api_client
+    before = nodes_of(cluster_state(api))
+    folder = tmp_path / "journals"
+    crashed = RollbackJournal(folder / "20260101T000000Z-crashed.jsonl")
+    CordonNodes(slice=0).inject(make_kube_target(pathways_workload, armed=True, journal=crashed))
+    # Another cluster's journal, and one a live session (another process) still holds.
+    other = folder / "20260101T000001Z-other.jsonl"
+    other.write_text(
+        '{"journal": 2, "run": "o", "cluster_uid": "another-cluster", "server": "https://x"}\n'
+        '{"seq": 1, "run": "o", "action": "cordon", "node": "n1", "uid": "u"}\n'
+    )
+    live_process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        live = RollbackJournal(folder / "20260101T000002Z-live.jsonl")
+        TaintNode(slice=1, host=0).inject(
+            make_kube_target(pathways_workload, armed=True, journal=live)
+        )
+        text = live.path.read_text().replace(f'"pid": {os.getpid()}', f'"pid": {live_process.pid}')
+        live.path.write_text(text)
+
+        code = rollback_main(cli(kube_control_plane, "--pending", "--journal-dir", str(folder)))
+
+        out = capsys.readouterr().out
+        assert code == 0
+        assert f"{live.path}: skipped, in use by pid {live_process.pid}" in out
+        assert "uncordoned node" in out and str(other) not in out
+        assert crashed.pending() == [] and len(live.pending()) == 1
+        assert len(RollbackJournal(other).pending()) == 1
+    finally:
+        live_process.kill()
+        live_process.wait()
+    assert rollback_main(cli(kube_control_plane, "--pending", "--journal-dir", str(folder))) == 0
+    assert nodes_of(cluster_state(api)) == before

@@ -20,7 +20,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from pathways_chaos.fixtures.control_plane import LocalControlPlane
-from pathways_chaos.fixtures.workload import apply_rbac, delete_cluster_scoped
+from pathways_chaos.fixtures.kubernetes.rbac import apply_rbac, delete_cluster_scoped
 
 pytestmark = pytest.mark.kube
 

@@ -26,12 +26,9 @@ from pathways_chaos.faults.kubernetes import (
     TaintNode,
 )
 from pathways_chaos.fixtures.control_plane import LocalControlPlane
-from pathways_chaos.fixtures.workload import (
-    PathwaysWorkload,
-    apply_rbac,
-    cluster_state,
-    delete_cluster_scoped,
-)
+from pathways_chaos.fixtures.kubernetes.pathways_jobset import PathwaysWorkload
+from pathways_chaos.fixtures.kubernetes.rbac import apply_rbac, delete_cluster_scoped
+from pathways_chaos.fixtures.kubernetes.state import cluster_state
 
 pytestmark = pytest.mark.kube
 

@@ -24,7 +24,8 @@ from pathways_chaos.faults.kubernetes import (
 )
 from pathways_chaos.faults.safety import CORDONED_BY_ANNOTATION
 from pathways_chaos.fixtures.control_plane import LocalControlPlane, wait_for
-from pathways_chaos.fixtures.workload import PathwaysWorkload, cluster_state
+from pathways_chaos.fixtures.kubernetes.pathways_jobset import PathwaysWorkload
+from pathways_chaos.fixtures.kubernetes.state import cluster_state
 from pathways_chaos.harness.cli.rollback import rollback_main
 
 pytestmark = pytest.mark.kube

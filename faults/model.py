@@ -8,7 +8,6 @@ Text form of one scheduled fault: ``KIND@TRIGGER=VALUE[:PARAM=VALUE...]``, for e
 from __future__ import annotations
 
 import abc
-import contextlib
 import dataclasses
 import json
 import math
@@ -21,8 +20,10 @@ TargetT = TypeVar("TargetT")
 
 #: Trigger kinds: ``step`` fires after that step ran (before it is committed), ``time`` at that
 #: many seconds on the episode clock, ``restore`` on the Nth restore of the run, ``save`` on
-#: the Nth snapshot save, ``attempt`` at the start of the Nth attempt.
-TRIGGER_KINDS = ("step", "time", "restore", "save", "attempt")
+#: the Nth snapshot save, ``attempt`` at the start of the Nth attempt, ``batch`` when the Nth
+#: batch has been drawn from the data iterator (counted over the episode, from 1). For a
+#: user's own loop, which has no step events, ``step=N`` means ``batch=N``.
+TRIGGER_KINDS = ("step", "time", "restore", "save", "attempt", "batch")
 
 
 class FaultSpecError(ChaosError, ValueError):
@@ -128,8 +129,7 @@ class Fault[TargetT](abc.ABC):
 
 
 def fault_kinds() -> dict[str, type[Fault[Any]]]:
-    """Every registered fault kind (importing faults.slice and faults.kubernetes fills it)."""
-    _load_builtin_kinds()
+    """Every registered fault kind (importing the ``faults`` package registers the built-ins)."""
     return dict(_REGISTRY)
 
 
@@ -245,21 +245,12 @@ def check_schedule_fits(schedule: Schedule, num_slices: int, *, kubernetes: bool
 
 
 def _fault_class(kind: str) -> type[Fault[Any]]:
-    _load_builtin_kinds()
     try:
         return _REGISTRY[kind]
     except KeyError:
         raise FaultSpecError(
             f"unknown fault kind {kind!r}: known kinds are {', '.join(sorted(_REGISTRY))}"
         ) from None
-
-
-def _load_builtin_kinds() -> None:
-    # Importing the injector modules registers their kinds; they import nothing heavy at load.
-    from pathways_chaos.faults import slice as _slice  # noqa: F401
-
-    with contextlib.suppress(ImportError):  # the Kubernetes injectors are optional
-        from pathways_chaos.faults import kubernetes as _k8s  # noqa: F401
 
 
 def _parse_number(value: str, context: str) -> int | float:

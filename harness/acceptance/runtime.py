@@ -25,6 +25,7 @@ from pathways_chaos.harness.acceptance.loop import (
     plain_run,
     trainer_config,
 )
+from pathways_chaos.harness.acceptance.loop_runtime import with_loop_rows
 from pathways_chaos.harness.acceptance.table import CheckResult, Finding
 from pathways_chaos.harness.engine.episode import EpisodeResult
 from pathways_chaos.harness.engine.recorder import Event
@@ -90,18 +91,17 @@ class RuntimeRuns:
         )
 
     def _episode(self, name: str, schedule: str, **overrides: Any) -> EpisodeResult:
-        from pathways_chaos.faults.model import parse_schedule
-        from pathways_chaos.harness.engine.episode import run_episode
-        from pathways_chaos.harness.engine.fake_cluster import FakeCluster
+        from pathways_chaos.harness.play import play
 
-        with FakeCluster(self.topology) as cluster:
-            return run_episode(
-                cluster,
-                trainer_config(self.adapter, **overrides),
-                parse_schedule(schedule),
-                log_path=self.workdir / f"{name}.jsonl",
-                trainer_factory=AdapterTrainer.factory(self.adapter),
-            )
+        return play(
+            schedule,
+            config=trainer_config(self.adapter, **overrides),
+            topology=self.topology,
+            trainer=AdapterTrainer.factory(self.adapter),
+            log_path=self.workdir / f"{name}.jsonl",
+            replay=False,  # the runtime checks judge against the adapter's own baseline
+            expect_completed=False,
+        ).result
 
     def close(self) -> None:
         if self._tmp is not None:
@@ -179,7 +179,7 @@ def check_compile_time(runs: RuntimeRuns) -> CheckResult:
                 f"{'es' if meshes != 1 else ''}: it recompiles in steady state. {note}",
             )
         )
-    return CheckResult(
+    result = CheckResult(
         "compile-time",
         "compile time apart from steady-state step time, and no steady-state recompiles",
         "keep batch shapes and dtypes fixed (pad or bucket), pass Python values as static "
@@ -187,6 +187,7 @@ def check_compile_time(runs: RuntimeRuns) -> CheckResult:
         tuple(findings),
         note,
     )
+    return _not_judged_if_failed(result, runs.migrated, "data-order", "the migrated run")
 
 
 def check_input_wait(runs: RuntimeRuns) -> CheckResult:
@@ -199,7 +200,7 @@ def check_input_wait(runs: RuntimeRuns) -> CheckResult:
         note = f"input wait {wait * 1e3:.2f} ms vs step {step * 1e3:.2f} ms (medians)"
         if not findings and wait >= MAX_INPUT_WAIT_RATIO * step:
             findings.append(Finding("migrated run", f"{note}: the device waits on the loader"))
-    return CheckResult(
+    result = CheckResult(
         "input-wait",
         "input wait time against step time",
         "prefetch asynchronously (grain read-ahead), or move input processing onto the "
@@ -207,6 +208,7 @@ def check_input_wait(runs: RuntimeRuns) -> CheckResult:
         tuple(findings),
         note,
     )
+    return _not_judged_if_failed(result, runs.migrated, "data-order", "the migrated run")
 
 
 def check_interruption(runs: RuntimeRuns) -> CheckResult:
@@ -257,7 +259,7 @@ def check_recovery_time(runs: RuntimeRuns) -> CheckResult:
                 f"recovered in {r['recovery_s']:.1f} s of episode time "
                 f"({r['recovery_wall_s']:.2f} s wall) in {runs.adapter.recovery_mode} mode"
             )
-    return CheckResult(
+    result = CheckResult(
         "recovery-time",
         "recovery time after a lost slice is measured and within budget",
         "resize to continue on the survivors instead of waiting for the slice; keep restore "
@@ -265,23 +267,18 @@ def check_recovery_time(runs: RuntimeRuns) -> CheckResult:
         tuple(findings),
         "; ".join(notes),
     )
+    if rec and any(not r["recovered"] for r in rec):
+        return result.blocked_by("interruption", "training never resumed after the lost slice")
+    return result
 
 
 def check_live_arrays(runs: RuntimeRuns) -> CheckResult:
     events = runs.interrupted.events
     ready = [e for e in events if e["kind"] == "attempt_ready" and e.get("reason") == "attempt"]
     findings = [Finding("interrupted run", p) for p in oracle.check_no_leaks(events)]
-    if len(ready) < 2 and not findings:
-        failed = _episode_failed("interrupted run", runs.interrupted)
-        why = f" ({failed[0].message})" if failed else ""
-        findings.append(
-            Finding(
-                "interrupted run",
-                f"{len(ready)} attempt(s) got ready: no retry to compare against{why}",
-            )
-        )
+    no_retry = len(ready) < 2 and not findings
     counts = [e["live"]["by_kind"].get("device", 0) for e in ready]
-    return CheckResult(
+    result = CheckResult(
         "live-arrays",
         "live device arrays do not grow from attempt to attempt",
         "do not keep device arrays of a failed attempt in globals, caches or callbacks; let "
@@ -289,6 +286,11 @@ def check_live_arrays(runs: RuntimeRuns) -> CheckResult:
         tuple(findings),
         f"live device arrays per attempt: {counts}",
     )
+    if no_retry:  # nothing to compare: the interruption row says why no retry happened
+        return result.blocked_by(
+            "interruption", f"{len(ready)} attempt(s) got ready, no retry to compare against"
+        )
+    return result
 
 
 RUNTIME_CHECKS: dict[str, Callable[[RuntimeRuns], CheckResult]] = {
@@ -301,9 +303,20 @@ RUNTIME_CHECKS: dict[str, Callable[[RuntimeRuns], CheckResult]] = {
     "recovery-time": check_recovery_time,
     "live-arrays": check_live_arrays,
 }
+# With --chaos-loop the rows run the team's own loop (harness/acceptance/loop_runtime.py).
+RUNTIME_CHECKS = with_loop_rows(RUNTIME_CHECKS)
 
 
 # -- helpers -------------------------------------------------------------------------------
+def _not_judged_if_failed(
+    result: CheckResult, episode: EpisodeResult, row: str, what: str
+) -> CheckResult:
+    """A measurement of a run that did not complete is not judged: ``row`` reports the run."""
+    if result.findings and not episode.completed:
+        return result.blocked_by(row, f"{what} did not complete")
+    return result
+
+
 def _restore_check(
     runs: RuntimeRuns, result: EpisodeResult, source: str, check: str, title: str, fix: str
 ) -> CheckResult:
@@ -340,7 +353,7 @@ def _restore_check(
     if not findings:
         findings += _state_differs(f"run restored from a {source}", result, runs.baseline)
     steps = sorted({r["step"] for r in restores})
-    return CheckResult(
+    row = CheckResult(
         check,
         title,
         fix,
@@ -348,6 +361,10 @@ def _restore_check(
         f"{source} of step {', '.join(map(str, steps))} restored bitwise; data position and "
         "final state match the baseline",
     )
+    if source == "snapshot" and not restores and not result.completed:
+        # The run never got to a retry: the interruption row says why, not a restore habit.
+        return row.blocked_by("interruption", "no restore happened, the interrupted run failed")
+    return row
 
 
 def _steps(result: EpisodeResult) -> list[Event]:

@@ -12,6 +12,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from pathways_chaos.harness.cli.quiet import quiet_libraries
+
 DEMO_SCHEDULE = "data_loss@step=12:slice=2,data_loss@step=25:slice=1,repair@step=30:slice=2"
 
 
@@ -36,8 +38,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--mode", default="resize", help="pause_resume or resize")
     demo.add_argument("--scale-up", default="in_loop", help="in_loop, signal or off")
     demo.add_argument("--steps", type=int, default=50)
+    demo.add_argument("--schedule", default=None, help="faults, e.g. data_loss@step=12:slice=2")
     demo.add_argument(
-        "--schedule", default=DEMO_SCHEDULE, help="faults, e.g. data_loss@step=12:slice=2"
+        "--loop",
+        default=None,
+        metavar="MODULE:FUNC",
+        help="run your own elastic loop (unchanged) instead of the reference trainer",
     )
     demo.add_argument("--clock", default="fake", choices=("fake", "real"))
     demo.add_argument("--log", type=Path, default=None, help="write the JSONL event log here")
@@ -79,28 +85,32 @@ def _demo(args: argparse.Namespace) -> int:
     topology = SliceTopology(args.slices, args.devices_per_slice)
     if args.steps < 1:
         raise ChaosConfigError(f"--steps {args.steps}: use a whole number of steps >= 1")
-    schedule = parse_schedule(args.schedule)
-    check_schedule_fits(schedule, topology.num_slices, kubernetes=False)
+    schedule = None if args.loop else parse_schedule(args.schedule or DEMO_SCHEDULE)
+    if schedule is not None:
+        check_schedule_fits(schedule, topology.num_slices, kubernetes=False)
     if args.log is not None and args.log.is_dir():
         raise ChaosConfigError(
             f"--log {args.log} is a folder: name a file, e.g. {args.log}/demo.jsonl"
         )
     request_cpu_devices(topology.device_count)  # before anything starts JAX
-    _quiet_libraries()
-    from pathways_chaos.harness.engine.clock import make_clock
-    from pathways_chaos.harness.engine.episode import run_episode
-    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
-    from pathways_chaos.harness.judging import oracle
+    quiet_libraries()
+    if args.loop:
+        from pathways_chaos.harness.cli.loop_demo import demo_loop
+
+        return demo_loop(args, topology)
+    from pathways_chaos.harness.play import play
     from pathways_chaos.harness.reference.trainer import TrainerConfig
     from pathways_chaos.harness.reports import report
 
+    assert schedule is not None
     with tempfile.TemporaryDirectory() as tmp:
         config = TrainerConfig(
             mode=args.mode, scale_up=args.scale_up, final_step=args.steps, checkpoint_dir=tmp
         )
-        with FakeCluster(topology, clock=make_clock(args.clock)) as cluster:
-            result = run_episode(cluster, config, schedule, log_path=args.log)
-    verdict = oracle.check(result.events)
+        outcome = play(
+            schedule, config=config, topology=topology, clock=args.clock, log_path=args.log
+        )
+    result, verdict = outcome.result, outcome.verdict
     print(f"pathways-chaos demo: {topology} fake cluster, mode {args.mode}, {args.steps} steps")
     print(f"schedule: {schedule.to_text() or '(none)'}")
     print(report.summary(result.events, verdict))
@@ -126,6 +136,10 @@ def _check(args: argparse.Namespace) -> int:
         ) from None
     if not all(isinstance(e, dict) and "kind" in e for e in events):
         raise ChaosConfigError(f"{args.log} is not an event log: its lines have no 'kind'")
+    from pathways_chaos.harness.cli.loop_demo import check_loop_log, is_loop_log
+
+    if is_loop_log(events):
+        return check_loop_log(events)
     if any(e["kind"] == "run_start" for e in events):
         from pathways_chaos.harness.engine.topology import request_cpu_devices
 
@@ -148,13 +162,6 @@ def _rollback(argv: list[str]) -> int:
         )
         return 2
     return rollback_main(argv)
-
-
-def _quiet_libraries() -> None:
-    import logging
-
-    for name in ("pathwaysutils", "absl", "jax"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 if __name__ == "__main__":

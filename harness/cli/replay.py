@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import sys
 
+from pathways_chaos.harness.cli.quiet import quiet_libraries
 from pathways_chaos.harness.engine.episode_spec import EpisodeSpec
 
 
@@ -38,17 +39,18 @@ def replay_main(argv: list[str]) -> int:
         from pathways_chaos.harness.engine.topology import request_cpu_devices
 
         request_cpu_devices(spec.slices * spec.devices_per_slice)  # before JAX starts
-        _quiet_libraries()
+        quiet_libraries()
         from pathways_chaos.harness.engine.episode_spec import judge, run_spec
 
-        result = run_spec(spec)
+        outcome = run_spec(spec)
     except ChaosError as error:
         print(f"pathways-chaos replay: error: {error}", file=sys.stderr)
         return error.exit_code
     except OSError as error:
         print(f"pathways-chaos replay: error: {error.strerror or error}", file=sys.stderr)
         return 2
-    problems = result.unfired + judge(result.events, spec)
+    result = outcome.result
+    problems = result.unfired + judge(result.events, spec, outcome.verdict)
     ends = [e for e in result.events if e["kind"] == "run_end"]
     print(f"replay: {spec.slices}x{spec.devices_per_slice} fake cluster, trainer {spec.trainer}")
     print(f"schedule: {spec.schedule or '(none)'}; expected outcome: {spec.expect}")
@@ -62,13 +64,6 @@ def replay_main(argv: list[str]) -> int:
         return 1
     print("verdict: survived")
     return 0
-
-
-def _quiet_libraries() -> None:
-    import logging
-
-    for name in ("pathwaysutils", "absl", "jax"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 if __name__ == "__main__":

@@ -11,12 +11,11 @@ import dataclasses
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Protocol
 
 from pathways_chaos.faults.model import Schedule, ScheduledFault, check_schedule_fits
-from pathways_chaos.harness.engine.clock import Clock, FakeClock
+from pathways_chaos.harness.engine.backend import ClusterBackend
+from pathways_chaos.harness.engine.clock import FakeClock
 from pathways_chaos.harness.engine.recorder import Event, Recorder
-from pathways_chaos.harness.engine.topology import SliceTopology
 from pathways_chaos.harness.reference.trainer import ReferenceTrainer, TrainerConfig, TrainResult
 
 #: Trainer events that touch data on the mesh (and so meet a lost slice).
@@ -24,23 +23,14 @@ ACCESS_EVENTS = frozenset(
     {"step", "snapshot_save", "restore_begin", "restore_end", "attempt_ready", "scale_up"}
 )
 #: Trigger kind -> (event kind it counts, whether the value is a count or a step number).
-_EVENT_TRIGGERS = {"restore": "restore_begin", "save": "snapshot_save", "attempt": "attempt_ready"}
+_EVENT_TRIGGERS = {
+    "restore": "restore_begin",
+    "save": "snapshot_save",
+    "attempt": "attempt_ready",
+    "batch": "step",  # one batch drawn per step event
+}
 
 TrainerFactory = Callable[..., ReferenceTrainer]
-
-
-class ClusterBackend(Protocol):
-    """What an episode needs of a cluster: the fake, the bridged one, or real Pathways."""
-
-    clock: Clock
-    devices: list[Any]
-    topology: SliceTopology
-
-    def check_access(self, slices: Iterable[int]) -> None: ...
-    def lose_slice(
-        self, slice_index: int, code: str = ..., repair_after_polls: int | None = ...
-    ) -> list[str]: ...
-    def repair_slice(self, slice_index: int, after_polls: int = ...) -> list[str]: ...
 
 
 class FaultController:

@@ -15,7 +15,10 @@ from pathways_chaos.faults.jobset import (
     JOB_INDEX_LABEL,
     JOBSET_NAME_LABEL,
     REPLICATED_JOB_LABEL,
-    WORKER_REPLICATED_JOB,
+    WORKER_JOB_NAMES,
+)
+from pathways_chaos.harness.kube.kube_cluster import (
+    ClusterConnection,
 )
 
 TAIL_LINES = 200
@@ -38,7 +41,7 @@ def collect(api: Any, namespace: str, jobset: str, slices: Iterable[int]) -> dic
     for pod in sorted(pods, key=lambda p: p.metadata.name):
         labels = pod.metadata.labels or {}
         role = labels.get(REPLICATED_JOB_LABEL, "")
-        if role == WORKER_REPLICATED_JOB and int(labels.get(JOB_INDEX_LABEL, -1)) not in wanted:
+        if role in WORKER_JOB_NAMES and int(labels.get(JOB_INDEX_LABEL, -1)) not in wanted:
             continue
         for container in pod.spec.containers:
             key = f"{pod.metadata.name}/{container.name}"
@@ -60,23 +63,34 @@ def collect(api: Any, namespace: str, jobset: str, slices: Iterable[int]) -> dic
 
 
 class PodLogCollector:
-    """Attaches Pod logs to the report of every failed test that ran an episode on a cluster."""
+    """Attaches Pod logs to the report of every failed test that ran an episode on a cluster.
+
+    It learns of episodes through ``pytest_chaos_episode_finished`` and of the cluster from the
+    ``cluster_connection`` fixture (``connect``); it never looks inside a test's fixtures.
+    """
+
+    def __init__(self) -> None:
+        self.connection: ClusterConnection | None = None
+        self._events: dict[str, list[dict[str, Any]]] = {}
+
+    def connect(self, connection: ClusterConnection) -> None:
+        self.connection = connection
+
+    def pytest_chaos_episode_finished(self, node: Any, result: Any, verdict: Any) -> None:
+        self._events[node.nodeid] = list(result.events)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
         self, item: pytest.Item, call: pytest.CallInfo[None]
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
-        chaos = getattr(item, "funcargs", {}).get("chaos")
-        cluster = getattr(chaos, "cluster", None)
-        last = getattr(chaos, "last_result", None)
-        if report.when != "call" or not report.failed or last is None:
+        if report.when != "call":
             return report
-        bridge = getattr(cluster, "bridge", None)
-        if bridge is None:
+        events = self._events.pop(item.nodeid, None)
+        if not report.failed or events is None or self.connection is None:
             return report
-        spec = bridge.spec
-        logs = collect(bridge.api, spec.namespace, spec.jobset, affected_slices(last.events))
+        spec = self.connection.spec
+        logs = collect(self.connection.api, spec.namespace, spec.jobset, affected_slices(events))
         text = "\n".join(f"--- {pod}\n{body}" for pod, body in logs.items())
         report.sections.append(("pathways-chaos pod logs", text))
         reports = item.config.pluginmanager.get_plugin("pathways-chaos-report")

@@ -30,6 +30,7 @@ from pathways_chaos.harness.engine.episode_spec import (
     judge,
     run_spec,
 )
+from pathways_chaos.harness.errors import ChaosError
 
 LOSS_KINDS = ("data_loss", "deadline_exceeded", "not_found", "internal")
 
@@ -41,7 +42,7 @@ LOSS_KINDS = ("data_loss", "deadline_exceeded", "not_found", "internal")
 REPAIR_SAME_STEP = "data_loss@step=2:slice=0,repair@step=2:slice=0"
 
 
-class PropertyFailure(AssertionError):
+class PropertyFailure(ChaosError, AssertionError):
     """A property does not hold; the message says which, and how to reproduce it."""
 
 
@@ -210,7 +211,6 @@ def check_snapshot_round_trip(case: SnapshotCase, trainer: str = REFERENCE_TRAIN
     import jax
     from orbax.checkpoint.experimental.v1.training.pathways import Snapshotter
 
-    from pathways_chaos.harness.engine.episode_spec import load_trainer
     from pathways_chaos.harness.engine.fake_cluster import FakeCluster
     from pathways_chaos.harness.engine.recorder import Recorder
     from pathways_chaos.harness.engine.topology import SliceTopology
@@ -219,9 +219,10 @@ def check_snapshot_round_trip(case: SnapshotCase, trainer: str = REFERENCE_TRAIN
         check_replicated_along_replica_axis,
         load_snapshot,
     )
+    from pathways_chaos.harness.play import load_object
     from pathways_chaos.harness.reference.trainer import TrainerConfig
 
-    placer = load_trainer(trainer)(TrainerConfig(), Recorder(None))
+    placer = load_object(trainer, "trainer")(TrainerConfig(), Recorder(None))
     topology = SliceTopology(case.slices, case.devices_per_slice)
     with FakeCluster(topology) as fake:
         mesh = _mesh(fake.devices, case.slices)
@@ -497,7 +498,7 @@ def check_dataset_episode(spec: EpisodeSpec, counter: ExampleCounter | None = No
     from pathways_chaos.harness.judging.oracle import committed_lineage
     from pathways_chaos.harness.reference.data import SyntheticData
 
-    events = run_spec(spec).events
+    events = run_spec(spec, replay=False).events
     if counter is not None:
         counter.recompiles.append(recompiles(events))
     lineage, problems = committed_lineage(events)
@@ -536,7 +537,7 @@ def check_mesh_episode(spec: EpisodeSpec, counter: ExampleCounter | None = None)
     """Meshes hold exactly the active slices in slice order; nothing on the dead; no growth."""
     from pathways_chaos.harness.judging import oracle
 
-    events = run_spec(spec).events
+    events = run_spec(spec, replay=False).events
     if counter is not None:
         counter.recompiles.append(recompiles(events))
     problems = oracle.check_meshes(events) + oracle.check_no_leaks(events)
@@ -700,10 +701,11 @@ def episode_machine(
             spec = self.spec()
 
             def body() -> None:
-                events = run_spec(spec).events
+                outcome = run_spec(spec)
+                events = outcome.events
                 if counter is not None:
                     counter.recompiles.append(recompiles(events))
-                fail("end-to-end (stateful)", judge(events, spec), spec)
+                fail("end-to-end (stateful)", judge(events, spec, outcome.verdict), spec)
 
             if counter is None:
                 body()

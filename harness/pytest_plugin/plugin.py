@@ -1,7 +1,7 @@
 """The pytest11 entry point: options, markers, and the fixture modules.
 
-Imports nothing heavy: JAX is configured (its CPU device count) in ``pytest_configure``, before
-any test module can start its backend, and imported only by the fixtures that need it.
+Inert until used (see ``activation``): a session that asks for nothing of ours imports nothing
+heavy, sets no environment variable and leaves JAX alone.
 """
 
 from __future__ import annotations
@@ -19,9 +19,6 @@ if TYPE_CHECKING:
 FIXTURE_MODULES = (
     "pathways_chaos.fixtures.cluster",
     "pathways_chaos.fixtures.chaos",
-)
-#: Fixture modules that exist only once their issue landed; loaded when importable.
-OPTIONAL_FIXTURE_MODULES = (
     "pathways_chaos.fixtures.control_plane",
     "pathways_chaos.fixtures.workload",
 )
@@ -79,6 +76,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="MODULE:CLASS of the trainer the chaos suite runs (a ReferenceTrainer subclass)",
     )
     group.addoption(
+        "--chaos-loop",
+        default=None,
+        metavar="MODULE:FUNC",
+        help="your own elastic loop (MODULE:FUNC or FILE.py:FUNC), run unchanged by the chaos "
+        "suite's loop scenarios and the acceptance runtime rows (default: the sample loop)",
+    )
+    group.addoption(
         "--chaos-report",
         default=None,
         metavar="PATH",
@@ -95,6 +99,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=int,
         default=10,
         help="steps between progress lines (default 10)",
+    )
+    group.addoption(
+        "--chaos-profile",
+        choices=("ci", "dev", "nightly"),
+        default=None,
+        help="hypothesis profile of the property suites: ci (default), dev, nightly "
+        "(env PATHWAYS_CHAOS_PROFILE)",
     )
     group.addoption(
         "--chaos-arm",
@@ -123,6 +134,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="with --cluster --chaos-arm: the target Lease's duration; a dead holder's lease "
         "expires after it (default 30)",
     )
+    # The acceptance suite's options live here, not in its conftest, so that they exist when
+    # the suite runs from an installed wheel (pytest --pyargs pathways_chaos.suites.acceptance).
+    from pathways_chaos.harness.acceptance.options import add_acceptance_options
+
+    add_acceptance_options(group)
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -135,15 +151,10 @@ def pytest_configure(config: pytest.Config) -> None:
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
     option_checks.check_options(config)  # bad values: one line, exit 4, before anything runs
-    from pathways_chaos.harness.engine.topology import request_cpu_devices
+    from pathways_chaos.harness.pytest_plugin import activation
 
-    proxy = config.getoption("pathways_proxy")
-    if proxy and config.getoption("cluster"):
-        # The JAX backend is the Pathways proxy: no CPU devices to make.
-        os.environ.setdefault("JAX_PLATFORMS", "proxy")
-        os.environ.setdefault("JAX_BACKEND_TARGET", proxy)
-    else:
-        request_cpu_devices(fake_topology(config).device_count)
+    if activation.options_ask_for_devices(config) or config.getoption("cluster"):
+        activation.activate(config)
     report_path = config.getoption("chaos_report")
     if report_path:
         from pathways_chaos.harness.reports.report_plugin import ChaosReportPlugin
@@ -156,14 +167,17 @@ def pytest_configure(config: pytest.Config) -> None:
     for name in FIXTURE_MODULES:
         if not config.pluginmanager.has_plugin(name):
             config.pluginmanager.import_plugin(name)
-    for name in OPTIONAL_FIXTURE_MODULES:
-        if config.pluginmanager.has_plugin(name):
-            continue
-        try:
-            config.pluginmanager.import_plugin(name)
-        except ImportError as error:
-            if name.rsplit(".", 1)[-1] not in str(error):
-                raise
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Makes the fake devices when a collected test needs them, before the first test runs."""
+    from pathways_chaos.harness.pytest_plugin import activation
+
+    if not activation.is_active(config) and activation.items_ask_for_devices(items):
+        activation.activate(config)
+    if config.getoption("chaos_loop"):
+        _run_the_loop_scenarios_only(config, items)
 
 
 def fake_topology(config: pytest.Config) -> SliceTopology:
@@ -174,6 +188,25 @@ def fake_topology(config: pytest.Config) -> SliceTopology:
         os.environ.get("PATHWAYS_CHAOS_DEVICES_PER_SLICE", 2)
     )
     return SliceTopology(slices, per_slice)
+
+
+def _run_the_loop_scenarios_only(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With --chaos-loop, the chaos suite runs the user's loop: its reference-trainer
+    scenarios (the toolkit's own trainer) are deselected."""
+    from pathlib import Path
+
+    from pathways_chaos.harness.pytest_plugin.activation import suites_dir
+
+    suite = (suites_dir() / "chaos").resolve()
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        in_suite = Path(str(item.path)).resolve().parent == suite
+        uses_loop = "chaos_loop" in getattr(item, "fixturenames", ())
+        (drop if in_suite and not uses_loop else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from pathways_chaos.harness.pytest_plugin import option_checks
+
 if TYPE_CHECKING:
     from pathways_chaos.harness.engine.topology import SliceTopology
 
@@ -112,6 +114,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="against a real cluster, really inject faults (otherwise a dry run that prints them)",
     )
+    group.addoption(
+        "--chaos-allow-namespace",
+        action="append",
+        default=None,
+        metavar="NAMESPACE",
+        help="with --cluster: a namespace faults may touch (repeatable; default: --namespace)",
+    )
+    group.addoption(
+        "--chaos-journal-dir",
+        default=None,
+        metavar="DIR",
+        help="where armed sessions write rollback journals (default $PATHWAYS_CHAOS_JOURNAL_DIR "
+        "or $XDG_STATE_HOME/pathways-chaos/journals)",
+    )
+    group.addoption(
+        "--chaos-lease-seconds",
+        type=int,
+        default=30,
+        help="with --cluster --chaos-arm: the target Lease's duration; a dead holder's lease "
+        "expires after it (default 30)",
+    )
     # The acceptance suite's options live here, not in its conftest, so that they exist when
     # the suite runs from an installed wheel (pytest --pyargs pathways_chaos.suites.acceptance).
     from pathways_chaos.harness.acceptance.options import add_acceptance_options
@@ -128,6 +151,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
+    option_checks.check_options(config)  # bad values: one line, exit 4, before anything runs
     from pathways_chaos.harness.pytest_plugin import activation
 
     if activation.options_ask_for_devices(config) or config.getoption("cluster"):

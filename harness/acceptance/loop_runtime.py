@@ -19,11 +19,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pathways_chaos.harness.acceptance.recovery_time import recovery_findings
 from pathways_chaos.harness.acceptance.table import CheckResult, Finding
 from pathways_chaos.harness.engine.loop_episode import LoopResult, loop_name
 from pathways_chaos.harness.engine.topology import SliceTopology
 from pathways_chaos.harness.errors import ChaosConfigError
-from pathways_chaos.harness.judging import loop_oracle, oracle
+from pathways_chaos.harness.judging import loop_oracle
 
 MAX_INPUT_WAIT_RATIO = 1.0
 RECOVERY_BUDGET_S = 120.0
@@ -240,24 +241,7 @@ def check_recovery_time(runs: LoopRuns) -> CheckResult:
     )
     if not runs.interrupted_verdict.ok:
         return _blocked(result, "interruption", "the loop did not recover")
-    rec = [r for r in oracle.recoveries(runs.interrupted.events) if r["kind"] != "repair"]
-    findings, notes = [], []
-    for r in rec:
-        if not r["recovered"]:
-            findings.append(Finding("interrupted run", f"{r['fault']}: training never resumed"))
-        elif r["recovery_s"] > runs.recovery_budget_s:
-            findings.append(
-                Finding(
-                    "interrupted run",
-                    f"{r['fault']}: recovery took {r['recovery_s']:.1f} s, over the "
-                    f"{runs.recovery_budget_s:.0f} s budget",
-                )
-            )
-        else:
-            notes.append(
-                f"recovered in {r['recovery_s']:.1f} s of episode time "
-                f"({r['recovery_wall_s']:.2f} s wall)"
-            )
+    findings, notes = recovery_findings(runs.interrupted.events, runs.recovery_budget_s)
     return _with(result, findings, "; ".join(notes) or "no fault recorded")
 
 

@@ -26,6 +26,7 @@ from pathways_chaos.harness.acceptance.loop import (
     trainer_config,
 )
 from pathways_chaos.harness.acceptance.loop_runtime import with_loop_rows
+from pathways_chaos.harness.acceptance.recovery_time import recovery_findings
 from pathways_chaos.harness.acceptance.table import CheckResult, Finding
 from pathways_chaos.harness.engine.episode import EpisodeResult
 from pathways_chaos.harness.engine.recorder import Event
@@ -237,28 +238,9 @@ def check_interruption(runs: RuntimeRuns) -> CheckResult:
 
 
 def check_recovery_time(runs: RuntimeRuns) -> CheckResult:
-    result = runs.interrupted
-    rec = [r for r in oracle.recoveries(result.events) if r["kind"] != "repair"]
-    findings = []
-    notes = []
-    if not rec:
-        findings.append(Finding("interrupted run", "no fault was recorded"))
-    for r in rec:
-        if not r["recovered"]:
-            findings.append(Finding("interrupted run", f"{r['fault']}: training never resumed"))
-        elif r["recovery_s"] > runs.recovery_budget_s:
-            findings.append(
-                Finding(
-                    "interrupted run",
-                    f"{r['fault']}: recovery took {r['recovery_s']:.1f} s, over the "
-                    f"{runs.recovery_budget_s:.0f} s budget",
-                )
-            )
-        else:
-            notes.append(
-                f"recovered in {r['recovery_s']:.1f} s of episode time "
-                f"({r['recovery_wall_s']:.2f} s wall) in {runs.adapter.recovery_mode} mode"
-            )
+    events = runs.interrupted.events
+    findings, notes = recovery_findings(events, runs.recovery_budget_s, runs.adapter.recovery_mode)
+    rec = [r for r in oracle.recoveries(events) if r["kind"] != "repair"]
     result = CheckResult(
         "recovery-time",
         "recovery time after a lost slice is measured and within budget",

@@ -1,0 +1,41 @@
+"""How long each fault took to recover from, judged against the budget of the recovery-time row.
+
+Shared by the adapter's and the user loop's runtime rows, read from the oracle's timings.
+"""
+
+from __future__ import annotations
+
+from pathways_chaos.harness.acceptance.table import Finding
+from pathways_chaos.harness.engine.recorder import Event
+from pathways_chaos.harness.judging import oracle
+
+
+def recovery_findings(
+    events: list[Event], budget_s: float, mode: str = ""
+) -> tuple[list[Finding], list[str]]:
+    """Each fault's recovery, from the oracle's timings: never resumed, over budget, or a note.
+
+    Shared by the adapter's and the user loop's ``recovery-time`` rows.
+    """
+    rec = [r for r in oracle.recoveries(events) if r["kind"] != "repair"]
+    findings: list[Finding] = []
+    notes: list[str] = []
+    if not rec:
+        findings.append(Finding("interrupted run", "no fault was recorded"))
+    for r in rec:
+        if not r["recovered"]:
+            findings.append(Finding("interrupted run", f"{r['fault']}: training never resumed"))
+        elif r["recovery_s"] > budget_s:
+            findings.append(
+                Finding(
+                    "interrupted run",
+                    f"{r['fault']}: recovery took {r['recovery_s']:.1f} s, over the "
+                    f"{budget_s:.0f} s budget",
+                )
+            )
+        else:
+            notes.append(
+                f"recovered in {r['recovery_s']:.1f} s of episode time "
+                f"({r['recovery_wall_s']:.2f} s wall)" + (f" in {mode} mode" if mode else "")
+            )
+    return findings, notes

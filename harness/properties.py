@@ -9,6 +9,7 @@ and (for episodes) the replay command that reproduces it.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from pathways_chaos.harness.engine.snapshotter_release import release_snapshotter
 from pathways_chaos.harness.episode_spec import REFERENCE_TRAINER, EpisodeSpec, judge, run_spec
 
 LOSS_KINDS = ("data_loss", "deadline_exceeded", "not_found", "internal")
@@ -218,7 +220,7 @@ def check_snapshot_round_trip(case: SnapshotCase, trainer: str = REFERENCE_TRAIN
 
     placer = load_trainer(trainer)(TrainerConfig(), Recorder(None))
     topology = SliceTopology(case.slices, case.devices_per_slice)
-    with FakeCluster(topology) as fake:
+    with FakeCluster(topology) as fake, contextlib.ExitStack() as cleanup:
         mesh = _mesh(fake.devices, case.slices)
         sharding = placer.state_sharding(mesh)
         want = jax.tree.map(_host_bytes, case.tree)
@@ -230,6 +232,7 @@ def check_snapshot_round_trip(case: SnapshotCase, trainer: str = REFERENCE_TRAIN
             fail("snapshot round-trip", [f"{type(error).__name__}: {error}"])
         placed = jax.tree.map(lambda leaf: _place(leaf, sharding), case.tree)
         snapshotter = Snapshotter(replica_axis_index=0)
+        cleanup.callback(release_snapshotter, snapshotter)
         snapshotter.save(case.step, placed)
         snapshotter.join()
         del placed
@@ -314,13 +317,16 @@ def check_save_in_flight(saves: list[tuple[int, bool]]) -> None:
     kept = [step for step, _ in saves if step not in skipped]
     problems = []
     latest = None if snapshotter.latest is None else int(snapshotter.latest.step)
-    if not kept or latest != kept[-1]:
-        problems.append(f"latest is step {latest} after saves {saves} with {skipped} skipped")
-    else:
-        abstract = {"x": jax.ShapeDtypeStruct((64,), jnp.float32, sharding=sharding)}
-        loaded = np.asarray(load_snapshot(snapshotter, abstract)["x"])
-        if loaded.tobytes() != states[latest].tobytes():
-            problems.append(f"load after saves {saves} is not the state of step {latest}")
+    try:
+        if not kept or latest != kept[-1]:
+            problems.append(f"latest is step {latest} after saves {saves} with {skipped} skipped")
+        else:
+            abstract = {"x": jax.ShapeDtypeStruct((64,), jnp.float32, sharding=sharding)}
+            loaded = np.asarray(load_snapshot(snapshotter, abstract)["x"])
+            if loaded.tobytes() != states[latest].tobytes():
+                problems.append(f"load after saves {saves} is not the state of step {latest}")
+    finally:
+        release_snapshotter(snapshotter)
     fail("snapshot round-trip (save in flight)", problems)
 
 

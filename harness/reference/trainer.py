@@ -22,6 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from pathways_chaos.harness.engine.census import Census, pinned_host_arrays
+from pathways_chaos.harness.engine.census import live_census as live_census  # re-exported
+from pathways_chaos.harness.engine.snapshotter_release import release_snapshotter
 from pathways_chaos.harness.errors import ChaosConfigError
 from pathways_chaos.harness.recorder import Recorder
 from pathways_chaos.harness.reference import model
@@ -117,6 +120,7 @@ class ReferenceTrainer:
         self.attempt = 0
         self._jitted: dict[tuple[int, ...], Any] = {}
         self._preempted = threading.Event()
+        self._census = Census()  # a full gc only when a quick count is suspect
 
     # -- the pieces a broken variant overrides -----------------------------------------------
     def active_devices(self, manager: Any) -> list[Any]:
@@ -212,6 +216,7 @@ class ReferenceTrainer:
             config=config.to_json(),
             slices={str(s): [d.id for d in ds] for s, ds in manager.slice_to_devices.items()},
             active_slices=sorted(manager.active_slice_indices),
+            pinned_host=pinned_host_arrays(),
         )
         retry_policy = (
             manager_lib.ElasticRetryLimit(config.max_attempts) if config.max_attempts else None
@@ -258,6 +263,7 @@ class ReferenceTrainer:
         finally:
             self._restore_preemption_handler(previous)
             manager.close()
+            release_snapshotter(snapshotter)  # its thread and last snapshot end with the run
         self.recorder.emit(
             "run_end",
             run=self.run_index,
@@ -266,6 +272,7 @@ class ReferenceTrainer:
             step=result.step,
             final_state=describe_state(result.state),
             compiles=sum(f._cache_size() for f in self._jitted.values()),
+            pinned_host=pinned_host_arrays(),  # after the Snapshotter's release
         )
         del jax
         return result
@@ -298,7 +305,7 @@ class ReferenceTrainer:
             state, step = jax.device_put(self.init_state(), sharding), 0
         if snap_step is not None:
             emit("restore_end", **ids, source=source, step=snap_step, digest=digest(state))
-        emit("attempt_ready", **ids, reason="attempt", start_step=step, live=live_census())
+        emit("attempt_ready", **ids, reason="attempt", start_step=step, live=self._census())
 
         while step < config.final_step:
             t0 = time.perf_counter()
@@ -346,7 +353,7 @@ class ReferenceTrainer:
                     **ids,
                     reason="scale_up",
                     start_step=step + 1,
-                    live=live_census(),
+                    live=self._census(judged=False),
                 )
             step += 1
         return TrainResult("completed", step, self.attempt, jax.device_get(state))
@@ -467,29 +474,6 @@ def describe_state(state: Any) -> dict[str, dict[str, Any]]:
             "values": array.ravel().tolist(),
         }
     return out
-
-
-def live_census() -> dict[str, Any]:
-    """Live arrays by memory kind, and every device they have a shard on.
-
-    Unreachable cycles (an exception's traceback and its frames) are collected first: what
-    is counted is what something still references.
-    """
-    import gc
-
-    import jax
-
-    gc.collect()
-    kinds: dict[str, int] = {}
-    devices: set[int] = set()
-    for array in jax.live_arrays():
-        try:
-            kind = str(array.sharding.memory_kind)
-            devices |= {d.id for d in array.devices()}
-        except RuntimeError:
-            continue
-        kinds[kind] = kinds.get(kind, 0) + 1
-    return {"by_kind": kinds, "device_ids": sorted(devices)}
 
 
 def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:

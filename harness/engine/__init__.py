@@ -1,0 +1,1 @@
+"""The episode engine: topology, clock, seams, fake cluster, recorder, episode runner."""

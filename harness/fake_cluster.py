@@ -199,7 +199,7 @@ class FakeCluster:
                 repair_after_polls,
                 0,
             )
-        return touched + [f"slice {slice_index}: flapping, {times - 1} more losses to come"]
+        return [*touched, f"slice {slice_index}: flapping, {times - 1} more losses to come"]
 
     def check_access(self, slices: Iterable[int]) -> None:
         """Raises the slice-down error a workload sees when it touches a lost slice."""

@@ -1,0 +1,53 @@
+"""One jitted step per (step computation, output sharding) for the whole process.
+
+On Pathways a job pays a compile the first time it runs on a mesh; it does not pay it again for
+a mesh it has seen (its jit cache holds the executable). In a test process every episode builds
+a new trainer, so without this each episode re-traced and re-compiled the same step on the same
+devices: a mesh seen before in the process now reuses its executables. The trainer still marks
+a mesh new to its run as a recompile (what a real run pays), and counts as compiles only the
+executables its own run added.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+_JITTED: dict[Any, Any] = {}
+
+
+def step_key(step: Any) -> Any:
+    """A hashable identity of a step computation, or None when it has none (a closure made per
+    call hashes by identity and so never matches: no sharing, which is safe)."""
+    if isinstance(step, functools.partial):
+        try:
+            key = (step.func, step.args, tuple(sorted(step.keywords.items())))
+            hash(key)
+        except TypeError:
+            return None
+        return key
+    try:
+        hash(step)
+    except TypeError:
+        return None
+    return step
+
+
+def jitted_step(step: Any, out_sharding: Any) -> Any:
+    """``jax.jit(step, out_shardings=(out_sharding, None))``, shared with every earlier trainer
+    of this process that jitted the same computation for the same sharding (same mesh)."""
+    import jax
+
+    key = step_key(step)
+    if key is None:
+        return jax.jit(step, out_shardings=(out_sharding, None))
+    full = (key, out_sharding)
+    fn = _JITTED.get(full)
+    if fn is None:
+        fn = _JITTED[full] = jax.jit(step, out_shardings=(out_sharding, None))
+    return fn
+
+
+def clear() -> None:
+    """Drops every shared executable (a test that counts compiles from scratch)."""
+    _JITTED.clear()

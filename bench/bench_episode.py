@@ -63,11 +63,11 @@ def episode_seconds(
     keep_events: bool = False,
 ) -> Any:
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness import oracle
-    from pathways_chaos.harness.episode import run_episode
-    from pathways_chaos.harness.fake_cluster import FakeCluster
+    from pathways_chaos.harness.engine.episode import run_episode
+    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
+    from pathways_chaos.harness.engine.topology import SliceTopology
+    from pathways_chaos.harness.judging import oracle
     from pathways_chaos.harness.reference.trainer import TrainerConfig
-    from pathways_chaos.harness.topology import SliceTopology
 
     config = TrainerConfig(mode=mode, final_step=steps, global_batch=4 * num_slices)
     compiled_before = sum(_COMPILE_SECONDS)
@@ -95,9 +95,8 @@ def _phase_targets() -> dict[str, list[tuple[Any, str]]]:
     from orbax.checkpoint.experimental.v1._src.training.pathways import snapshotter
     from pathwaysutils.elastic import elastic, manager
 
-    from pathways_chaos.harness import episode, fake_cluster, recorder
-    from pathways_chaos.harness.clock import FakeClock
-    from pathways_chaos.harness.engine import census
+    from pathways_chaos.harness.engine import census, episode, fake_cluster, recorder
+    from pathways_chaos.harness.engine.clock import FakeClock
     from pathways_chaos.harness.reference import trainer
 
     return {
@@ -189,7 +188,7 @@ class PhaseTimer:
 
 def profile_phases(mode: str, schedule: str, steps: int) -> dict[str, Any]:
     """One episode with every phase timed (seconds of the trainer's thread, exclusive)."""
-    from pathways_chaos.harness import oracle
+    from pathways_chaos.harness.judging import oracle
 
     trace0, compile0 = sum(_TRACE_SECONDS), sum(_COMPILE_SECONDS)
     t0 = time.perf_counter()
@@ -243,10 +242,10 @@ def idle_overhead(rounds: int, steps: int) -> dict[str, Any]:
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    from pathways_chaos.harness.fake_cluster import FakeCluster
+    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
+    from pathways_chaos.harness.engine.topology import SliceTopology
     from pathways_chaos.harness.reference import model
     from pathways_chaos.harness.reference.data import SyntheticData
-    from pathways_chaos.harness.topology import SliceTopology
 
     devices = sorted(jax.devices(), key=lambda d: d.id)[:8]
     mesh = Mesh(np.array(devices).reshape(4, 2), ("replica", "data"))
@@ -280,7 +279,7 @@ def idle_overhead(rounds: int, steps: int) -> dict[str, Any]:
 
 
 def one_size(num_slices: int, steps: int) -> dict[str, Any]:
-    from pathways_chaos.harness.topology import request_cpu_devices
+    from pathways_chaos.harness.engine.topology import request_cpu_devices
 
     request_cpu_devices(num_slices * 4)
     return episode_seconds(num_slices, 4, steps, SCALE_FAULTS)
@@ -302,7 +301,7 @@ def main() -> int:
         print(json.dumps(one_size(args.one_size, args.steps)))
         return 0
 
-    from pathways_chaos.harness.topology import request_cpu_devices
+    from pathways_chaos.harness.engine.topology import request_cpu_devices
 
     request_cpu_devices(8)
     out: dict[str, Any] = {"machine": {"cores": _cores()}}

@@ -121,7 +121,7 @@ def main() -> int:
 
     import logging
 
-    from pathways_chaos.harness.topology import request_cpu_devices
+    from pathways_chaos.harness.engine.topology import request_cpu_devices
 
     request_cpu_devices(8)
     for name in ("pathwaysutils", "absl", "jax", "root"):

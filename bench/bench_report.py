@@ -27,12 +27,12 @@ SCHEDULE = "data_loss@step=300:slice=2,repair@step=500:slice=2,data_loss@step=80
 
 def report_figures(rounds: int) -> dict[str, Any]:
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness import oracle
-    from pathways_chaos.harness.episode import run_episode
-    from pathways_chaos.harness.fake_cluster import FakeCluster
-    from pathways_chaos.harness.html_report import EpisodeReport, write_report
+    from pathways_chaos.harness.engine.episode import run_episode
+    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
+    from pathways_chaos.harness.engine.topology import SliceTopology, request_cpu_devices
+    from pathways_chaos.harness.judging import oracle
     from pathways_chaos.harness.reference.trainer import TrainerConfig
-    from pathways_chaos.harness.topology import SliceTopology, request_cpu_devices
+    from pathways_chaos.harness.reports.html_report import EpisodeReport, write_report
 
     request_cpu_devices(8)
     with FakeCluster(SliceTopology(4, 2)) as fake:
@@ -58,7 +58,7 @@ def report_figures(rounds: int) -> dict[str, Any]:
 def first_fault_seconds() -> dict[str, Any]:
     from pathways_chaos.fixtures.control_plane import LocalControlPlane
     from pathways_chaos.fixtures.workload import pathways_workload_in
-    from pathways_chaos.harness.recorder import read_log
+    from pathways_chaos.harness.engine.recorder import read_log
 
     with (
         tempfile.TemporaryDirectory() as tmp,

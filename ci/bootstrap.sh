@@ -41,7 +41,7 @@ if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import sys; sys.exit(sys.
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev]'
-.venv/bin/python -c 'import pathways_chaos.harness.plugin, jax, pathwaysutils, orbax.checkpoint, grain; print("bootstrap.sh: installed, jax", jax.__version__)'
+.venv/bin/python -c 'import pathways_chaos.harness.pytest_plugin.plugin, jax, pathwaysutils, orbax.checkpoint, grain; print("bootstrap.sh: installed, jax", jax.__version__)'
 
 if [ "$want_browser" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
   echo "bootstrap.sh: installing Debian's chromium"

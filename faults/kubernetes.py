@@ -29,6 +29,7 @@ from pathways_chaos.faults.safety import (
     check_namespace,
     check_opted_in,
 )
+from pathways_chaos.harness.errors import ChaosError
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -49,7 +50,7 @@ TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _RETRY_BUT_NOT_404 = frozenset(RETRYABLE_STATUSES - {404})
 
 
-class TargetNotFound(LookupError):
+class TargetNotFound(ChaosError, LookupError):
     """A fault's slice has nothing to act on (wrong JobSet name or slice index?)."""
 
 

@@ -8,11 +8,12 @@ Text form of one scheduled fault: ``KIND@TRIGGER=VALUE[:PARAM=VALUE...]``, for e
 from __future__ import annotations
 
 import abc
-import contextlib
 import dataclasses
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar, Self, TypeVar
+
+from pathways_chaos.harness.errors import ChaosError
 
 TargetT = TypeVar("TargetT")
 
@@ -22,7 +23,7 @@ TargetT = TypeVar("TargetT")
 TRIGGER_KINDS = ("step", "time", "restore", "save", "attempt")
 
 
-class FaultSpecError(ValueError):
+class FaultSpecError(ChaosError, ValueError):
     """A fault or schedule text that cannot be understood."""
 
 
@@ -101,8 +102,7 @@ class Fault[TargetT](abc.ABC):
 
 
 def fault_kinds() -> dict[str, type[Fault[Any]]]:
-    """Every registered fault kind (importing faults.slice and faults.kubernetes fills it)."""
-    _load_builtin_kinds()
+    """Every registered fault kind (importing the ``faults`` package registers the built-ins)."""
     return dict(_REGISTRY)
 
 
@@ -194,21 +194,12 @@ def parse_schedule(text: str) -> Schedule:
 
 
 def _fault_class(kind: str) -> type[Fault[Any]]:
-    _load_builtin_kinds()
     try:
         return _REGISTRY[kind]
     except KeyError:
         raise FaultSpecError(
             f"unknown fault kind {kind!r}: known kinds are {', '.join(sorted(_REGISTRY))}"
         ) from None
-
-
-def _load_builtin_kinds() -> None:
-    # Importing the injector modules registers their kinds; they import nothing heavy at load.
-    from pathways_chaos.faults import slice as _slice  # noqa: F401
-
-    with contextlib.suppress(ImportError):  # the Kubernetes injectors are optional
-        from pathways_chaos.faults import kubernetes as _k8s  # noqa: F401
 
 
 def _parse_number(value: str, context: str) -> int | float:

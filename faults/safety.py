@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
+from pathways_chaos.harness.errors import ChaosError
+
 T = TypeVar("T")
 
 #: Pods, Jobs and Nodes a fault may touch must carry this label with value ``"true"``.
@@ -22,7 +24,7 @@ OPT_IN_VALUE = "true"
 CORDONED_BY_ANNOTATION = "pathways-chaos/cordoned-by"
 
 
-class ChaosRefused(PermissionError):
+class ChaosRefused(ChaosError, PermissionError):
     """A fault was asked to touch something outside its blast radius; nothing was changed."""
 
 

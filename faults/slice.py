@@ -1,6 +1,6 @@
 """Faults of the in-process fake cluster: slices lost, repaired, slow; errors; preemption.
 
-Each fault's ``inject`` takes the ``FakeCluster``; none of them imports JAX at module load.
+Losses and repairs take any ``ClusterBackend``; flapping and slow health need the ``FakeCluster``.
 """
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING
 from pathways_chaos.faults.model import Fault, FaultSpecError
 
 if TYPE_CHECKING:
-    from pathways_chaos.harness.fake_cluster import FakeCluster
+    from pathways_chaos.harness.engine.backend import ClusterBackend
+    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
 
 
 @dataclasses.dataclass(frozen=True)
-class SliceLoss(Fault["FakeCluster"]):
+class SliceLoss(Fault["ClusterBackend"]):
     """A slice fails; the trainer sees ``code`` the next time it touches the slice."""
 
     kind = "slice_loss"
@@ -25,11 +26,11 @@ class SliceLoss(Fault["FakeCluster"]):
     code: str = "DATA_LOSS"
     repair_after_polls: int = 0  # 0: stays down until a repair fault
 
-    def inject(self, target: FakeCluster) -> list[str]:
+    def inject(self, target: ClusterBackend) -> list[str]:
         polls = self.repair_after_polls or None
         return target.lose_slice(self.slice, self.code, repair_after_polls=polls)
 
-    def heal(self, target: FakeCluster) -> list[str]:
+    def heal(self, target: ClusterBackend) -> list[str]:
         return target.repair_slice(self.slice)
 
     def describe(self) -> str:
@@ -66,14 +67,14 @@ class Internal(SliceLoss):
 
 
 @dataclasses.dataclass(frozen=True)
-class RepairSlice(Fault["FakeCluster"]):
+class RepairSlice(Fault["ClusterBackend"]):
     """A lost slice becomes healthy (available to rejoin) after ``after_polls`` health polls."""
 
     kind = "repair"
     slice: int = 0
     after_polls: int = 0
 
-    def inject(self, target: FakeCluster) -> list[str]:
+    def inject(self, target: ClusterBackend) -> list[str]:
         return target.repair_slice(self.slice, self.after_polls)
 
     def describe(self) -> str:
@@ -105,7 +106,7 @@ class FlappingSlice(Fault["FakeCluster"]):
 
 @dataclasses.dataclass(frozen=True)
 class SlowHealth(Fault["FakeCluster"]):
-    """The slice's next ``polls`` health checks take ``seconds`` and time out (DEADLINE_EXCEEDED)."""
+    """The next ``polls`` health checks of the slice take ``seconds``, then DEADLINE_EXCEEDED."""
 
     kind = "slow_health"
     slice: int = 0

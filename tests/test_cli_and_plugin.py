@@ -10,7 +10,7 @@ pytest_plugins = ["pytester"]
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pathways_chaos.harness.cli", *args],
+        [sys.executable, "-m", "pathways_chaos.harness.cli.main", *args],
         capture_output=True,
         text=True,
         timeout=300,
@@ -47,7 +47,7 @@ def test_bad_input_is_one_line_and_exit_2():
 
 def test_plugin_imports_nothing_heavy():
     code = (
-        "import sys, pathways_chaos.harness.plugin\n"
+        "import sys, pathways_chaos.harness.pytest_plugin.plugin\n"
         "names = ('jax', 'orbax', 'grain', 'pathwaysutils', 'kubernetes')\n"
         "heavy = [m for m in names if m in sys.modules]\n"
         "print(heavy)\n"
@@ -59,7 +59,9 @@ def test_plugin_imports_nothing_heavy():
 def test_plugin_is_an_entry_point_with_markers_and_an_option_group(pytester):
     from importlib.metadata import entry_points
 
-    assert "pathways_chaos.harness.plugin" in {e.value for e in entry_points(group="pytest11")}
+    assert "pathways_chaos.harness.pytest_plugin.plugin" in {
+        e.value for e in entry_points(group="pytest11")
+    }
     markers = pytester.runpytest_subprocess("--markers").stdout.str()
     assert "@pytest.mark.chaos:" in markers and "@pytest.mark.kube:" in markers
     help_text = pytester.runpytest_subprocess("--help").stdout.str()

@@ -3,7 +3,7 @@ from __future__ import annotations
 import threading
 import time
 
-from pathways_chaos.harness.clock import FakeClock, RealClock
+from pathways_chaos.harness.engine.clock import FakeClock, RealClock
 
 
 def test_sleep_on_a_fake_clock_costs_no_real_time():
@@ -69,7 +69,7 @@ def test_a_thread_that_ends_without_waiting_does_not_hold_the_clock():
 
 def test_the_monitor_thread_is_started_through_the_clock():
     """The seams hand pathwaysutils' manager module the clock's Thread."""
-    from pathways_chaos.harness.seams import _ThreadingWithClock
+    from pathways_chaos.harness.engine.seams import _ThreadingWithClock
 
     clock = FakeClock()
     made = _ThreadingWithClock(clock).Thread(target=lambda: None)

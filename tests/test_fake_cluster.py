@@ -7,8 +7,8 @@ import time
 import numpy as np
 import pytest
 
+from pathways_chaos.harness.engine.fake_cluster import SliceState
 from pathways_chaos.harness.errors import ChaosConfigError
-from pathways_chaos.harness.fake_cluster import SliceState
 
 
 def _manager(fake):

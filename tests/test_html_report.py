@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pathways_chaos.harness import goodput, oracle
-from pathways_chaos.harness.html_report import EpisodeReport, slice_spans, write_report
+from pathways_chaos.harness.judging import oracle
+from pathways_chaos.harness.reports import goodput
+from pathways_chaos.harness.reports.html_report import EpisodeReport, slice_spans, write_report
 
 SCHEDULE = "data_loss@step=6:slice=2,repair@step=9:slice=2"
 CHROMIUM_FLAGS = [
@@ -30,10 +31,10 @@ CHROMIUM_FLAGS = [
 @pytest.fixture(scope="module")
 def episode():
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness.episode import run_episode
-    from pathways_chaos.harness.fake_cluster import FakeCluster
+    from pathways_chaos.harness.engine.episode import run_episode
+    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
+    from pathways_chaos.harness.engine.topology import SliceTopology
     from pathways_chaos.harness.reference.trainer import TrainerConfig
-    from pathways_chaos.harness.topology import SliceTopology
 
     with FakeCluster(SliceTopology(4, 2)) as fake:
         result = run_episode(fake, TrainerConfig(final_step=30), parse_schedule(SCHEDULE))

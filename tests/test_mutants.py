@@ -94,7 +94,7 @@ def test_the_reference_trainer_passes_what_the_mutants_fail():
 
 
 def test_a_shrunk_stateful_failure_replays_from_its_printed_command(capsys):
-    from pathways_chaos.harness.replay import replay_main
+    from pathways_chaos.harness.cli.replay import replay_main
 
     mutant = "pathways_chaos.harness.reference.mutants:NonSliceDownErrorsRetried"
     machine = properties.episode_machine(mutant)

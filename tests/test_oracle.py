@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from pathways_chaos.harness import oracle
+from pathways_chaos.harness.judging import oracle
 
 SCHEDULE = "data_loss@step=7:slice=2,repair@step=9:slice=2"
 
@@ -15,10 +15,10 @@ SCHEDULE = "data_loss@step=7:slice=2,repair@step=9:slice=2"
 def clean_log(request):
     """One resize episode with a loss and a rejoin, shared by the tampering tests."""
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness.episode import run_episode
-    from pathways_chaos.harness.fake_cluster import FakeCluster
+    from pathways_chaos.harness.engine.episode import run_episode
+    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
+    from pathways_chaos.harness.engine.topology import SliceTopology
     from pathways_chaos.harness.reference.trainer import TrainerConfig
-    from pathways_chaos.harness.topology import SliceTopology
 
     with FakeCluster(SliceTopology(4, 2)) as fake:
         result = run_episode(fake, TrainerConfig(final_step=20), parse_schedule(SCHEDULE))

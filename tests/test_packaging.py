@@ -13,9 +13,12 @@ ROOT = Path(__file__).parents[1]
 def test_editable_install_imports_from_the_repo():
     import pathways_chaos.faults.model
     import pathways_chaos.fixtures.chaos
-    import pathways_chaos.harness.plugin
+    import pathways_chaos.harness.pytest_plugin.plugin
 
-    assert Path(pathways_chaos.harness.plugin.__file__).parent == ROOT / "harness"
+    assert (
+        Path(pathways_chaos.harness.pytest_plugin.plugin.__file__).parent
+        == ROOT / "harness" / "pytest_plugin"
+    )
     assert Path(pathways_chaos.faults.model.__file__).parent == ROOT / "faults"
     assert Path(pathways_chaos.fixtures.chaos.__file__).parent == ROOT / "fixtures"
 
@@ -31,17 +34,19 @@ def test_wheel_holds_the_namespace_and_the_entry_points(tmp_path):
     (wheel,) = tmp_path.glob("pathways_chaos-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     for module in (
-        "harness/plugin.py",
+        "harness/pytest_plugin/plugin.py",
         "harness/reference/trainer.py",
         "faults/model.py",
         "fixtures/chaos.py",
+        "suites/chaos/test_elastic_recovery.py",
+        "suites/acceptance/samples/pitfall_port/jobset.yaml",
     ):
         assert f"pathways_chaos/{module}" in names
-    assert not any(n.startswith(("harness/", "fixtures/", "faults/")) for n in names)
+    assert not any(n.startswith(("harness/", "fixtures/", "faults/", "suites/")) for n in names)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
-    assert "pathways_chaos = pathways_chaos.harness.plugin" in text
-    assert "pathways-chaos = pathways_chaos.harness.cli:main" in text
+    assert "pathways_chaos = pathways_chaos.harness.pytest_plugin.plugin" in text
+    assert "pathways-chaos = pathways_chaos.harness.cli.main:main" in text
 
     target = tmp_path / "site"
     subprocess.run(
@@ -61,7 +66,7 @@ def test_wheel_holds_the_namespace_and_the_entry_points(tmp_path):
         text=True,
         timeout=600,
     )
-    code = "import pathways_chaos.harness.topology as t; print(t.__file__)"
+    code = "import pathways_chaos.harness.engine.topology as t; print(t.__file__)"
     out = subprocess.run(
         [sys.executable, "-c", code],
         cwd=tmp_path,

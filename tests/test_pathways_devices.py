@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from pathways_chaos.harness.errors import ChaosConfigError
-from pathways_chaos.harness.kube_cluster import ClusterSpec, group_by_slice_index
+from pathways_chaos.harness.kube.kube_cluster import ClusterSpec, group_by_slice_index
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 def test_resize_episode_on_the_real_clock(fake_cluster_factory):
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness import oracle
-    from pathways_chaos.harness.episode import run_episode
+    from pathways_chaos.harness.engine.episode import run_episode
+    from pathways_chaos.harness.judging import oracle
     from pathways_chaos.harness.reference.trainer import TrainerConfig
 
     # Poll every 0.2 s of real time; the repaired slice rejoins at the monitor's next poll.

@@ -11,12 +11,12 @@ import threading
 import numpy as np
 import pytest
 
-from pathways_chaos.harness import oracle
 from pathways_chaos.harness.engine.census import pinned_host_arrays
 from pathways_chaos.harness.engine.snapshotter_release import (
     live_snapshotter_threads,
     release_snapshotter,
 )
+from pathways_chaos.harness.judging import oracle
 
 
 def _saved_snapshotter():
@@ -54,7 +54,7 @@ def test_release_ends_the_worker_thread_and_drops_the_snapshot(monkeypatch):
 
 def test_an_episode_leaves_no_snapshotter_behind(fake_cluster):
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness.episode import run_episode
+    from pathways_chaos.harness.engine.episode import run_episode
     from pathways_chaos.harness.reference.trainer import TrainerConfig
 
     threads = live_snapshotter_threads()
@@ -71,7 +71,7 @@ def test_an_episode_leaves_no_snapshotter_behind(fake_cluster):
 def test_a_trainer_that_keeps_its_snapshotter_is_caught(fake_cluster, monkeypatch):
     """The broken variant: without the release, the last snapshot outlives the run."""
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness.episode import run_episode
+    from pathways_chaos.harness.engine.episode import run_episode
     from pathways_chaos.harness.reference import trainer
 
     kept: list[object] = []

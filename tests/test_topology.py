@@ -5,8 +5,12 @@ import sys
 
 import pytest
 
+from pathways_chaos.harness.engine.topology import (
+    MAX_CPU_DEVICES,
+    SliceTopology,
+    request_cpu_devices,
+)
 from pathways_chaos.harness.errors import ChaosConfigError
-from pathways_chaos.harness.topology import MAX_CPU_DEVICES, SliceTopology, request_cpu_devices
 
 
 @pytest.mark.parametrize("shape", [(0, 2), (4, 0), (-1, 2), (2.5, 2)])
@@ -47,7 +51,7 @@ def test_a_smaller_cluster_uses_the_first_devices(fake_cluster_factory):
 
 def test_device_count_is_set_before_jax_starts_in_a_new_process():
     code = (
-        "from pathways_chaos.harness.topology import request_cpu_devices\n"
+        "from pathways_chaos.harness.engine.topology import request_cpu_devices\n"
         "request_cpu_devices(12)\n"
         "import jax; print(len(jax.devices()))\n"
     )

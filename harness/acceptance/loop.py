@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from pathways_chaos.harness.acceptance.adapter import ManagerView, TrainingAdapter
-from pathways_chaos.harness.recorder import Recorder
+from pathways_chaos.harness.engine.recorder import Recorder
 from pathways_chaos.harness.reference.trainer import (
     ReferenceTrainer,
     TrainerConfig,

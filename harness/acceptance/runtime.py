@@ -18,7 +18,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pathways_chaos.harness import oracle
 from pathways_chaos.harness.acceptance.adapter import TrainingAdapter
 from pathways_chaos.harness.acceptance.loop import (
     AdapterTrainer,
@@ -27,10 +26,11 @@ from pathways_chaos.harness.acceptance.loop import (
     trainer_config,
 )
 from pathways_chaos.harness.acceptance.table import CheckResult, Finding
-from pathways_chaos.harness.episode import EpisodeResult
+from pathways_chaos.harness.engine.episode import EpisodeResult
+from pathways_chaos.harness.engine.recorder import Event
+from pathways_chaos.harness.engine.topology import SliceTopology
 from pathways_chaos.harness.errors import ChaosConfigError
-from pathways_chaos.harness.recorder import Event
-from pathways_chaos.harness.topology import SliceTopology
+from pathways_chaos.harness.judging import oracle
 
 #: The loader is the bottleneck when the device waits on it at least as long as it computes.
 MAX_INPUT_WAIT_RATIO = 1.0
@@ -90,18 +90,17 @@ class RuntimeRuns:
         )
 
     def _episode(self, name: str, schedule: str, **overrides: Any) -> EpisodeResult:
-        from pathways_chaos.faults.model import parse_schedule
-        from pathways_chaos.harness.episode import run_episode
-        from pathways_chaos.harness.fake_cluster import FakeCluster
+        from pathways_chaos.harness.play import play
 
-        with FakeCluster(self.topology) as cluster:
-            return run_episode(
-                cluster,
-                trainer_config(self.adapter, **overrides),
-                parse_schedule(schedule),
-                log_path=self.workdir / f"{name}.jsonl",
-                trainer_factory=AdapterTrainer.factory(self.adapter),
-            )
+        return play(
+            schedule,
+            config=trainer_config(self.adapter, **overrides),
+            topology=self.topology,
+            trainer=AdapterTrainer.factory(self.adapter),
+            log_path=self.workdir / f"{name}.jsonl",
+            replay=False,  # the runtime checks judge against the adapter's own baseline
+            expect_completed=False,
+        ).result
 
     def close(self) -> None:
         if self._tmp is not None:

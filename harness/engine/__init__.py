@@ -1,1 +1,1 @@
-"""The episode engine: topology, clock, seams, fake cluster, recorder, episode runner."""
+"""The episode engine: topology, clock, seams, the fake cluster, the recorder, episodes."""

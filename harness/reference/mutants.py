@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from pathways_chaos.harness.recorder import Recorder
+from pathways_chaos.harness.engine.recorder import Recorder
 from pathways_chaos.harness.reference.trainer import ReferenceTrainer, TrainerConfig
 
 

@@ -25,9 +25,9 @@ import numpy as np
 from pathways_chaos.harness.engine.census import Census, pinned_host_arrays
 from pathways_chaos.harness.engine.census import live_census as live_census  # re-exported
 from pathways_chaos.harness.engine.executables import jitted_step
+from pathways_chaos.harness.engine.recorder import Recorder
 from pathways_chaos.harness.engine.snapshotter_release import release_snapshotter
 from pathways_chaos.harness.errors import ChaosConfigError
-from pathways_chaos.harness.recorder import Recorder
 from pathways_chaos.harness.reference import model
 from pathways_chaos.harness.reference.data import SyntheticData
 

@@ -145,7 +145,7 @@ def runtime_runs(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[RuntimeRuns]:
     from pathways_chaos.harness.acceptance.runtime import RuntimeRuns
-    from pathways_chaos.harness.plugin import fake_topology
+    from pathways_chaos.harness.pytest_plugin.plugin import fake_topology
 
     runs = _usage(
         lambda: RuntimeRuns(

@@ -6,7 +6,6 @@ examples. The seed is printed in the header so any failure reproduces with --hyp
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 import pytest
@@ -28,22 +27,7 @@ for _name, _examples in PROFILES.items():
 
 
 def _profile(config: pytest.Config) -> str:
-    try:
-        chosen = config.getoption("chaos_profile")
-    except ValueError:  # the option lives in the plugin once it ships there
-        chosen = None
-    return str(chosen or os.environ.get("PATHWAYS_CHAOS_PROFILE", "ci"))
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    with contextlib.suppress(ValueError):  # already registered by the plugin
-        parser.addoption(
-            "--chaos-profile",
-            choices=sorted(PROFILES),
-            default=None,
-            help="hypothesis profile of suites/properties: ci (default), dev, nightly "
-            "(env PATHWAYS_CHAOS_PROFILE)",
-        )
+    return str(config.getoption("chaos_profile") or os.environ.get("PATHWAYS_CHAOS_PROFILE", "ci"))
 
 
 def pytest_configure(config: pytest.Config) -> None:

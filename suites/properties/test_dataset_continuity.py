@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pathways_chaos.harness import properties
-from pathways_chaos.harness.data_checks import BatchShardingError, elastic_iterator
+from pathways_chaos.harness.judging.data_checks import BatchShardingError, elastic_iterator
 
 DEVICES = properties.available_devices()
 

@@ -34,11 +34,11 @@ def test_every_replica_lost_is_a_clear_error():
 
 
 def test_a_leaf_sharded_along_the_replica_axis_is_reported_by_name():
-    """The Snapshotter alone returns a wrong shape silently (probes/p2e); the harness says so."""
+    """Alone, the Snapshotter returns a wrong shape silently (orbax 0.12.8); the harness says so."""
     import jax
     import numpy as np
 
-    from pathways_chaos.harness.snapshot_checks import (
+    from pathways_chaos.harness.judging.snapshot_checks import (
         SnapshotShardingError,
         check_replicated_along_replica_axis,
     )

@@ -228,7 +228,7 @@ def test_bad_adapter_fields_are_refused():
     with pytest.raises(ChaosConfigError, match="so an interruption lands after a snapshot"):
         dataclasses.replace(reference_adapter(), steps=4)
     with pytest.raises(ChaosConfigError, match="need >= 2 fake slices"):
-        from pathways_chaos.harness.topology import SliceTopology
+        from pathways_chaos.harness.engine.topology import SliceTopology
 
         RuntimeRuns(reference_adapter(), topology=SliceTopology(1, 8))
 

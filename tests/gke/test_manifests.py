@@ -450,7 +450,7 @@ class _OptionRecorder:
 
 
 def test_every_suite_option_the_jobset_passes_is_one_the_plugin_has() -> None:
-    from pathways_chaos.harness import plugin
+    from pathways_chaos.harness.pytest_plugin import plugin
 
     recorder = _OptionRecorder()
     plugin.pytest_addoption(cast(Any, recorder))

@@ -15,10 +15,10 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from pathways_chaos.harness.clock import Clock, FakeClock
+from pathways_chaos.harness.engine.clock import Clock, FakeClock
+from pathways_chaos.harness.engine.seams import PathwaysCpuSeams
+from pathways_chaos.harness.engine.topology import SliceTopology, cpu_devices
 from pathways_chaos.harness.errors import ChaosConfigError
-from pathways_chaos.harness.seams import PathwaysCpuSeams
-from pathways_chaos.harness.topology import SliceTopology, cpu_devices
 
 #: Status codes that ``is_error_due_to_slice_down`` treats as a lost slice.
 SLICE_DOWN_CODES = ("DATA_LOSS", "DEADLINE_EXCEEDED", "NOT_FOUND", "INTERNAL")

@@ -11,13 +11,12 @@ import dataclasses
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Protocol
 
 from pathways_chaos.faults.model import Schedule, ScheduledFault
-from pathways_chaos.harness.clock import Clock, FakeClock
-from pathways_chaos.harness.recorder import Event, Recorder
+from pathways_chaos.harness.engine.backend import ClusterBackend
+from pathways_chaos.harness.engine.clock import FakeClock
+from pathways_chaos.harness.engine.recorder import Event, Recorder
 from pathways_chaos.harness.reference.trainer import ReferenceTrainer, TrainerConfig, TrainResult
-from pathways_chaos.harness.topology import SliceTopology
 
 #: Trainer events that touch data on the mesh (and so meet a lost slice).
 ACCESS_EVENTS = frozenset(
@@ -27,20 +26,6 @@ ACCESS_EVENTS = frozenset(
 _EVENT_TRIGGERS = {"restore": "restore_begin", "save": "snapshot_save", "attempt": "attempt_ready"}
 
 TrainerFactory = Callable[..., ReferenceTrainer]
-
-
-class ClusterBackend(Protocol):
-    """What an episode needs of a cluster: the fake, the bridged one, or real Pathways."""
-
-    clock: Clock
-    devices: list[Any]
-    topology: SliceTopology
-
-    def check_access(self, slices: Iterable[int]) -> None: ...
-    def lose_slice(
-        self, slice_index: int, code: str = ..., repair_after_polls: int | None = ...
-    ) -> list[str]: ...
-    def repair_slice(self, slice_index: int, after_polls: int = ...) -> list[str]: ...
 
 
 class FaultController:

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from pathways_chaos.harness.html_report import EpisodeReport, write_report
-from pathways_chaos.harness.oracle import StepRecord, Verdict
+from pathways_chaos.harness.judging.oracle import StepRecord, Verdict
+from pathways_chaos.harness.reports.html_report import EpisodeReport, write_report
 
 #: The TestReport attribute that carries a worker's episodes to the controller.
 REPORT_ATTR = "pathways_chaos_episodes"

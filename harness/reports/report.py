@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pathways_chaos.harness.oracle import Verdict
-from pathways_chaos.harness.recorder import Event
+from pathways_chaos.harness.engine.recorder import Event
+from pathways_chaos.harness.judging.oracle import Verdict
 
 
 def timeline(events: Sequence[Event]) -> list[str]:

@@ -17,10 +17,10 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from pathways_chaos.harness.clock import Clock
+from pathways_chaos.harness.engine.clock import Clock
+from pathways_chaos.harness.engine.fake_cluster import FakeCluster, SliceState
+from pathways_chaos.harness.engine.topology import SliceTopology
 from pathways_chaos.harness.errors import ChaosConfigError
-from pathways_chaos.harness.fake_cluster import FakeCluster, SliceState
-from pathways_chaos.harness.topology import SliceTopology
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -76,6 +76,15 @@ class ClusterSpec:
                 "Pathways JobSet the faults may touch"
             )
         return cls(context, kubeconfig, namespace, jobset, pathways_proxy, armed)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterConnection:
+    """What a session learns once about its cluster: the target, the API client, the layout."""
+
+    spec: ClusterSpec
+    api: Any
+    layout: JobSetLayout
 
 
 def connect(spec: ClusterSpec) -> ApiClient:
@@ -443,7 +452,7 @@ class PathwaysCluster(_KubeSliceActions):
         import jax
         import pathwaysutils
 
-        from pathways_chaos.harness.clock import RealClock
+        from pathways_chaos.harness.engine.clock import RealClock
 
         pathwaysutils.initialize()
         by_slice = group_by_slice_index(jax.devices())

@@ -3,7 +3,7 @@
 The Snapshotter keeps one copy of the state per replica (a row of the mesh along the replica
 axis) and restores from any surviving one. That is only right when every replica holds the whole
 state: a leaf sharded along the replica axis comes back with the wrong shape after a slice loss,
-without an error (shared/probes/p2e_snapshotter_sharded_replica_axis.py).
+without an error (orbax 0.12.8 on CPU; suites/properties/test_snapshot_round_trip.py shows it).
 """
 
 from __future__ import annotations
@@ -13,12 +13,14 @@ from typing import Any
 
 import numpy as np
 
+from pathways_chaos.harness.errors import ChaosError
 
-class SnapshotShardingError(ValueError):
+
+class SnapshotShardingError(ChaosError, ValueError):
     """A leaf the Snapshotter cannot restore correctly after a slice loss."""
 
 
-class SnapshotLostError(RuntimeError):
+class SnapshotLostError(ChaosError, RuntimeError):
     """Every replica of the in-memory snapshot is gone; only a persistent checkpoint can help."""
 
 

@@ -10,9 +10,9 @@ import html
 from collections.abc import Sequence
 from pathlib import Path
 
-from pathways_chaos.harness.goodput import BUCKETS, Goodput, measure
-from pathways_chaos.harness.oracle import Verdict, committed_lineage
-from pathways_chaos.harness.recorder import Event
+from pathways_chaos.harness.engine.recorder import Event
+from pathways_chaos.harness.judging.oracle import Verdict, committed_lineage, recoveries
+from pathways_chaos.harness.reports.goodput import BUCKETS, Goodput, measure
 
 WIDTH = 960
 ROW = 18
@@ -93,12 +93,15 @@ def timeline_svg(events: Sequence[Event]) -> str:
         'aria-label="slices, steps, snapshots and faults over time">'
     ]
     # recovery spans behind everything
-    for e, ready in _recoveries(events):
+    for r in recoveries(events):
+        if r["kind"] == "repair" or not r["recovered"]:
+            continue  # a repair's span is the slice's own row
+        start, stop = r["fault_t"], r["fault_t"] + r["recovery_s"]
         parts.append(
-            f'<rect class="recovery" x="{x(e["t"]):.1f}" y="0" '
-            f'width="{max(x(ready["t"]) - x(e["t"]), 2):.1f}" height="{rows * ROW}" '
-            f'fill="{COLOURS["recovery"]}"><title>recovery after {html.escape(e["text"])}: '
-            f"{ready['wall'] - e['wall']:.3f}s wall</title></rect>"
+            f'<rect class="recovery" x="{x(start):.1f}" y="0" '
+            f'width="{max(x(stop) - x(start), 2):.1f}" height="{rows * ROW}" '
+            f'fill="{COLOURS["recovery"]}"><title>recovery after {html.escape(r["fault"])}: '
+            f"{r['recovery_wall_s']:.3f}s wall</title></rect>"
         )
     for row, (s, items) in enumerate(sorted(spans.items())):
         y = row * ROW
@@ -149,16 +152,6 @@ def timeline_svg(events: Sequence[Event]) -> str:
         )
     parts.append("</svg>")
     return "".join(parts)
-
-
-def _recoveries(events: Sequence[Event]) -> list[tuple[Event, Event]]:
-    out = []
-    for i, e in enumerate(events):
-        if e["kind"] == "fault" and e["fault"]["kind"] != "repair":
-            ready = next((r for r in events[i + 1 :] if r["kind"] == "attempt_ready"), None)
-            if ready is not None:
-                out.append((e, ready))
-    return out
 
 
 def episode_section(report: EpisodeReport, figures: Goodput) -> str:

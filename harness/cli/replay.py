@@ -10,7 +10,8 @@ import argparse
 import dataclasses
 import sys
 
-from pathways_chaos.harness.episode_spec import EpisodeSpec
+from pathways_chaos.harness.cli.quiet import quiet_libraries
+from pathways_chaos.harness.engine.episode_spec import EpisodeSpec
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,17 +37,18 @@ def replay_main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
         spec = EpisodeSpec(**vars(args))
-        from pathways_chaos.harness.topology import request_cpu_devices
+        from pathways_chaos.harness.engine.topology import request_cpu_devices
 
         request_cpu_devices(spec.slices * spec.devices_per_slice)  # before JAX starts
-        _quiet_libraries()
-        from pathways_chaos.harness.episode_spec import judge, run_spec
+        quiet_libraries()
+        from pathways_chaos.harness.engine.episode_spec import judge, run_spec
 
-        result = run_spec(spec)
+        outcome = run_spec(spec)
     except (ChaosConfigError, FaultSpecError) as error:
         print(f"pathways-chaos replay: error: {error}", file=sys.stderr)
         return 2
-    problems = judge(result.events, spec)
+    result = outcome.result
+    problems = judge(result.events, spec, outcome.verdict)
     ends = [e for e in result.events if e["kind"] == "run_end"]
     print(f"replay: {spec.slices}x{spec.devices_per_slice} fake cluster, trainer {spec.trainer}")
     print(f"schedule: {spec.schedule or '(none)'}; expected outcome: {spec.expect}")
@@ -60,13 +62,6 @@ def replay_main(argv: list[str]) -> int:
         return 1
     print("verdict: survived")
     return 0
-
-
-def _quiet_libraries() -> None:
-    import logging
-
-    for name in ("pathwaysutils", "absl", "jax"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 if __name__ == "__main__":

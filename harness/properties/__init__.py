@@ -25,8 +25,14 @@ from hypothesis.stateful import (
     rule,
 )
 
+from pathways_chaos.harness.engine.episode_spec import (
+    REFERENCE_TRAINER,
+    EpisodeSpec,
+    judge,
+    run_spec,
+)
 from pathways_chaos.harness.engine.snapshotter_release import release_snapshotter
-from pathways_chaos.harness.episode_spec import REFERENCE_TRAINER, EpisodeSpec, judge, run_spec
+from pathways_chaos.harness.errors import ChaosError
 
 LOSS_KINDS = ("data_loss", "deadline_exceeded", "not_found", "internal")
 
@@ -38,7 +44,7 @@ LOSS_KINDS = ("data_loss", "deadline_exceeded", "not_found", "internal")
 REPAIR_SAME_STEP = "data_loss@step=2:slice=0,repair@step=2:slice=0"
 
 
-class PropertyFailure(AssertionError):
+class PropertyFailure(ChaosError, AssertionError):
     """A property does not hold; the message says which, and how to reproduce it."""
 
 
@@ -207,16 +213,16 @@ def check_snapshot_round_trip(case: SnapshotCase, trainer: str = REFERENCE_TRAIN
     import jax
     from orbax.checkpoint.experimental.v1.training.pathways import Snapshotter
 
-    from pathways_chaos.harness.episode_spec import load_trainer
-    from pathways_chaos.harness.fake_cluster import FakeCluster
-    from pathways_chaos.harness.recorder import Recorder
-    from pathways_chaos.harness.reference.trainer import TrainerConfig
-    from pathways_chaos.harness.snapshot_checks import (
+    from pathways_chaos.harness.engine.episode_spec import load_trainer
+    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
+    from pathways_chaos.harness.engine.recorder import Recorder
+    from pathways_chaos.harness.engine.topology import SliceTopology
+    from pathways_chaos.harness.judging.snapshot_checks import (
         SnapshotLostError,
         check_replicated_along_replica_axis,
         load_snapshot,
     )
-    from pathways_chaos.harness.topology import SliceTopology
+    from pathways_chaos.harness.reference.trainer import TrainerConfig
 
     placer = load_trainer(trainer)(TrainerConfig(), Recorder(None))
     topology = SliceTopology(case.slices, case.devices_per_slice)
@@ -286,7 +292,7 @@ def check_save_in_flight(saves: list[tuple[int, bool]]) -> None:
     import jax.numpy as jnp
     from orbax.checkpoint.experimental.v1.training.pathways import Snapshotter
 
-    from pathways_chaos.harness.snapshot_checks import load_snapshot
+    from pathways_chaos.harness.judging.snapshot_checks import load_snapshot
 
     mesh = _mesh(jax.devices("cpu")[:2], 2)
     sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
@@ -418,7 +424,7 @@ def check_iterator_continuity(size: int, shuffle: bool, phases: list[IteratorPha
     """ElasticIterator restored across shard-count changes eats the fault-free order exactly."""
     import grain
 
-    from pathways_chaos.harness.data_checks import elastic_iterator
+    from pathways_chaos.harness.judging.data_checks import elastic_iterator
 
     dataset = grain.MapDataset.range(size)
     if shuffle:
@@ -495,10 +501,10 @@ def dataset_specs(
 
 def check_dataset_episode(spec: EpisodeSpec, counter: ExampleCounter | None = None) -> None:
     """The ids the committed steps ate are the fault-free order, as a Counter and a sequence."""
-    from pathways_chaos.harness.oracle import committed_lineage
+    from pathways_chaos.harness.judging.oracle import committed_lineage
     from pathways_chaos.harness.reference.data import SyntheticData
 
-    events = run_spec(spec).events
+    events = run_spec(spec, replay=False).events
     if counter is not None:
         counter.recompiles.append(recompiles(events))
     lineage, problems = committed_lineage(events)
@@ -535,9 +541,9 @@ def mesh_specs(draw: st.DrawFn, max_devices: int, trainer: str = REFERENCE_TRAIN
 
 def check_mesh_episode(spec: EpisodeSpec, counter: ExampleCounter | None = None) -> None:
     """Meshes hold exactly the active slices in slice order; nothing on the dead; no growth."""
-    from pathways_chaos.harness import oracle
+    from pathways_chaos.harness.judging import oracle
 
-    events = run_spec(spec).events
+    events = run_spec(spec, replay=False).events
     if counter is not None:
         counter.recompiles.append(recompiles(events))
     problems = oracle.check_meshes(events) + oracle.check_no_leaks(events)
@@ -701,10 +707,11 @@ def episode_machine(
             spec = self.spec()
 
             def body() -> None:
-                events = run_spec(spec).events
+                outcome = run_spec(spec)
+                events = outcome.events
                 if counter is not None:
                     counter.recompiles.append(recompiles(events))
-                fail("end-to-end (stateful)", judge(events, spec), spec)
+                fail("end-to-end (stateful)", judge(events, spec, outcome.verdict), spec)
 
             if counter is None:
                 body()

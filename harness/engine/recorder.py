@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from pathways_chaos.harness.clock import Clock, RealClock
+from pathways_chaos.harness.engine.clock import Clock, RealClock
 
 Event = dict[str, Any]
 Listener = Callable[[Event], None]

@@ -11,7 +11,11 @@ from typing import Any
 
 import pytest
 
-from pathways_chaos.harness.kube_cluster import JOB_INDEX_LABEL, JOBSET_NAME_LABEL
+from pathways_chaos.harness.kube.kube_cluster import (
+    JOB_INDEX_LABEL,
+    JOBSET_NAME_LABEL,
+    ClusterConnection,
+)
 
 TAIL_LINES = 200
 
@@ -55,23 +59,34 @@ def collect(api: Any, namespace: str, jobset: str, slices: Iterable[int]) -> dic
 
 
 class PodLogCollector:
-    """Attaches Pod logs to the report of every failed test that ran an episode on a cluster."""
+    """Attaches Pod logs to the report of every failed test that ran an episode on a cluster.
+
+    It learns of episodes through ``pytest_chaos_episode_finished`` and of the cluster from the
+    ``cluster_connection`` fixture (``connect``); it never looks inside a test's fixtures.
+    """
+
+    def __init__(self) -> None:
+        self.connection: ClusterConnection | None = None
+        self._events: dict[str, list[dict[str, Any]]] = {}
+
+    def connect(self, connection: ClusterConnection) -> None:
+        self.connection = connection
+
+    def pytest_chaos_episode_finished(self, node: Any, result: Any, verdict: Any) -> None:
+        self._events[node.nodeid] = list(result.events)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
         self, item: pytest.Item, call: pytest.CallInfo[None]
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
-        chaos = getattr(item, "funcargs", {}).get("chaos")
-        cluster = getattr(chaos, "cluster", None)
-        last = getattr(chaos, "last_result", None)
-        if report.when != "call" or not report.failed or last is None:
+        if report.when != "call":
             return report
-        bridge = getattr(cluster, "bridge", None)
-        if bridge is None:
+        events = self._events.pop(item.nodeid, None)
+        if not report.failed or events is None or self.connection is None:
             return report
-        spec = bridge.spec
-        logs = collect(bridge.api, spec.namespace, spec.jobset, affected_slices(last.events))
+        spec = self.connection.spec
+        logs = collect(self.connection.api, spec.namespace, spec.jobset, affected_slices(events))
         text = "\n".join(f"--- {pod}\n{body}" for pod, body in logs.items())
         report.sections.append(("pathways-chaos pod logs", text))
         reports = item.config.pluginmanager.get_plugin("pathways-chaos-report")

@@ -1,6 +1,6 @@
 """The only places pathwaysutils is patched, installed and removed as one context manager.
 
-Two seams from DESIGN.md let the real ``Manager`` and ``elastic_retry`` run on CPU slices:
+Two seams (see the README) let the real ``Manager`` and ``elastic_retry`` run on CPU slices:
 
 - ``elastic.get_slice_to_devices``: CPU devices have no ``slice_index``; group them by slice.
 - ``elastic.DefaultSliceHealthChecker._simple_execution``: a dead slice's result raises a
@@ -21,7 +21,7 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pathways_chaos.harness.clock import Clock
+from pathways_chaos.harness.engine.clock import Clock
 
 SliceOf = Callable[[Any], int]
 HealthCheck = Callable[[int, Sequence[Any]], Any]

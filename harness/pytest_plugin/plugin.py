@@ -1,7 +1,7 @@
 """The pytest11 entry point: options, markers, and the fixture modules.
 
-Imports nothing heavy: JAX is configured (its CPU device count) in ``pytest_configure``, before
-any test module can start its backend, and imported only by the fixtures that need it.
+Inert until used (see ``activation``): a session that asks for nothing of ours imports nothing
+heavy, sets no environment variable and leaves JAX alone.
 """
 
 from __future__ import annotations
@@ -12,14 +12,11 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from pathways_chaos.harness.topology import SliceTopology
+    from pathways_chaos.harness.engine.topology import SliceTopology
 
 FIXTURE_MODULES = (
     "pathways_chaos.fixtures.cluster",
     "pathways_chaos.fixtures.chaos",
-)
-#: Fixture modules that exist only once their issue landed; loaded when importable.
-OPTIONAL_FIXTURE_MODULES = (
     "pathways_chaos.fixtures.control_plane",
     "pathways_chaos.fixtures.workload",
 )
@@ -95,6 +92,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="steps between progress lines (default 10)",
     )
     group.addoption(
+        "--chaos-profile",
+        choices=("ci", "dev", "nightly"),
+        default=None,
+        help="hypothesis profile of the property suites: ci (default), dev, nightly "
+        "(env PATHWAYS_CHAOS_PROFILE)",
+    )
+    group.addoption(
         "--chaos-arm",
         action="store_true",
         default=False,
@@ -103,7 +107,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    from pathways_chaos.harness import hooks
+    from pathways_chaos.harness.pytest_plugin import hooks
 
     pluginmanager.add_hookspecs(hooks)
 
@@ -111,39 +115,35 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
-    from pathways_chaos.harness.topology import request_cpu_devices
+    from pathways_chaos.harness.pytest_plugin import activation
 
-    proxy = config.getoption("pathways_proxy")
-    if proxy and config.getoption("cluster"):
-        # The JAX backend is the Pathways proxy: no CPU devices to make.
-        os.environ.setdefault("JAX_PLATFORMS", "proxy")
-        os.environ.setdefault("JAX_BACKEND_TARGET", proxy)
-    else:
-        request_cpu_devices(fake_topology(config).device_count)
+    if activation.options_ask_for_devices(config) or config.getoption("cluster"):
+        activation.activate(config)
     report_path = config.getoption("chaos_report")
     if report_path:
-        from pathways_chaos.harness.report_plugin import ChaosReportPlugin
+        from pathways_chaos.harness.reports.report_plugin import ChaosReportPlugin
 
         config.pluginmanager.register(ChaosReportPlugin(report_path), "pathways-chaos-report")
     if config.getoption("cluster"):
-        from pathways_chaos.harness.pod_logs import PodLogCollector
+        from pathways_chaos.harness.kube.pod_logs import PodLogCollector
 
         config.pluginmanager.register(PodLogCollector(), "pathways-chaos-pod-logs")
     for name in FIXTURE_MODULES:
         if not config.pluginmanager.has_plugin(name):
             config.pluginmanager.import_plugin(name)
-    for name in OPTIONAL_FIXTURE_MODULES:
-        if config.pluginmanager.has_plugin(name):
-            continue
-        try:
-            config.pluginmanager.import_plugin(name)
-        except ImportError as error:
-            if name.rsplit(".", 1)[-1] not in str(error):
-                raise
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Makes the fake devices when a collected test needs them, before the first test runs."""
+    from pathways_chaos.harness.pytest_plugin import activation
+
+    if not activation.is_active(config) and activation.items_ask_for_devices(items):
+        activation.activate(config)
 
 
 def fake_topology(config: pytest.Config) -> SliceTopology:
-    from pathways_chaos.harness.topology import SliceTopology
+    from pathways_chaos.harness.engine.topology import SliceTopology
 
     slices = config.getoption("fake_slices") or int(os.environ.get("PATHWAYS_CHAOS_SLICES", 4))
     per_slice = config.getoption("fake_devices_per_slice") or int(

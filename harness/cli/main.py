@@ -12,6 +12,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from pathways_chaos.harness.cli.quiet import quiet_libraries
+
 DEMO_SCHEDULE = "data_loss@step=12:slice=2,data_loss@step=25:slice=1,repair@step=30:slice=2"
 
 
@@ -20,7 +22,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args_list[:1] == ["rollback"]:  # these have their own parsers, --help included
         return _rollback(args_list[1:])
     if args_list[:1] == ["replay"]:
-        from pathways_chaos.harness.replay import replay_main
+        from pathways_chaos.harness.cli.replay import replay_main
 
         return replay_main(args_list[1:])
     if args_list[:1] == ["ramdisk"]:
@@ -64,26 +66,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from pathways_chaos.harness.topology import SliceTopology, request_cpu_devices
+    from pathways_chaos.harness.engine.topology import SliceTopology, request_cpu_devices
 
     topology = SliceTopology(args.slices, args.devices_per_slice)
     request_cpu_devices(topology.device_count)  # before anything starts JAX
-    _quiet_libraries()
+    quiet_libraries()
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness import oracle, report
-    from pathways_chaos.harness.clock import make_clock
-    from pathways_chaos.harness.episode import run_episode
-    from pathways_chaos.harness.fake_cluster import FakeCluster
+    from pathways_chaos.harness.play import play
     from pathways_chaos.harness.reference.trainer import TrainerConfig
+    from pathways_chaos.harness.reports import report
 
     schedule = parse_schedule(args.schedule)
     with tempfile.TemporaryDirectory() as tmp:
         config = TrainerConfig(
             mode=args.mode, scale_up=args.scale_up, final_step=args.steps, checkpoint_dir=tmp
         )
-        with FakeCluster(topology, clock=make_clock(args.clock)) as cluster:
-            result = run_episode(cluster, config, schedule, log_path=args.log)
-    verdict = oracle.check(result.events)
+        outcome = play(
+            schedule, config=config, topology=topology, clock=args.clock, log_path=args.log
+        )
+    result, verdict = outcome.result, outcome.verdict
     print(f"pathways-chaos demo: {topology} fake cluster, mode {args.mode}, {args.steps} steps")
     print(f"schedule: {schedule.to_text() or '(none)'}")
     print(report.summary(result.events, verdict))
@@ -93,14 +94,15 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from pathways_chaos.harness.recorder import read_log
+    from pathways_chaos.harness.engine.recorder import read_log
 
     events = read_log(args.log)
     if any(e["kind"] == "run_start" for e in events):
-        from pathways_chaos.harness.topology import request_cpu_devices
+        from pathways_chaos.harness.engine.topology import request_cpu_devices
 
         request_cpu_devices(1)
-    from pathways_chaos.harness import oracle, report
+    from pathways_chaos.harness.judging import oracle
+    from pathways_chaos.harness.reports import report
 
     verdict = oracle.check(events, replay=not args.no_replay)
     print(report.summary(events, verdict))
@@ -117,13 +119,6 @@ def _rollback(argv: list[str]) -> int:
         )
         return 2
     return rollback_main(argv)
-
-
-def _quiet_libraries() -> None:
-    import logging
-
-    for name in ("pathwaysutils", "absl", "jax"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 if __name__ == "__main__":

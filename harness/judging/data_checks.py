@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from pathways_chaos.harness.errors import ChaosError
 
-class BatchShardingError(ValueError):
+
+class BatchShardingError(ChaosError, ValueError):
     """A global batch that cannot be split evenly over the data shards."""
 
 

@@ -8,7 +8,6 @@ by pasting its ``replay_command`` into a shell.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
 import shlex
 import tempfile
@@ -83,40 +82,31 @@ class EpisodeSpec:
         return shlex.join(["pathways-chaos", "replay", *self.argv()])
 
 
-def load_trainer(spec: str) -> Any:
-    module_name, sep, attr = spec.partition(":")
-    try:
-        if not sep:
-            raise ValueError("no colon")
-        return getattr(importlib.import_module(module_name), attr)
-    except (ValueError, ImportError, AttributeError) as error:
-        raise ChaosConfigError(
-            f"trainer {spec!r} cannot be loaded ({error}): write MODULE:CLASS, for example "
-            f"{REFERENCE_TRAINER}"
-        ) from None
+def run_spec(spec: EpisodeSpec, *, replay: bool = True) -> Any:
+    """Plays the episode on a fresh fake cluster; returns the ``Outcome``.
 
+    The verdict fits what the spec expects: the full oracle for a run that must complete, no
+    replay for one that must fail (nor when the caller judges something else: ``replay=False``).
+    """
+    from pathways_chaos.harness.engine.topology import SliceTopology
+    from pathways_chaos.harness.play import play
 
-def run_spec(spec: EpisodeSpec) -> Any:
-    """Runs the episode on a fresh fake cluster; returns the ``EpisodeResult``."""
-    from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness.episode import run_episode
-    from pathways_chaos.harness.fake_cluster import FakeCluster
-    from pathways_chaos.harness.topology import SliceTopology
-
-    trainer = load_trainer(spec.trainer)
-    schedule = parse_schedule(spec.schedule)
-    topology = SliceTopology(spec.slices, spec.devices_per_slice)
+    completed = spec.expect == "completed"
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None  # a preemption writes a checkpoint
-    with (
-        tempfile.TemporaryDirectory(prefix="chaos-", dir=shm) as tmp,
-        FakeCluster(topology) as fake,
-    ):
-        return run_episode(fake, spec.config(tmp), schedule, trainer_factory=trainer)
+    with tempfile.TemporaryDirectory(prefix="chaos-", dir=shm) as tmp:
+        return play(
+            spec.schedule,
+            config=spec.config(tmp),
+            topology=SliceTopology(spec.slices, spec.devices_per_slice),
+            trainer=spec.trainer,
+            replay=completed and replay,
+            expect_completed=completed,
+        )
 
 
-def judge(events: list[dict[str, Any]], spec: EpisodeSpec) -> list[str]:
-    """The oracle, plus the outcome the spec expects and the retry policy's bound."""
-    from pathways_chaos.harness import oracle
+def judge(events: list[dict[str, Any]], spec: EpisodeSpec, verdict: Any = None) -> list[str]:
+    """The oracle (``verdict`` when ``run_spec`` already gave it), the expected end, the bound."""
+    from pathways_chaos.harness.judging import oracle
 
     problems: list[str] = []
     attempts: dict[int, int] = {}
@@ -132,19 +122,22 @@ def judge(events: list[dict[str, Any]], spec: EpisodeSpec) -> list[str]:
     ends = [e for e in events if e["kind"] == "run_end"]
     last = ends[-1] if ends else {"status": "none", "error": "no run_end in the log"}
     status, error = last["status"], last.get("error") or ""
+    if verdict is None:
+        completed = spec.expect == "completed"
+        verdict = oracle.check(events, replay=completed, expect_completed=completed)
     if spec.expect == "completed":
-        return problems + oracle.check(events).violations
+        return problems + verdict.violations
     if spec.expect == "retries_exhausted":
         if status != "failed" or "ElasticRuntimeError" not in error:
             problems.append(
                 "an INTERNAL error on every attempt must exhaust the retry policy and fail the "
                 f"run with ElasticRuntimeError; the run ended {status} {error[:120]}".rstrip()
             )
-        return problems + oracle.check(events, replay=False, expect_completed=False).violations
+        return problems + verdict.violations
     code = spec.expect.removeprefix("error:")
     if status != "failed" or code not in error:
         problems.append(
             f"a {code} error is not a lost slice and must end the run; it was retried or "
             f"swallowed and the run ended {status}"
         )
-    return problems + oracle.check(events, replay=False, expect_completed=False).violations
+    return problems + verdict.violations

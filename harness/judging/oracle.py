@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from pathways_chaos.harness.recorder import Event
+from pathways_chaos.harness.engine.recorder import Event
+from pathways_chaos.harness.errors import ChaosError
 
 #: Replay tolerance. The fake-cluster run reduces each step's gradient over a batch sharded
 #: across up to 64 CPU devices, the replay on one: float32 sums in a different order differ
@@ -25,7 +26,7 @@ REPLAY_RTOL = 2e-5
 REPLAY_ATOL = 2e-6
 
 
-class OracleViolation(AssertionError):
+class OracleViolation(ChaosError, AssertionError):
     """The run did not survive; the message lists every violated check."""
 
 
@@ -415,6 +416,7 @@ def recoveries(events: Sequence[Event]) -> list[dict[str, Any]]:
             {
                 "fault": e["text"],
                 "kind": e["fault"]["kind"],
+                "fault_t": e["t"],
                 "detected": seen is not None,
                 "recovered": ready is not None,
                 "detect_wall_s": None if seen is None else round(seen["wall"] - e["wall"], 6),

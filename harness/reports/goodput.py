@@ -12,8 +12,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from pathways_chaos.harness.oracle import committed_lineage, recoveries
-from pathways_chaos.harness.recorder import Event
+from pathways_chaos.harness.engine.recorder import Event
+from pathways_chaos.harness.judging.oracle import committed_lineage, recoveries
 
 #: Our bucket -> ml-goodput-measurement's BadputType name.
 BUCKETS = {

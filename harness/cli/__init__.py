@@ -1,0 +1,1 @@
+"""The ``pathways-chaos`` command line."""

@@ -1,0 +1,1 @@
+"""What a person reads: the text summary, goodput, the HTML report and its pytest plugin."""

@@ -1,0 +1,1 @@
+"""suites/acceptance/samples"""

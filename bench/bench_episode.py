@@ -278,6 +278,57 @@ def idle_overhead(rounds: int, steps: int) -> dict[str, Any]:
     }
 
 
+def one_cache_run(steps: int) -> dict[str, Any]:
+    """The faulted resize episode in a new process, compiles served by whatever cache the
+    environment names (JAX_COMPILATION_CACHE_DIR), with the cache's own counters."""
+    import jax
+
+    from pathways_chaos.harness.engine.topology import request_cpu_devices
+
+    request_cpu_devices(8)
+    hits: list[str] = []
+    jax.monitoring.register_event_listener(
+        lambda event, **_: (
+            hits.append(event) if event == "/jax/compilation_cache/cache_hits" else None
+        )
+    )
+    t0 = time.perf_counter()
+    out = episode_seconds(4, 2, steps, FAULTS)
+    out["cache_hits"] = len(hits)
+    out["trace_and_lower_s"] = round(sum(_TRACE_SECONDS), 3)
+    out["process_s"] = round(time.perf_counter() - t0, 3)
+    return out
+
+
+def compilation_cache(steps: int) -> dict[str, Any]:
+    """The same faulted episode in three new processes: no persistent cache, a cold one, and
+    the same cache warm (what a CI rerun or the next xdist worker finds)."""
+    import os
+    import tempfile
+
+    runs = {}
+    with tempfile.TemporaryDirectory(prefix="chaos-xla-bench-") as folder:
+        for name, cache in (("no_cache", None), ("cold", folder), ("warm", folder)):
+            env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
+            env["PATHWAYS_CHAOS_XLA_CACHE"] = "off"
+            if cache:
+                env["JAX_COMPILATION_CACHE_DIR"] = cache
+                env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.05"
+            t0 = time.perf_counter()
+            proc = subprocess.run(
+                [sys.executable, __file__, "--one-cache-run", "--steps", str(steps)],
+                capture_output=True,
+                text=True,
+                check=True,
+                env=env,
+            )
+            runs[name] = json.loads(proc.stdout.strip().splitlines()[-1])
+            runs[name]["wall_with_start_s"] = round(time.perf_counter() - t0, 3)
+    saved = runs["no_cache"]["compile_s"] - runs["warm"]["compile_s"]
+    runs["compile_s_saved_warm"] = round(saved, 3)
+    return runs
+
+
 def one_size(num_slices: int, steps: int) -> dict[str, Any]:
     from pathways_chaos.harness.engine.topology import request_cpu_devices
 
@@ -293,6 +344,10 @@ def main() -> int:
     )
     parser.add_argument("--out", default=None)
     parser.add_argument("--one-size", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--one-cache-run", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--cache-only", action="store_true", help="only the persistent compilation cache runs"
+    )
     parser.add_argument("--steps", type=int, default=100)
     args = parser.parse_args()
     _quiet()
@@ -300,6 +355,11 @@ def main() -> int:
     if args.one_size:
         print(json.dumps(one_size(args.one_size, args.steps)))
         return 0
+    if args.one_cache_run:
+        print(json.dumps(one_cache_run(args.steps)))
+        return 0
+    if args.cache_only:
+        return _write({"compilation_cache": compilation_cache(args.steps)}, args.out)
 
     from pathways_chaos.harness.engine.topology import request_cpu_devices
 

@@ -74,18 +74,15 @@ def available_devices() -> int:
 
 
 def enable_compilation_cache() -> None:
-    """XLA compiles each mesh shape once per session, not once per example.
+    """XLA compiles each mesh shape once per machine (the persistent cache of
+    ``harness.engine.compilation_cache``), not once per example or per process.
 
-    The trainer still misses its jit cache on every new mesh and records the recompile; only
-    the XLA compilation is served from a cache folder (as a production job's cache would).
+    The trainer still records a mesh new to its run as a recompile; only the XLA compilation
+    is served from the cache (as a production job's cache would).
     """
-    import tempfile
+    from pathways_chaos.harness.engine import compilation_cache
 
-    import jax
-
-    jax.config.update("jax_compilation_cache_dir", tempfile.mkdtemp(prefix="chaos-xla-"))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    compilation_cache.enable()
 
 
 def share_of_profile(share: float, minimum: int = 3) -> Any:

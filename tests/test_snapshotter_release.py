@@ -95,12 +95,13 @@ def test_the_census_collects_only_when_a_quick_count_is_suspect(judged):
 
     from pathways_chaos.harness.engine.census import Census
 
+    before = jax.device_put(np.ones(2))  # alive before the run: not the run's
     census = Census()
     first = census()
-    assert census.collections == 1
-    assert census() == first and census.collections == 1  # nothing new: no gc
+    assert first["by_kind"].get("device", 0) == 0
+    assert census() == first and census.collections == 0  # nothing new: no gc
     kept = jax.device_put(np.ones(3))
     grown = census(judged=judged)
-    assert grown["by_kind"]["device"] == first["by_kind"].get("device", 0) + 1
-    assert census.collections == (2 if judged else 1)
-    del kept
+    assert grown["by_kind"]["device"] == 1
+    assert census.collections == (1 if judged else 0)
+    del kept, before

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from pathways_chaos.harness.engine.census import Census, pinned_host_arrays
+from pathways_chaos.harness.engine.census import Census
 from pathways_chaos.harness.engine.census import live_census as live_census  # re-exported
 from pathways_chaos.harness.engine.executables import jitted_step
 from pathways_chaos.harness.engine.recorder import Recorder
@@ -218,7 +218,7 @@ class ReferenceTrainer:
             config=config.to_json(),
             slices={str(s): [d.id for d in ds] for s, ds in manager.slice_to_devices.items()},
             active_slices=sorted(manager.active_slice_indices),
-            pinned_host=pinned_host_arrays(),
+            pinned_host=self._census.pinned_host(),
         )
         retry_policy = (
             manager_lib.ElasticRetryLimit(config.max_attempts) if config.max_attempts else None
@@ -276,7 +276,7 @@ class ReferenceTrainer:
             compiles=sum(
                 f._cache_size() - self._cached_before.get(k, 0) for k, f in self._jitted.items()
             ),
-            pinned_host=pinned_host_arrays(),  # after the Snapshotter's release
+            pinned_host=self._census.pinned_host(),  # after the Snapshotter's release
         )
         del jax
         return result

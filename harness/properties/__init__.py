@@ -210,7 +210,6 @@ def check_snapshot_round_trip(case: SnapshotCase, trainer: str = REFERENCE_TRAIN
     import jax
     from orbax.checkpoint.experimental.v1.training.pathways import Snapshotter
 
-    from pathways_chaos.harness.engine.episode_spec import load_trainer
     from pathways_chaos.harness.engine.fake_cluster import FakeCluster
     from pathways_chaos.harness.engine.recorder import Recorder
     from pathways_chaos.harness.engine.topology import SliceTopology
@@ -219,9 +218,10 @@ def check_snapshot_round_trip(case: SnapshotCase, trainer: str = REFERENCE_TRAIN
         check_replicated_along_replica_axis,
         load_snapshot,
     )
+    from pathways_chaos.harness.play import load_object
     from pathways_chaos.harness.reference.trainer import TrainerConfig
 
-    placer = load_trainer(trainer)(TrainerConfig(), Recorder(None))
+    placer = load_object(trainer, "trainer")(TrainerConfig(), Recorder(None))
     topology = SliceTopology(case.slices, case.devices_per_slice)
     with FakeCluster(topology) as fake, contextlib.ExitStack() as cleanup:
         mesh = _mesh(fake.devices, case.slices)

@@ -1,9 +1,17 @@
 """Checks on a Pathways JobSet manifest for settings that only fail once the job is deployed.
 
-Roles are found by the container names the Pathways manifests use: ``pathways-proxy`` and
-``pathways-rm`` in the head pod, ``pathways-worker`` and ``colocated-python-sidecar`` in the
-worker pod; any other container of the head pod is the JAX client. Sidecars declared as
-``initContainers`` (native sidecars) count as containers.
+Containers are found by role, not by position or by the names one sample uses: the
+**proxy** (``pathways-proxy``, or a ``proxy_server`` image), the **resource manager**
+(``pathways-rm``, or ``--node_type=resource_manager``), the **workers** (``pathways-worker``, a
+Pathways ``server`` image, or a container asking for ``google.com/tpu``), the **colocated-Python
+sidecar** (``colocated-python-sidecar``, or a non-worker container of a worker pod that serves
+the sidecar's gRPC port or shared-memory directory) and the **JAX client** (``JAX_PLATFORMS=proxy``
+or ``JAX_BACKEND_TARGET`` in its env, else any other container of the head pod). Native sidecars
+(``initContainers``) count as containers; the worker replicatedJob may be called anything (the
+guides say ``worker``, pathwaysutils' generator ``pathways-worker``).
+
+A check whose subject is not in the manifest (no client in a headless JobSet, no proxy when a
+shared Pathways service runs it) is SKIP, saying what to pass; it is never judged on a guess.
 """
 
 from __future__ import annotations
@@ -11,7 +19,8 @@ from __future__ import annotations
 import dataclasses
 import re
 import shlex
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +37,17 @@ PROXY = "pathways-proxy"
 RESOURCE_MANAGER = "pathways-rm"
 WORKER = "pathways-worker"
 SIDECAR = "colocated-python-sidecar"
-PATHWAYS_CONTAINERS = frozenset({PROXY, RESOURCE_MANAGER, WORKER, SIDECAR})
+CLIENT = "client"
+#: Every role that runs jax/jaxlib: their versions must be the same.
+JAX_ROLES = (CLIENT, PROXY, RESOURCE_MANAGER, WORKER, SIDECAR)
+HEAD_JOBS = frozenset({"pathways-head", "head"})
 MTC_DRIVER = "multitier-checkpoint.csi.storage.gke.io"
-SIDECAR_SHM = "/tmp/sidecar"
+SHM_FLAG = "cloud_pathways_sidecar_shm_directory"
+#: The elastic flag: the resilient-training guide's spelling, then pathwaysutils' generator's.
+ELASTIC_FLAGS = ("num_elastic_instances", "num_elastic_slices")
 XLA_ENV = ("XLA_FLAGS", "LIBTPU_INIT_ARGS")
 _JAX_TAG = re.compile(r"jax[-_]?v?(\d+\.\d+(?:\.\d+)?)")
+_SIDECAR_ENV = ("GRPC_SERVER_ADDRESS", "CLOUD_PATHWAYS_SIDECAR_SHM_DIRECTORY")
 
 
 @dataclasses.dataclass
@@ -43,6 +58,8 @@ class Container:
     env: dict[str, str]
     mounts: dict[str, str]  # mountPath -> volume name
     pod: Pod
+    role: str | None = None
+    asks_tpu: bool = False
 
     @property
     def where(self) -> str:
@@ -55,6 +72,11 @@ class Container:
             out |= {f"{k}={v}" for k, v in _flags(shlex.split(self.env.get(var, ""))).items()}
         return out
 
+    def volume(self, path: str) -> dict[str, Any] | None:
+        """The volume mounted at ``path``, or None."""
+        name = self.mounts.get(path)
+        return None if name is None else self.pod.volumes.get(name, {"name": name})
+
 
 @dataclasses.dataclass
 class Pod:
@@ -65,14 +87,27 @@ class Pod:
     volumes: dict[str, dict[str, Any]]
     priority_class: str | None
     label: str
+    coordinator: bool = False
     containers: list[Container] = dataclasses.field(default_factory=list)
 
     @property
     def where(self) -> str:
         return f"{self.label}:{self.job}"
 
-    def container(self, name: str) -> Container | None:
-        return next((c for c in self.containers if c.name == name), None)
+    def role(self, role: str) -> list[Container]:
+        return [c for c in self.containers if c.role == role]
+
+    @property
+    def is_worker(self) -> bool:
+        return bool(self.role(WORKER))
+
+    @property
+    def is_head(self) -> bool:
+        if self.is_worker:
+            return False
+        return bool(self.role(PROXY) or self.role(RESOURCE_MANAGER) or self.coordinator) or (
+            self.job in HEAD_JOBS
+        )
 
     def mounts_volume(self, container: Container, predicate: Callable[[dict], bool]) -> list[str]:
         """Mount paths in ``container`` whose volume satisfies ``predicate``."""
@@ -92,45 +127,61 @@ class Manifest:
     def containers(self) -> list[Container]:
         return [c for p in self.pods for c in p.containers]
 
+    def role(self, role: str) -> list[Container]:
+        return [c for c in self.containers() if c.role == role]
+
     def named(self, name: str) -> list[Container]:
-        return [c for c in self.containers() if c.name == name]
+        """Containers in ``name``'s role (``pathways-proxy``, ``colocated-python-sidecar``...)."""
+        return self.role(name)
 
     @property
     def head_pods(self) -> list[Pod]:
-        return [p for p in self.pods if p.container(PROXY) or "head" in p.job]
+        return [p for p in self.pods if p.is_head]
 
     @property
     def worker_pods(self) -> list[Pod]:
-        return [p for p in self.pods if p.container(WORKER) or p.job == "worker"]
+        return [p for p in self.pods if p.is_worker]
 
     def clients(self) -> list[Container]:
-        """The JAX client: a head-pod container that is not a Pathways service."""
-        heads = self.head_pods
-        return [c for p in heads for c in p.containers if c.name not in PATHWAYS_CONTAINERS]
+        return self.role(CLIENT)
 
     @property
     def slice_count(self) -> int:
         return sum(p.replicas for p in self.worker_pods)
 
     @property
+    def checkpoint_configurations(self) -> list[tuple[str, str]]:
+        return in_memory_volume_sizes(self.documents)
+
+    @property
+    def mtc_volumes(self) -> list[str]:
+        return [f"{p.where}:{n}" for p in self.pods for n, v in p.volumes.items() if _is_mtc(v)]
+
+    @property
     def uses_mtc(self) -> bool:
+        """Multi-Tier Checkpointing: its CSI volume, a CheckpointConfiguration, or the proxy's
+        ``--sidecar_name`` (a colocated-Python sidecar alone is not MTC)."""
         return bool(
-            self.named(SIDECAR)
-            or in_memory_volume_sizes(self.documents)
-            or any(_is_mtc(v) for p in self.pods for v in p.volumes.values())
-            or any("sidecar_name" in c.flags for c in self.named(PROXY))
+            self.mtc_volumes
+            or self.checkpoint_configurations
+            or any("sidecar_name" in c.flags for c in self.role(PROXY))
         )
 
 
-def load_manifest(path: str | Path) -> Manifest:
-    """Every JobSet in a YAML file (or every ``.yaml``/``.yml`` file of a folder)."""
-    root = Path(path)
-    if root.is_dir():
-        files = sorted([*root.glob("*.yaml"), *root.glob("*.yml")])
-    elif root.is_file():
-        files = [root]
-    else:
-        raise ChaosConfigError(f"--manifest {path}: no such file or folder: pass your JobSet YAML")
+def load_manifest(path: str | Path | Sequence[str | Path]) -> Manifest:
+    """Every JobSet in the YAML files given (a file, or every ``.yaml``/``.yml`` of a folder)."""
+    paths = [path] if isinstance(path, str | Path) else list(path)
+    files: list[Path] = []
+    for raw in paths:
+        root = Path(raw)
+        if root.is_dir():
+            files += sorted([*root.glob("*.yaml"), *root.glob("*.yml")])
+        elif root.is_file():
+            files.append(root)
+        else:
+            raise ChaosConfigError(
+                f"--acceptance-manifest {raw}: no such file or folder: pass your JobSet YAML"
+            )
     documents: list[Any] = []
     pods: list[Pod] = []
     for file in files:
@@ -139,20 +190,39 @@ def load_manifest(path: str | Path) -> Manifest:
         for doc in docs:
             if isinstance(doc, dict) and doc.get("kind") == "JobSet":
                 pods += _pods(doc, str(file))
+    label = ", ".join(map(str, paths))
     if not pods:
         raise ChaosConfigError(
-            f"--manifest {path}: no JobSet with replicatedJobs found: pass the Pathways JobSet "
-            "YAML your job deploys (kubectl get jobset NAME -o yaml)"
+            f"--acceptance-manifest {label}: no JobSet with replicatedJobs found: pass the "
+            "Pathways JobSet YAML your job deploys (kubectl get jobset NAME -o yaml)"
         )
-    return Manifest(str(path), pods, documents)
+    return Manifest(label, pods, documents)
 
 
 # -- the checks ----------------------------------------------------------------------------
+NO_CLIENT = (
+    "no JAX client container in the JobSet (none with JAX_PLATFORMS=proxy, none beside the "
+    "Pathways services in the head pod): pass the manifest that runs your client with "
+    "--acceptance-manifest"
+)
+NO_PROXY = (
+    f"no {PROXY} container in the JobSet (a shared Pathways service?): pass the manifest that "
+    "runs the proxy with --acceptance-manifest"
+)
+
+
 def check_xla_flags_on_proxy(m: Manifest) -> CheckResult:
-    proxies = m.named(PROXY)
-    on_proxy = set().union(*(p.xla_flags() for p in proxies)) if proxies else set()
+    title = "XLA flags are on the pathways-proxy container, not only in the client"
+    fix = (
+        f"the remote compiler reads its flags from {PROXY}: add them to its args "
+        "(Cluster Toolkit: --pathways-proxy-args)"
+    )
+    proxies, clients = m.role(PROXY), m.clients()
+    if not clients or not proxies:
+        return _skip("xla-flags-on-proxy", title, fix, NO_CLIENT if not clients else NO_PROXY)
+    on_proxy = set().union(*(p.xla_flags() for p in proxies))
     findings = []
-    for client in m.clients():
+    for client in clients:
         missing = sorted(client.xla_flags() - on_proxy)
         if missing:
             findings.append(
@@ -163,73 +233,98 @@ def check_xla_flags_on_proxy(m: Manifest) -> CheckResult:
                 )
             )
     note = f"{len(on_proxy)} XLA flags on {PROXY}" if on_proxy else "no XLA flags in the client"
-    return CheckResult(
-        "xla-flags-on-proxy",
-        "XLA flags are on the pathways-proxy container, not only in the client",
-        f"the remote compiler reads its flags from {PROXY}: add them to its args "
-        "(Cluster Toolkit: --pathways-proxy-args)",
-        tuple(findings),
-        note,
-    )
+    return CheckResult("xla-flags-on-proxy", title, fix, tuple(findings), note)
 
 
 def check_gcs_scratch_location(m: Manifest) -> CheckResult:
-    findings = _missing_proxy(m) + [
+    title = "--gcs_scratch_location is set, so the compilation cache survives a redeploy"
+    fix = (
+        f"add --gcs_scratch_location=gs://BUCKET/tmp to {PROXY}'s args (and give the job's "
+        "service account access to the bucket)"
+    )
+    proxies = m.role(PROXY)
+    if not proxies:
+        return _skip("gcs-scratch-location", title, fix, NO_PROXY)
+    findings = [
         Finding(p.where, "--gcs_scratch_location is missing or empty")
-        for p in m.named(PROXY)
+        for p in proxies
         if not p.flags.get("gcs_scratch_location", "").strip()
     ]
-    values = sorted({p.flags.get("gcs_scratch_location", "") for p in m.named(PROXY)})
+    values = sorted({p.flags.get("gcs_scratch_location", "") for p in proxies})
     return CheckResult(
         "gcs-scratch-location",
-        "--gcs_scratch_location is set, so the compilation cache survives a redeploy",
-        f"add --gcs_scratch_location=gs://BUCKET/tmp to {PROXY}'s args (and give the job's "
-        "service account access to the bucket)",
+        title,
+        fix,
         tuple(findings),
         f"--gcs_scratch_location={', '.join(values)}",
     )
 
 
+def elastic_flag(flags: dict[str, str]) -> tuple[str, str] | None:
+    """``(spelling, value)`` of the elastic flag, whichever spelling is there (the guide's
+    first); None when neither is."""
+    for name in ELASTIC_FLAGS:
+        if name in flags:
+            return name, flags[name]
+    return None
+
+
 def check_num_elastic_instances(m: Manifest) -> CheckResult:
     slices = m.slice_count
-    findings = list(_missing_proxy(m))
-    for p in m.named(PROXY):
-        value = p.flags.get("num_elastic_instances")
-        if value is None:
-            findings.append(Finding(p.where, "--num_elastic_instances is not set"))
-        elif not value.strip().isdigit():
-            findings.append(
-                Finding(p.where, f"--num_elastic_instances={value} is not a number of slices")
-            )
-        elif int(value) != slices:
+    title = (
+        "--num_elastic_instances (or pathwaysutils' --num_elastic_slices) on pathways-proxy "
+        "equals the slice count"
+    )
+    fix = (
+        f"set --num_elastic_instances={slices} on {PROXY} (the worker replicatedJob's replicas; "
+        "pathwaysutils' generator writes the same as --num_elastic_slices)"
+    )
+    proxies = m.role(PROXY)
+    if not proxies:
+        return _skip("num-elastic-instances", title, fix, NO_PROXY)
+    findings = []
+    if not m.worker_pods:
+        findings.append(Finding(m.label, f"no worker replicatedJob (no {WORKER} container)"))
+    seen = []
+    for p in proxies:
+        given = {n: p.flags[n] for n in ELASTIC_FLAGS if n in p.flags}
+        if not given:
             findings.append(
                 Finding(
                     p.where,
-                    f"--num_elastic_instances={value} but the worker job has {slices} slices "
-                    "(replicas)",
+                    "neither --num_elastic_instances nor --num_elastic_slices is set: elastic "
+                    "training is off",
                 )
             )
+        if len(set(given.values())) > 1:
+            both = " and ".join(f"--{n}={v}" for n, v in given.items())
+            findings.append(Finding(p.where, f"{both} disagree"))
+        for name, value in given.items():
+            seen.append(f"--{name}={value}")
+            if not value.strip().isdigit():
+                findings.append(Finding(p.where, f"--{name}={value} is not a number of slices"))
+            elif m.worker_pods and int(value) != slices:
+                findings.append(
+                    Finding(
+                        p.where,
+                        f"--{name}={value} but the worker jobs have {slices} slices (replicas)",
+                    )
+                )
     return CheckResult(
         "num-elastic-instances",
-        "--num_elastic_instances on pathways-proxy equals the slice count",
-        f"set --num_elastic_instances={slices} on {PROXY} (the worker replicatedJob's replicas)",
+        title,
+        fix,
         tuple(findings),
-        f"--num_elastic_instances={slices}, {slices} worker slices",
+        f"{', '.join(sorted(set(seen)))} = {slices} worker slices",
     )
 
 
 def check_image_pins(m: Manifest) -> CheckResult:
     findings = []
     for c in m.containers():
-        tag = _tag(c.image)
-        if not c.image:
-            findings.append(Finding(c.where, "has no image"))
-        elif "@sha256:" in c.image:
-            continue
-        elif tag is None:
-            findings.append(Finding(c.where, f"image {c.image} has no tag (means latest)"))
-        elif tag == "latest":
-            findings.append(Finding(c.where, f"image {c.image} floats on latest"))
+        problem = _unpinned(c.image)
+        if problem:
+            findings.append(Finding(c.where, problem))
     return CheckResult(
         "image-pins",
         "every image is pinned to a tag or digest (no latest)",
@@ -241,95 +336,110 @@ def check_image_pins(m: Manifest) -> CheckResult:
 
 
 def check_jax_versions_match(m: Manifest) -> CheckResult:
-    sidecars = m.named(SIDECAR)
-    findings = []
-    clients = m.clients()
-    if sidecars and not clients:
-        findings.append(Finding(m.label, "no JAX client container in the head pod to compare"))
-    for client in clients:
-        want = _jax_version(client)
-        for sidecar in sidecars:
-            got = _jax_version(sidecar)
-            if want is None or got is None:
-                unknown = client if want is None else sidecar
-                findings.append(
-                    Finding(
-                        unknown.where,
-                        f"cannot tell the jax version of {unknown.image or 'its image'}",
-                    )
-                )
-            elif want != got:
-                findings.append(
-                    Finding(sidecar.where, f"jax/jaxlib {got} differs from the client's {want}")
-                )
-    note = (
-        f"client and {SIDECAR} both jax {_jax_version(clients[0])}"
-        if sidecars and clients
-        else f"no {SIDECAR}"
+    """Every jax-running image (client, proxy, resource manager, workers, sidecar) on one
+    jax/jaxlib. A known mismatch fails whatever else is unknown; unknown versions alone are
+    SKIP (say the version) or NOT JUDGED (the image floats, so image-pins already failed)."""
+    title = (
+        "jax/jaxlib identical in every image that runs it: client, pathways-proxy, pathways-rm, "
+        "workers and the colocated-python sidecar"
     )
-    return CheckResult(
-        "jax-versions-match",
-        "jax/jaxlib identical in the head (client) and the colocated-python sidecar",
-        "build the sidecar from the client's jax/jaxlib pins; tag both images jax-X.Y.Z (or set "
-        "JAX_VERSION in both containers' env) so the versions can be compared",
-        tuple(dict.fromkeys(findings)),
-        note,
+    fix = (
+        "build every image on one jax/jaxlib: Pathways images tagged jax-X.Y.Z for the client's "
+        "jax, the sidecar from the client's pins; tag your own images jax-X.Y.Z (or set "
+        "JAX_VERSION in their env) so the versions can be compared"
     )
+    running = [c for c in m.containers() if c.role in JAX_ROLES]
+    known = {c.where: v for c in running if (v := _jax_version(c)) is not None}
+    unknown = [c for c in running if c.where not in known]
+    versions = Counter(known.values())
+    findings: list[Finding] = []
+    if len(versions) > 1:
+        want, whose = _reference_version(m, known, versions)
+        findings += [
+            Finding(where, f"jax/jaxlib {got} differs from {whose} {want}")
+            for where, got in known.items()
+            if got != want
+        ]
+        findings += [
+            Finding(c.where, f"version unknown ({c.image or 'no image'})") for c in unknown
+        ]
+        return CheckResult("jax-versions-match", title, fix, tuple(findings))
+    listed = ", ".join(sorted({_role_label(c) for c in running if c.where in known}))
+    note = f"jax {next(iter(versions))} in {len(known)} images ({listed})" if versions else ""
+    if unknown:
+        names = ", ".join(f"{c.where} ({c.image or 'no image'})" for c in unknown)
+        if all(_unpinned(c.image) for c in unknown):
+            return CheckResult(
+                "jax-versions-match",
+                title,
+                fix,
+                depends_on="image-pins",
+                note=f"version unknown for {names}{'; ' + note if note else ''}",
+            )
+        return CheckResult(
+            "jax-versions-match",
+            title,
+            fix,
+            note=note,
+            skipped=f"version unknown for {names}: tag the image jax-X.Y.Z or set JAX_VERSION "
+            "(and JAXLIB_VERSION) in the container's env",
+        )
+    if not running:
+        return _skip("jax-versions-match", title, fix, "no container that runs jax in the JobSet")
+    return CheckResult("jax-versions-match", title, fix, (), note)
 
 
 def check_dev_shm(m: Manifest) -> CheckResult:
-    findings = []
+    title = "a memory-backed /dev/shm for loader workers in the client container"
+    fix = (
+        "mount an emptyDir {medium: Memory} volume at /dev/shm in the client container, so "
+        "prefetched batches do not hit the default 64 MB limit"
+    )
     clients = m.clients()
     if not clients:
-        findings.append(Finding(m.label, "no JAX client container in the head pod"))
+        return _skip("dev-shm", title, fix, NO_CLIENT)
+    findings = []
     for c in clients:
-        if "/dev/shm" not in c.mounts:
+        volume = c.volume("/dev/shm")
+        if volume is None:
             findings.append(Finding(c.where, "mounts nothing at /dev/shm (64 MB default)"))
-        elif not _is_memory_dir(c.pod.volumes.get(c.mounts["/dev/shm"], {})):
-            findings.append(Finding(c.where, "/dev/shm is not an emptyDir with medium: Memory"))
-    return CheckResult(
-        "dev-shm",
-        "a memory-backed /dev/shm for loader workers in the client container",
-        "mount an emptyDir {medium: Memory} volume at /dev/shm in the client container, so "
-        "prefetched batches do not hit the default 64 MB limit",
-        tuple(findings),
-        "/dev/shm is an emptyDir in memory",
-    )
+        elif not _is_memory_dir(volume):
+            findings.append(Finding(c.where, f"/dev/shm is {_describe(volume)}, not memory-backed"))
+    return CheckResult("dev-shm", title, fix, tuple(findings), "/dev/shm is an emptyDir in memory")
 
 
 def check_mtc_sidecar_name(m: Manifest) -> CheckResult:
-    findings: list[Finding] = []
-    if m.uses_mtc:
-        findings += _missing_proxy(m)
-        findings += [
-            Finding(
-                p.where,
-                f"--sidecar_name={p.flags['sidecar_name']}, not external"
-                if "sidecar_name" in p.flags
-                else "--sidecar_name is not set (must be external)",
-            )
-            for p in m.named(PROXY)
-            if p.flags.get("sidecar_name") != "external"
-        ]
-    return CheckResult(
-        "mtc-sidecar-name",
-        "Multi-Tier Checkpointing: --sidecar_name=external on pathways-proxy",
-        f"add --sidecar_name=external to {PROXY}'s args",
-        tuple(findings),
-        "--sidecar_name=external" if m.uses_mtc else "no Multi-Tier Checkpointing",
-    )
+    title = "Multi-Tier Checkpointing: --sidecar_name=external on pathways-proxy"
+    fix = f"add --sidecar_name=external to {PROXY}'s args"
+    if not m.uses_mtc:
+        return CheckResult("mtc-sidecar-name", title, fix, (), "no Multi-Tier Checkpointing")
+    if not m.role(PROXY):
+        return _skip("mtc-sidecar-name", title, fix, NO_PROXY)
+    findings = [
+        Finding(
+            p.where,
+            f"--sidecar_name={p.flags['sidecar_name']}, not external"
+            if "sidecar_name" in p.flags
+            else "--sidecar_name is not set (must be external)",
+        )
+        for p in m.role(PROXY)
+        if p.flags.get("sidecar_name") != "external"
+    ]
+    return CheckResult("mtc-sidecar-name", title, fix, tuple(findings), "--sidecar_name=external")
 
 
 def check_mtc_csi_volume(m: Manifest) -> CheckResult:
     findings: list[Finding] = []
     if m.uses_mtc:
+        if not m.worker_pods:
+            findings.append(Finding(m.label, f"no worker replicatedJob (no {WORKER} container)"))
         for pod in m.worker_pods:
-            for name in (WORKER, SIDECAR):
-                c = pod.container(name)
-                if c is None:
-                    findings.append(Finding(pod.where, f"has no {name} container"))
-                elif not pod.mounts_volume(c, _is_mtc):
-                    findings.append(Finding(c.where, f"does not mount the {MTC_DRIVER} volume"))
+            for role in (WORKER, SIDECAR):
+                if not pod.role(role):
+                    findings.append(Finding(pod.where, f"has no {role} container"))
+                for c in pod.role(role):
+                    if not pod.mounts_volume(c, _is_mtc):
+                        findings.append(Finding(c.where, f"does not mount the {MTC_DRIVER} volume"))
         for pod in m.head_pods:
             for c in pod.containers:
                 if pod.mounts_volume(c, _is_mtc):
@@ -346,36 +456,28 @@ def check_mtc_csi_volume(m: Manifest) -> CheckResult:
     )
 
 
-def check_mtc_shared_sidecar_dir(m: Manifest) -> CheckResult:
+def check_sidecar_shared_dir(m: Manifest) -> CheckResult:
+    """The worker hands tensors to the colocated-Python sidecar through the directory named by
+    ``--cloud_pathways_sidecar_shm_directory``: both mount it, from one memory-backed volume."""
     findings: list[Finding] = []
-    if m.uses_mtc:
+    shared: set[str] = set()
+    sidecars = m.role(SIDECAR)
+    if sidecars or m.uses_mtc:
         for pod in m.worker_pods:
-            volumes = set()
-            for name in (WORKER, SIDECAR):
-                c = pod.container(name)
-                if c is None:
-                    findings.append(Finding(pod.where, f"has no {name} container"))
-                elif SIDECAR_SHM not in c.mounts:
-                    findings.append(Finding(c.where, f"does not mount {SIDECAR_SHM}"))
-                else:
-                    volumes.add(c.mounts[SIDECAR_SHM])
-            if len(volumes) > 1:
-                findings.append(
-                    Finding(pod.where, f"{SIDECAR_SHM} comes from different volumes {volumes}")
-                )
-            worker = pod.container(WORKER)
-            shm_flag = worker.flags.get("cloud_pathways_sidecar_shm_directory") if worker else None
-            if worker is not None and shm_flag != SIDECAR_SHM:
-                findings.append(
-                    Finding(worker.where, f"--cloud_pathways_sidecar_shm_directory is {shm_flag}")
-                )
+            findings += _shared_dir_findings(pod, shared)
+    note = (
+        f"{', '.join(sorted(shared))} shared through memory"
+        if shared
+        else "no colocated-Python sidecar"
+    )
     return CheckResult(
-        "mtc-shared-sidecar-dir",
-        "Multi-Tier Checkpointing: one shared /tmp/sidecar volume for worker and sidecar",
-        f"mount one emptyDir {{medium: Memory}} at {SIDECAR_SHM} in {WORKER} and {SIDECAR}, "
-        f"and pass --cloud_pathways_sidecar_shm_directory={SIDECAR_SHM} to {WORKER}",
+        "sidecar-shared-dir",
+        "colocated-Python sidecar: one memory-backed volume shared with the worker at the "
+        "directory --cloud_pathways_sidecar_shm_directory names",
+        f"pass --{SHM_FLAG}=/tmp/sidecar to {WORKER} and mount one emptyDir {{medium: Memory}} "
+        f"at that path in {WORKER} and {SIDECAR}",
         tuple(findings),
-        f"{SIDECAR_SHM} shared" if m.uses_mtc else "no Multi-Tier Checkpointing",
+        note,
     )
 
 
@@ -403,11 +505,16 @@ def check_manifest_ramdisk(
 ) -> CheckResult:
     """Hosts per slice from the worker job's parallelism; ``params_from`` says where the
     parameter count came from, for the reason."""
+    configured = m.checkpoint_configurations
+    if not m.uses_mtc:
+        return check_ramdisk(None, [], m.label, mtc_used=False)
+    if not configured:
+        volumes = ", ".join(m.mtc_volumes) or "the proxy's --sidecar_name"
+        return check_ramdisk(None, [], f"{m.label} ({volumes})")
     hosts = max((p.parallelism for p in m.worker_pods), default=1)
     sizing = RamdiskSizing(params, hosts, buffer) if params else None
-    configured = in_memory_volume_sizes(m.documents)
     result = check_ramdisk(sizing, configured, Path(m.label).name)
-    if result.ok and sizing is not None and configured:
+    if result.status == "PASS":
         result = dataclasses.replace(result, note=f"{result.note} (params {params_from})")
     return result
 
@@ -421,54 +528,99 @@ MANIFEST_CHECKS: dict[str, Callable[[Manifest], CheckResult]] = {
     "dev-shm": check_dev_shm,
     "mtc-sidecar-name": check_mtc_sidecar_name,
     "mtc-csi-volume": check_mtc_csi_volume,
-    "mtc-shared-sidecar-dir": check_mtc_shared_sidecar_dir,
+    "sidecar-shared-dir": check_sidecar_shared_dir,
     "worker-priority-class": check_worker_priority_class,
 }
 
 
 def run_manifest_checks(
-    path: str | Path, params: float | None = None, buffer: float = 0.15
+    path: str | Path | Sequence[str | Path], params: float | None = None, buffer: float = 0.15
 ) -> list[CheckResult]:
     m = load_manifest(path)
-    return [check(m) for check in MANIFEST_CHECKS.values()] + [
-        check_manifest_ramdisk(m, params, buffer)
-    ]
+    rows = [check(m) for check in MANIFEST_CHECKS.values()]
+    rows.append(check_manifest_ramdisk(m, params, buffer))
+    return [dataclasses.replace(r, group="manifest") for r in rows]
 
 
 # -- parsing -------------------------------------------------------------------------------
 def _pods(jobset: dict[str, Any], label: str) -> list[Pod]:
     name = (jobset.get("metadata") or {}).get("name", "<unnamed>")
+    spec = jobset.get("spec") or {}
+    coordinator = ((spec.get("coordinator") or {}).get("replicatedJob")) or None
     pods = []
-    for rj in (jobset.get("spec") or {}).get("replicatedJobs") or []:
+    for rj in spec.get("replicatedJobs") or []:
         job_spec = ((rj.get("template") or {}).get("spec")) or {}
         pod_spec = ((job_spec.get("template") or {}).get("spec")) or {}
+        job = str(rj.get("name", "<unnamed>"))
         pod = Pod(
             jobset=str(name),
-            job=str(rj.get("name", "<unnamed>")),
+            job=job,
             replicas=int(rj.get("replicas", 1)),
             parallelism=int(job_spec.get("parallelism", job_spec.get("completions", 1))),
             volumes={str(v.get("name")): v for v in pod_spec.get("volumes") or []},
             priority_class=pod_spec.get("priorityClassName"),
             label=Path(label).name,
+            coordinator=job == coordinator,
         )
         for c in [*(pod_spec.get("initContainers") or []), *(pod_spec.get("containers") or [])]:
-            tokens = [str(t) for t in [*(c.get("command") or []), *(c.get("args") or [])]]
-            words = [w for t in tokens for w in (shlex.split(t) if " " in t else [t])]
-            pod.containers.append(
-                Container(
-                    name=str(c.get("name", "")),
-                    image=str(c.get("image", "")),
-                    flags=_flags(words),
-                    env={str(e.get("name")): str(e.get("value", "")) for e in c.get("env") or []},
-                    mounts={
-                        str(v.get("mountPath")): str(v.get("name"))
-                        for v in c.get("volumeMounts") or []
-                    },
-                    pod=pod,
-                )
-            )
+            pod.containers.append(_container(c, pod))
+        for c in pod.containers:
+            c.role = _service_role(c)
         pods.append(pod)
+    for pod in pods:  # the client and the sidecar depend on the pod's kind
+        for c in pod.containers:
+            if c.role is None:
+                c.role = _other_role(c, pod)
     return pods
+
+
+def _container(c: dict[str, Any], pod: Pod) -> Container:
+    tokens = [str(t) for t in [*(c.get("command") or []), *(c.get("args") or [])]]
+    words = [w for t in tokens for w in (_split(t) if " " in t else [t])]
+    limits = {**((c.get("resources") or {}).get("requests") or {})}
+    limits.update((c.get("resources") or {}).get("limits") or {})
+    return Container(
+        name=str(c.get("name", "")),
+        image=str(c.get("image", "") or ""),
+        flags=_flags(words),
+        env={str(e.get("name")): str(e.get("value", "")) for e in c.get("env") or []},
+        mounts={str(v.get("mountPath")): str(v.get("name")) for v in c.get("volumeMounts") or []},
+        pod=pod,
+        asks_tpu=any(k.startswith("google.com/tpu") for k in limits),
+    )
+
+
+def _service_role(c: Container) -> str | None:
+    image = _image_name(c.image)
+    pathways_image = "pathways" in c.image
+    if c.name == PROXY or image == "proxy_server":
+        return PROXY
+    if c.name == RESOURCE_MANAGER or c.flags.get("node_type") == "resource_manager":
+        return RESOURCE_MANAGER
+    if c.name == WORKER or (image == "server" and pathways_image) or c.asks_tpu:
+        return WORKER
+    return None
+
+
+def _other_role(c: Container, pod: Pod) -> str | None:
+    if c.name == SIDECAR:
+        return SIDECAR
+    if pod.is_worker and (
+        "colocated" in c.name or "colocated" in c.image or any(k in c.env for k in _SIDECAR_ENV)
+    ):
+        return SIDECAR
+    if "proxy" in c.env.get("JAX_PLATFORMS", "") or "JAX_BACKEND_TARGET" in c.env:
+        return CLIENT
+    if pod.is_head:
+        return CLIENT
+    return None
+
+
+def _split(token: str) -> list[str]:
+    try:
+        return shlex.split(token)
+    except ValueError:  # an unbalanced quote in a shell script: words are enough
+        return token.split()
 
 
 def _flags(words: Iterable[str]) -> dict[str, str]:
@@ -485,9 +637,28 @@ def _flags(words: Iterable[str]) -> dict[str, str]:
     return out
 
 
+def _image_name(image: str) -> str:
+    """``proxy_server`` for ``us-docker.pkg.dev/x/pathways/proxy_server:jax-0.10.1``."""
+    return image.split("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0]
+
+
 def _tag(image: str) -> str | None:
-    last = image.rsplit("/", 1)[-1]
+    last = image.split("@", 1)[0].rsplit("/", 1)[-1]
     return last.split(":", 1)[1] if ":" in last else None
+
+
+def _unpinned(image: str) -> str:
+    """Why ``image`` is not pinned, or "" when it is."""
+    if not image:
+        return "has no image"
+    if "@sha256:" in image:
+        return ""
+    tag = _tag(image)
+    if tag is None:
+        return f"image {image} has no tag (means latest)"
+    if tag == "latest":
+        return f"image {image} floats on latest"
+    return ""
 
 
 def _jax_version(c: Container) -> str | None:
@@ -498,6 +669,28 @@ def _jax_version(c: Container) -> str | None:
     return match.group(1) if match else None
 
 
+def _reference_version(
+    m: Manifest, known: dict[str, str], versions: Counter[str]
+) -> tuple[str, str]:
+    """What the others are compared with: the client's jax, else the Pathways images' (their
+    release pins it), else the most common."""
+    clients = [known[c.where] for c in m.clients() if c.where in known]
+    if clients:
+        return clients[0], "the client's"
+    services = Counter(
+        known[c.where]
+        for c in m.containers()
+        if c.role in (PROXY, RESOURCE_MANAGER, WORKER) and c.where in known
+    )
+    if services:
+        return services.most_common(1)[0][0], "the Pathways images'"
+    return versions.most_common(1)[0][0], "the most common"
+
+
+def _role_label(c: Container) -> str:
+    return c.name if c.role == CLIENT else str(c.role)
+
+
 def _is_mtc(volume: dict[str, Any]) -> bool:
     return (volume.get("csi") or {}).get("driver") == MTC_DRIVER
 
@@ -506,5 +699,41 @@ def _is_memory_dir(volume: dict[str, Any]) -> bool:
     return (volume.get("emptyDir") or {}).get("medium") == "Memory"
 
 
-def _missing_proxy(m: Manifest) -> list[Finding]:
-    return [] if m.named(PROXY) else [Finding(m.label, f"no {PROXY} container in any pod")]
+def _describe(volume: dict[str, Any]) -> str:
+    name = volume.get("name", "?")
+    if "emptyDir" in volume:
+        return f"volume {name}, an emptyDir on the node's disk (no medium: Memory)"
+    kinds = [k for k in volume if k != "name"]
+    return f"volume {name} ({kinds[0] if kinds else 'not declared in the pod'})"
+
+
+def _shared_dir_findings(pod: Pod, shared: set[str]) -> list[Finding]:
+    findings = []
+    workers, sidecars = pod.role(WORKER), pod.role(SIDECAR)
+    if not sidecars:
+        return [Finding(pod.where, f"has no {SIDECAR} container")]
+    for worker in workers:
+        path = worker.flags.get(SHM_FLAG, "").strip()
+        if not path:
+            findings.append(Finding(worker.where, f"--{SHM_FLAG} is not set"))
+            continue
+        volumes = set()
+        for c in [worker, *sidecars]:
+            volume = c.volume(path)
+            if volume is None:
+                findings.append(Finding(c.where, f"does not mount {path}"))
+            elif not _is_memory_dir(volume):
+                findings.append(Finding(c.where, f"{path} is {_describe(volume)}"))
+            else:
+                volumes.add(c.mounts[path])
+        if len(volumes) > 1:
+            findings.append(
+                Finding(pod.where, f"{path} comes from different volumes {sorted(volumes)}")
+            )
+        if not findings:
+            shared.add(path)
+    return findings
+
+
+def _skip(check: str, title: str, fix: str, what: str) -> CheckResult:
+    return CheckResult(check, title, fix, (), skipped=what)

@@ -23,19 +23,6 @@ DEFAULT_BUFFER = 0.15
 GB = 1e9
 GIB = 2**30
 
-_QUANTITY_UNITS = {
-    "": 1,
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "P": 10**15,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-}
 _COUNT_SUFFIXES = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 
 
@@ -90,24 +77,25 @@ class RamdiskSizing:
 
 
 def parse_quantity(text: str | int | float) -> float:
-    """Bytes in a Kubernetes quantity: ``60Gi``, ``64G``, ``500M``, ``1e9``, ``1073741824``."""
-    if isinstance(text, int | float) and not isinstance(text, bool):
-        return float(text)
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
-    if not match or match.group(2) not in _QUANTITY_UNITS:
+    """Bytes in a Kubernetes quantity (``60Gi``, ``64G``, ``500M``, ``1e9``), by the
+    ``kubernetes`` client's own parser."""
+    from kubernetes.utils import parse_quantity as kube_quantity
+
+    if isinstance(text, bool):
+        text = str(text)
+    try:
+        return float(kube_quantity(text))
+    except (ValueError, TypeError, ArithmeticError):
         raise ChaosConfigError(
             f"size {text!r} is not a Kubernetes quantity: write for example 60Gi or 64G"
-        )
-    return float(match.group(1)) * _QUANTITY_UNITS[match.group(2)]
+        ) from None
 
 
 def parse_count(text: str) -> float:
     """A parameter count: ``8e9``, ``8000000000``, ``70B``, ``1.5T``."""
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]?)\s*", text)
     if not match or match.group(2).lower() not in _COUNT_SUFFIXES:
-        raise ChaosConfigError(
-            f"--params {text!r} is not a parameter count: write for example 8e9 or 70B"
-        )
+        raise ChaosConfigError(f"{text!r} is not a parameter count: write for example 8e9 or 70B")
     return float(match.group(1)) * _COUNT_SUFFIXES[match.group(2).lower()]
 
 
@@ -132,21 +120,39 @@ def in_memory_volume_sizes(documents: Sequence[Any]) -> list[tuple[str, str]]:
 
 
 def check_ramdisk(
-    sizing: RamdiskSizing | None, configured: Sequence[tuple[str, str]], where: str
+    sizing: RamdiskSizing | None,
+    configured: Sequence[tuple[str, str]],
+    where: str,
+    mtc_used: bool = True,
 ) -> CheckResult:
-    """The configured in-memory volume holds the guide's estimate (plus buffer)."""
+    """The configured in-memory volume holds the guide's estimate (plus buffer).
+
+    With Multi-Tier Checkpointing in use, a missing CheckpointConfiguration fails (the CSI
+    driver has nothing to size the ramdisk from); an unknown parameter count is SKIP.
+    """
     title = "CheckpointConfiguration inMemoryVolumeSize holds params x 12 B x 2 / hosts + buffer"
     fix = (
         "raise inMemoryVolumeSize in the CheckpointConfiguration to at least the required size "
         "(pathways-chaos ramdisk --params N --hosts-per-slice H prints it)"
     )
+    if not mtc_used:
+        return CheckResult("ramdisk-size", title, fix, (), "no Multi-Tier Checkpointing")
     if not configured:
-        return CheckResult("ramdisk-size", title, fix, (), "no CheckpointConfiguration to size")
-    if sizing is None:
         finding = Finding(
-            where, "the model's parameter count is unknown: pass --params (or declare it)"
+            where,
+            "Multi-Tier Checkpointing is set up but no CheckpointConfiguration was given: add "
+            "its YAML (kind: CheckpointConfiguration, spec.inMemoryVolumeSize) to "
+            "--acceptance-manifest",
         )
         return CheckResult("ramdisk-size", title, fix, (finding,))
+    if sizing is None:
+        return CheckResult(
+            "ramdisk-size",
+            title,
+            fix,
+            skipped="the model's parameter count: pass --acceptance-params N (e.g. 8e9), or "
+            "declare params in the adapter",
+        )
     findings = []
     notes = []
     for name, size in configured:

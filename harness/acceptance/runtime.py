@@ -178,7 +178,7 @@ def check_compile_time(runs: RuntimeRuns) -> CheckResult:
                 f"{'es' if meshes != 1 else ''}: it recompiles in steady state. {note}",
             )
         )
-    return CheckResult(
+    result = CheckResult(
         "compile-time",
         "compile time apart from steady-state step time, and no steady-state recompiles",
         "keep batch shapes and dtypes fixed (pad or bucket), pass Python values as static "
@@ -186,6 +186,7 @@ def check_compile_time(runs: RuntimeRuns) -> CheckResult:
         tuple(findings),
         note,
     )
+    return _not_judged_if_failed(result, runs.migrated, "data-order", "the migrated run")
 
 
 def check_input_wait(runs: RuntimeRuns) -> CheckResult:
@@ -198,7 +199,7 @@ def check_input_wait(runs: RuntimeRuns) -> CheckResult:
         note = f"input wait {wait * 1e3:.2f} ms vs step {step * 1e3:.2f} ms (medians)"
         if not findings and wait >= MAX_INPUT_WAIT_RATIO * step:
             findings.append(Finding("migrated run", f"{note}: the device waits on the loader"))
-    return CheckResult(
+    result = CheckResult(
         "input-wait",
         "input wait time against step time",
         "prefetch asynchronously (grain read-ahead), or move input processing onto the "
@@ -206,6 +207,7 @@ def check_input_wait(runs: RuntimeRuns) -> CheckResult:
         tuple(findings),
         note,
     )
+    return _not_judged_if_failed(result, runs.migrated, "data-order", "the migrated run")
 
 
 def check_interruption(runs: RuntimeRuns) -> CheckResult:
@@ -256,7 +258,7 @@ def check_recovery_time(runs: RuntimeRuns) -> CheckResult:
                 f"recovered in {r['recovery_s']:.1f} s of episode time "
                 f"({r['recovery_wall_s']:.2f} s wall) in {runs.adapter.recovery_mode} mode"
             )
-    return CheckResult(
+    result = CheckResult(
         "recovery-time",
         "recovery time after a lost slice is measured and within budget",
         "resize to continue on the survivors instead of waiting for the slice; keep restore "
@@ -264,23 +266,18 @@ def check_recovery_time(runs: RuntimeRuns) -> CheckResult:
         tuple(findings),
         "; ".join(notes),
     )
+    if rec and any(not r["recovered"] for r in rec):
+        return result.blocked_by("interruption", "training never resumed after the lost slice")
+    return result
 
 
 def check_live_arrays(runs: RuntimeRuns) -> CheckResult:
     events = runs.interrupted.events
     ready = [e for e in events if e["kind"] == "attempt_ready" and e.get("reason") == "attempt"]
     findings = [Finding("interrupted run", p) for p in oracle.check_no_leaks(events)]
-    if len(ready) < 2 and not findings:
-        failed = _episode_failed("interrupted run", runs.interrupted)
-        why = f" ({failed[0].message})" if failed else ""
-        findings.append(
-            Finding(
-                "interrupted run",
-                f"{len(ready)} attempt(s) got ready: no retry to compare against{why}",
-            )
-        )
+    no_retry = len(ready) < 2 and not findings
     counts = [e["live"]["by_kind"].get("device", 0) for e in ready]
-    return CheckResult(
+    result = CheckResult(
         "live-arrays",
         "live device arrays do not grow from attempt to attempt",
         "do not keep device arrays of a failed attempt in globals, caches or callbacks; let "
@@ -288,6 +285,11 @@ def check_live_arrays(runs: RuntimeRuns) -> CheckResult:
         tuple(findings),
         f"live device arrays per attempt: {counts}",
     )
+    if no_retry:  # nothing to compare: the interruption row says why no retry happened
+        return result.blocked_by(
+            "interruption", f"{len(ready)} attempt(s) got ready, no retry to compare against"
+        )
+    return result
 
 
 RUNTIME_CHECKS: dict[str, Callable[[RuntimeRuns], CheckResult]] = {
@@ -303,6 +305,15 @@ RUNTIME_CHECKS: dict[str, Callable[[RuntimeRuns], CheckResult]] = {
 
 
 # -- helpers -------------------------------------------------------------------------------
+def _not_judged_if_failed(
+    result: CheckResult, episode: EpisodeResult, row: str, what: str
+) -> CheckResult:
+    """A measurement of a run that did not complete is not judged: ``row`` reports the run."""
+    if result.findings and not episode.completed:
+        return result.blocked_by(row, f"{what} did not complete")
+    return result
+
+
 def _restore_check(
     runs: RuntimeRuns, result: EpisodeResult, source: str, check: str, title: str, fix: str
 ) -> CheckResult:
@@ -339,7 +350,7 @@ def _restore_check(
     if not findings:
         findings += _state_differs(f"run restored from a {source}", result, runs.baseline)
     steps = sorted({r["step"] for r in restores})
-    return CheckResult(
+    row = CheckResult(
         check,
         title,
         fix,
@@ -347,6 +358,10 @@ def _restore_check(
         f"{source} of step {', '.join(map(str, steps))} restored bitwise; data position and "
         "final state match the baseline",
     )
+    if source == "snapshot" and not restores and not result.completed:
+        # The run never got to a retry: the interruption row says why, not a restore habit.
+        return row.blocked_by("interruption", "no restore happened, the interrupted run failed")
+    return row
 
 
 def _steps(result: EpisodeResult) -> list[Event]:

@@ -101,12 +101,13 @@ def load_sources(paths: Sequence[str | Path]) -> list[SourceFile]:
             files.append(path)
         else:
             raise ChaosConfigError(
-                f"--source {raw}: no such file or folder: pass your training code's folder or file"
+                f"--acceptance-source {raw}: no such file or folder: pass your training code's "
+                "folder or file"
             )
     if not files:
         raise ChaosConfigError(
-            f"--source {', '.join(map(str, paths))}: no .py files found: pass the folder that "
-            "holds your training code"
+            f"--acceptance-source {', '.join(map(str, paths))}: no .py files found: pass the "
+            "folder that holds your training code"
         )
     return [parse_source(f) for f in files]
 
@@ -119,7 +120,7 @@ def parse_source(path: Path) -> SourceFile:
     except SyntaxError as error:
         raise ChaosConfigError(
             f"{label}:{error.lineno}: cannot parse ({error.msg}): fix the syntax or leave the "
-            "file out of --source"
+            "file out of --acceptance-source"
         ) from None
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     return SourceFile(path, label, tree, text.splitlines(), _aliases(tree), parents)
@@ -264,12 +265,39 @@ def check_logging_raise_exceptions(files: Sequence[SourceFile]) -> CheckResult:
     )
 
 
+def check_elastic_retry_bound(files: Sequence[SourceFile]) -> CheckResult:
+    """``elastic_retry`` retries forever by default; an INTERNAL error raised by a host
+    callback counts as a slice down, so a bug there is retried for good."""
+    findings = []
+    for f in files:
+        for call in _elastic_retry_calls(f):
+            if f.ignored(call) or _retry_bound(call):
+                continue
+            findings.append(
+                Finding(
+                    f.where(call),
+                    f"{ast.unparse(call)} has no retry bound (no retry_policy, no max_retries): "
+                    f"write {_bounded(call)}",
+                )
+            )
+    return _result(
+        "elastic-retry-bound",
+        "elastic_retry is given a retry bound (retry_policy or max_retries)",
+        "pass retry_policy=manager.ElasticRetryLimit(max_attempts=10) (from "
+        "pathwaysutils.elastic import manager), so an INTERNAL error from a host callback, "
+        "which looks like a lost slice, ends the run instead of retrying forever",
+        findings,
+        files,
+    )
+
+
 STATIC_CHECKS: dict[str, Callable[[Sequence[SourceFile]], CheckResult]] = {
     "process-index": check_process_index,
     "mesh-from-jax-devices": check_mesh_from_all_devices,
     "cpu-count-workers": check_cpu_count_workers,
     "private-src-import": check_private_imports,
     "logging-raise-exceptions": check_logging_raise_exceptions,
+    "elastic-retry-bound": check_elastic_retry_bound,
 }
 
 
@@ -453,6 +481,56 @@ def _has_devices_argument(call: ast.Call, builder: str) -> bool:
         return False
     positional_index = 2 if builder.endswith("hybrid_device_mesh") else 1
     return len(call.args) > positional_index
+
+
+def _elastic_retry_calls(f: SourceFile) -> Iterator[ast.Call]:
+    """Calls of ``<manager>.elastic_retry(...)`` (a method: any receiver) or of a name
+    imported as ``elastic_retry``."""
+    calls = []
+    for node in ast.walk(f.tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        method = isinstance(func, ast.Attribute) and func.attr == "elastic_retry"
+        imported = isinstance(func, ast.Name) and (f.qualname(func) or "").endswith(
+            ".elastic_retry"
+        )
+        if method or imported:
+            calls.append(node)
+    yield from sorted(calls, key=lambda n: (n.lineno, n.col_offset))
+
+
+def _is_none(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def _retry_bound(call: ast.Call) -> bool:
+    """``max_retries`` (also the first positional argument) or ``retry_policy`` given, and not
+    a literal None; ``**kwargs`` may carry one, so it counts as given."""
+    if call.args and not isinstance(call.args[0], ast.Starred):
+        return not _is_none(call.args[0])
+    if any(isinstance(a, ast.Starred) for a in call.args):
+        return True
+    for k in call.keywords:
+        if k.arg is None or (k.arg in ("max_retries", "retry_policy") and not _is_none(k.value)):
+            return True
+    return False
+
+
+def _bounded(call: ast.Call) -> str:
+    """The user's own call with the guide's retry policy added."""
+    bounded = ast.Call(
+        func=call.func,
+        args=[],
+        keywords=[
+            *(k for k in call.keywords if k.arg not in ("max_retries", "retry_policy")),
+            ast.keyword(
+                arg="retry_policy",
+                value=ast.parse("manager.ElasticRetryLimit(max_attempts=10)", mode="eval").body,
+            ),
+        ],
+    )
+    return ast.unparse(bounded)
 
 
 def _is_private(module: str) -> bool:

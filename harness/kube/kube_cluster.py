@@ -31,7 +31,12 @@ JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
 PROXY_CONTAINER = "pathways-proxy"
-ELASTIC_FLAG = "--num_elastic_instances"
+#: The elastic flag, in the resilient-training guide's spelling and pathwaysutils' generator's.
+ELASTIC_FLAGS = ("--num_elastic_instances", "--num_elastic_slices")
+ELASTIC_FLAG = ELASTIC_FLAGS[0]
+WORKER_CONTAINER = "pathways-worker"
+#: Worker replicatedJob names: the guides' ``worker``, pathwaysutils' generator's own.
+WORKER_JOB_NAMES = ("worker", "pathways-worker")
 #: Real seconds to wait for the API to show what a fault did (a watch event, a Pod running).
 OBSERVE_TIMEOUT_S = 30.0
 
@@ -125,11 +130,40 @@ class JobSetLayout:
     opted_in: bool
 
     @property
+    def elastic_flags(self) -> dict[str, str]:
+        """Each spelling of the elastic flag the proxy has (``--flag=N`` or ``--flag N``)."""
+        args = self.proxy_args or []
+        found: dict[str, str] = {}
+        for flag in ELASTIC_FLAGS:
+            for i, arg in enumerate(args):
+                if arg.startswith(flag + "="):
+                    found.setdefault(flag, arg.split("=", 1)[1])
+                elif arg == flag and i + 1 < len(args):
+                    found.setdefault(flag, args[i + 1])
+        return found
+
+    @property
+    def elastic_flag(self) -> tuple[str, str] | None:
+        """``(spelling, value)`` of the elastic flag, the guide's spelling first; None when
+        neither is there."""
+        return next(iter(self.elastic_flags.items()), None)
+
+    @property
     def elastic_instances(self) -> int | None:
-        for arg in self.proxy_args or []:
-            if arg.startswith(ELASTIC_FLAG + "="):
-                return int(arg.split("=", 1)[1])
-        return None
+        found = self.elastic_flag
+        if found is None or not found[1].strip().isdigit():
+            return None
+        return int(found[1])
+
+
+def is_worker_job(job: Any) -> bool:
+    """A worker Job by role: its Pods run ``pathways-worker``, or its replicatedJob has a
+    worker name (``worker`` as the guides write it, ``pathways-worker`` as pathwaysutils'
+    generator does)."""
+    pod = job.spec.template.spec
+    names = {c.name for c in [*(pod.containers or []), *(pod.init_containers or [])]}
+    job_name = (job.metadata.labels or {}).get(REPLICATED_JOB_LABEL)
+    return WORKER_CONTAINER in names or job_name in WORKER_JOB_NAMES
 
 
 def read_layout(api: ApiClient, spec: ClusterSpec) -> JobSetLayout:
@@ -146,12 +180,14 @@ def read_layout(api: ApiClient, spec: ClusterSpec) -> JobSetLayout:
             f"--jobset={spec.jobset!r}: no Jobs of that JobSet in namespace {spec.namespace!r}: "
             "check --namespace and --jobset (kubectl get jobsets -n NAMESPACE)"
         )
-    workers = [j for j in jobs if j.metadata.labels.get(REPLICATED_JOB_LABEL) == "worker"]
+    workers = [j for j in jobs if is_worker_job(j)]
     proxy_args = None
     for job in jobs:
-        for c in job.spec.template.spec.containers:
+        pod = job.spec.template.spec
+        # pathwaysutils' generator runs the proxy as a native sidecar (an initContainer).
+        for c in [*(pod.init_containers or []), *(pod.containers or [])]:
             if c.name == PROXY_CONTAINER:
-                proxy_args = list(c.args or [])
+                proxy_args = [*(c.command or []), *(c.args or [])]
     hosts = max((j.spec.parallelism or 1 for j in workers), default=0)
     opted_in = all((j.metadata.labels or {}).get(OPT_IN_LABEL) == OPT_IN_VALUE for j in jobs)
     return JobSetLayout(len(workers), hosts, proxy_args, opted_in)
@@ -174,27 +210,38 @@ def preflight(api: ApiClient, spec: ClusterSpec, layout: JobSetLayout) -> list[t
     from kubernetes import client
 
     lines: list[tuple[bool, str]] = []
-    n = layout.elastic_instances
+    found = layout.elastic_flag
     if layout.proxy_args is None:
         lines.append((False, f"no {PROXY_CONTAINER} container in JobSet {spec.jobset!r}"))
-    elif n is None:
+    elif found is None:
         lines.append(
             (
                 False,
-                f"{PROXY_CONTAINER} has no {ELASTIC_FLAG}: elastic training is off; add "
-                f"{ELASTIC_FLAG}={layout.slices} to its args",
+                f"{PROXY_CONTAINER} has neither {' nor '.join(ELASTIC_FLAGS)}: elastic training "
+                f"is off; add {ELASTIC_FLAG}={layout.slices} to its args",
             )
         )
-    elif n != layout.slices:
+    elif len(set(layout.elastic_flags.values())) > 1:
+        both = " and ".join(f"{f}={v}" for f, v in layout.elastic_flags.items())
+        lines.append((False, f"{PROXY_CONTAINER} has {both}: they disagree; keep one"))
+    elif layout.elastic_instances is None:
+        flag, value = found
+        lines.append((False, f"{PROXY_CONTAINER} has {flag}={value}: not a number of slices"))
+    elif layout.elastic_instances != layout.slices:
         lines.append(
             (
                 False,
-                f"{PROXY_CONTAINER} has {ELASTIC_FLAG}={n} but the JobSet has "
+                f"{PROXY_CONTAINER} has {found[0]}={layout.elastic_instances} but the JobSet has "
                 f"{layout.slices} worker slices: make them equal",
             )
         )
     else:
-        lines.append((True, f"elastic: {PROXY_CONTAINER} {ELASTIC_FLAG}={n} = worker slices"))
+        lines.append(
+            (
+                True,
+                f"elastic: {PROXY_CONTAINER} {found[0]}={layout.elastic_instances} = worker slices",
+            )
+        )
     from pathways_chaos.faults.safety import OPT_IN_LABEL, OPT_IN_VALUE
 
     lines.append(
@@ -278,7 +325,10 @@ class PodBridge:
         from kubernetes import client, watch
 
         core: Any = client.CoreV1Api(self.api)
-        selector = f"{JOBSET_NAME_LABEL}={self.spec.jobset},{REPLICATED_JOB_LABEL}=worker"
+        selector = (
+            f"{JOBSET_NAME_LABEL}={self.spec.jobset},"
+            f"{REPLICATED_JOB_LABEL} in ({','.join(WORKER_JOB_NAMES)})"
+        )
         while not self._stop.is_set():
             w = watch.Watch()
             try:

@@ -14,6 +14,8 @@ import pytest
 from pathways_chaos.harness.kube.kube_cluster import (
     JOB_INDEX_LABEL,
     JOBSET_NAME_LABEL,
+    REPLICATED_JOB_LABEL,
+    WORKER_JOB_NAMES,
     ClusterConnection,
 )
 
@@ -36,8 +38,8 @@ def collect(api: Any, namespace: str, jobset: str, slices: Iterable[int]) -> dic
     out: dict[str, str] = {}
     for pod in sorted(pods, key=lambda p: p.metadata.name):
         labels = pod.metadata.labels or {}
-        role = labels.get("jobset.sigs.k8s.io/replicatedjob-name", "")
-        if role == "worker" and int(labels.get(JOB_INDEX_LABEL, -1)) not in wanted:
+        role = labels.get(REPLICATED_JOB_LABEL, "")
+        if role in WORKER_JOB_NAMES and int(labels.get(JOB_INDEX_LABEL, -1)) not in wanted:
             continue
         for container in pod.spec.containers:
             key = f"{pod.metadata.name}/{container.name}"

@@ -104,6 +104,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="against a real cluster, really inject faults (otherwise a dry run that prints them)",
     )
+    # The acceptance suite's options live here, not in its conftest, so that they exist when
+    # the suite runs from an installed wheel (pytest --pyargs pathways_chaos.suites.acceptance).
+    from pathways_chaos.harness.acceptance.options import add_acceptance_options
+
+    add_acceptance_options(group)
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:

@@ -1,12 +1,15 @@
-"""Options and fixtures of the acceptance suite, and its pass/fail table.
+"""Fixtures of the acceptance suite, the row each check records, and the table after the run.
 
-``pytest suites/acceptance --trainer=MODULE:NAME --source=PATH --manifest=PATH`` checks a
-team's port. Collected by a plain ``pytest`` (these options then keep their defaults) it
-checks the reference adapter and the good sample port, so the repository stays green.
+``pytest suites/acceptance --acceptance-source=PATH --acceptance-manifest=PATH
+--acceptance-adapter=MODULE:NAME`` checks a team's port. Only what is given is checked: a check
+whose input is missing records a SKIP row saying what to pass (there is no fallback to the
+bundled samples), so a plain ``pytest`` of this repository skips every row. The options are
+registered by the pathways-chaos plugin (``harness/acceptance/options.py``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,60 +23,34 @@ if TYPE_CHECKING:
     from pathways_chaos.harness.acceptance.static_checks import SourceFile
     from pathways_chaos.harness.acceptance.table import CheckResult
 
-SAMPLES = Path(__file__).parent / "samples"
-DEFAULT_TRAINER = "pathways_chaos.harness.acceptance.adapter:reference_adapter"
-DEFAULT_SOURCE = SAMPLES / "good_port"
-DEFAULT_MANIFEST = SAMPLES / "good_port" / "jobset.yaml"
-
+HERE = Path(__file__).parent
+GROUP_OF_MODULE = {
+    "test_static_checks": "static",
+    "test_manifest_checks": "manifest",
+    "test_runtime_checks": "runtime",
+}
 ROWS = pytest.StashKey[list["CheckResult"]]()
+ORDER = pytest.StashKey[dict[str, int]]()
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("pathways-chaos acceptance", "pre-migration acceptance checks")
-    group.addoption(
-        "--trainer",
-        dest="acceptance_trainer",
-        default=None,
-        metavar="MODULE:NAME",
-        help=f"the TrainingAdapter to run (MODULE:NAME or FILE.py:NAME; default {DEFAULT_TRAINER})",
-    )
-    group.addoption(
-        "--source",
-        dest="acceptance_source",
-        action="append",
-        default=None,
-        metavar="PATH",
-        help="Python file or folder the static checks read (repeatable; default the good sample)",
-    )
-    group.addoption(
-        "--manifest",
-        dest="acceptance_manifest",
-        default=None,
-        metavar="PATH",
-        help="JobSet YAML (file or folder, CheckpointConfiguration included) the manifest "
-        "checks read (default the good sample)",
-    )
-    group.addoption(
-        "--params",
-        dest="acceptance_params",
-        default=None,
-        help="the full model's parameter count for ramdisk sizing, e.g. 8e9 (default: the "
-        "adapter's params, else its initial state's size)",
-    )
-    group.addoption(
-        "--ramdisk-buffer",
-        dest="acceptance_ramdisk_buffer",
-        default="0.15",
-        help="safety buffer on the ramdisk estimate (default 0.15)",
-    )
+@dataclasses.dataclass(frozen=True)
+class Given[T]:
+    """An input of the checks: its value, or (``value`` None) what to pass to give it."""
+
+    value: T | None
+    missing: str = ""
+
+
+NO_SOURCE = "pass --acceptance-source PATH (your training code's folder or file)"
+NO_MANIFEST = "pass --acceptance-manifest PATH (your JobSet YAML, file or folder)"
+NO_ADAPTER = "pass --acceptance-adapter MODULE:NAME (your TrainingAdapter)"
 
 
 def _option(config: pytest.Config, name: str) -> Any:
-    # Collected by a plain `pytest`, this conftest registers its options late: defaults apply.
     return config.getoption(name, default=None)
 
 
-def _usage(call: Callable[[], Any]) -> Any:
+def _usage[T](call: Callable[[], T]) -> T:
     """Bad input ends the test with the one-line error, not a traceback."""
     from pathways_chaos.harness.errors import ChaosConfigError
 
@@ -84,49 +61,55 @@ def _usage(call: Callable[[], Any]) -> Any:
 
 
 @pytest.fixture(scope="session")
-def acceptance_adapter(pytestconfig: pytest.Config) -> TrainingAdapter:
+def acceptance_adapter(pytestconfig: pytest.Config) -> Given[TrainingAdapter]:
+    spec = _option(pytestconfig, "acceptance_adapter")
+    if not spec:
+        return Given(None, NO_ADAPTER)
     from pathways_chaos.harness.acceptance.adapter import load_adapter
 
-    spec = _option(pytestconfig, "acceptance_trainer") or DEFAULT_TRAINER
-    adapter: TrainingAdapter = _usage(lambda: load_adapter(spec))
-    return adapter
+    return Given(_usage(lambda: load_adapter(spec)))
 
 
 @pytest.fixture(scope="session")
-def acceptance_sources(pytestconfig: pytest.Config) -> list[SourceFile]:
+def acceptance_sources(pytestconfig: pytest.Config) -> Given[list[SourceFile]]:
+    paths = _option(pytestconfig, "acceptance_source")
+    if not paths:
+        return Given(None, NO_SOURCE)
     from pathways_chaos.harness.acceptance.static_checks import load_sources
 
-    paths = _option(pytestconfig, "acceptance_source") or [DEFAULT_SOURCE]
-    sources: list[SourceFile] = _usage(lambda: load_sources(paths))
-    return sources
+    return Given(_usage(lambda: load_sources(paths)))
 
 
 @pytest.fixture(scope="session")
-def acceptance_manifest(pytestconfig: pytest.Config) -> Manifest:
+def acceptance_manifest(pytestconfig: pytest.Config) -> Given[Manifest]:
+    paths = _option(pytestconfig, "acceptance_manifest")
+    if not paths:
+        return Given(None, NO_MANIFEST)
     from pathways_chaos.harness.acceptance.manifest_checks import load_manifest
 
-    path = _option(pytestconfig, "acceptance_manifest") or DEFAULT_MANIFEST
-    manifest: Manifest = _usage(lambda: load_manifest(path))
-    return manifest
+    return Given(_usage(lambda: load_manifest(paths)))
 
 
 @pytest.fixture(scope="session")
 def acceptance_params(
-    pytestconfig: pytest.Config, acceptance_adapter: TrainingAdapter
-) -> tuple[float, str]:
-    """The parameter count for ramdisk sizing, and where it came from."""
+    pytestconfig: pytest.Config, acceptance_adapter: Given[TrainingAdapter]
+) -> tuple[float | None, str]:
+    """The parameter count for ramdisk sizing and where it came from (None: not given)."""
     from pathways_chaos.harness.acceptance.ramdisk import parse_count
 
     given = _option(pytestconfig, "acceptance_params")
     if given:
-        return _usage(lambda: parse_count(given)), "from --params"
-    if acceptance_adapter.params:
-        return acceptance_adapter.params, f"declared by adapter {acceptance_adapter.name}"
+        return _usage(lambda: parse_count(given)), "from --acceptance-params"
+    adapter = acceptance_adapter.value
+    if adapter is None:
+        return None, ""
+    if adapter.params:
+        return adapter.params, f"declared by adapter {adapter.name}"
     import jax
 
-    state = jax.eval_shape(acceptance_adapter.init_state)
+    state = jax.eval_shape(adapter.init_state)
     count = sum(int(leaf.size) for leaf in jax.tree_util.tree_leaves(state))
-    return float(count), f"counted in adapter {acceptance_adapter.name}'s initial state"
+    return float(count), f"counted in adapter {adapter.name}'s initial state"
 
 
 @pytest.fixture(scope="session")
@@ -134,74 +117,142 @@ def ramdisk_buffer(pytestconfig: pytest.Config) -> float:
     from pathways_chaos.harness.acceptance.ramdisk import parse_buffer
 
     text = _option(pytestconfig, "acceptance_ramdisk_buffer") or "0.15"
-    buffer: float = _usage(lambda: parse_buffer(str(text)))
-    return buffer
+    return _usage(lambda: parse_buffer(str(text)))
 
 
 @pytest.fixture(scope="session")
 def runtime_runs(
     pytestconfig: pytest.Config,
-    acceptance_adapter: TrainingAdapter,
+    acceptance_adapter: Given[TrainingAdapter],
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[RuntimeRuns]:
+) -> Iterator[Given[RuntimeRuns]]:
+    adapter = acceptance_adapter.value
+    if adapter is None:
+        yield Given(None, acceptance_adapter.missing)
+        return
     from pathways_chaos.harness.acceptance.runtime import RuntimeRuns
     from pathways_chaos.harness.pytest_plugin.plugin import fake_topology
 
     runs = _usage(
         lambda: RuntimeRuns(
-            acceptance_adapter,
+            adapter,
             topology=fake_topology(pytestconfig),
             workdir=tmp_path_factory.mktemp("acceptance"),
         )
     )
-    yield runs
+    yield Given(runs)
     runs.close()
 
 
 @pytest.fixture
-def check_row(request: pytest.FixtureRequest) -> Callable[[CheckResult], None]:
-    """Records a check's row for the table and fails the test with its findings and fix."""
+def check_row(request: pytest.FixtureRequest) -> Callable[..., None]:
+    """``check_row(check, run, *needs)``: runs ``run(*values)`` when every input is given, else
+    records a SKIP row naming what to pass; records the row for the table and ends the test
+    as the row says (FAIL fails with the findings and the fix; SKIP and NOT JUDGED skip)."""
+    from pathways_chaos.harness.acceptance.table import FAIL, PASS, CheckResult
 
-    def record(result: CheckResult) -> None:
+    group = GROUP_OF_MODULE.get(request.node.module.__name__.rsplit(".", 1)[-1], "")
+
+    def record(check: str, run: Callable[..., CheckResult], *needs: Given[Any]) -> None:
+        missing = [n.missing for n in needs if n.value is None]
+        if missing:
+            result = CheckResult(check, "", "", skipped="; ".join(dict.fromkeys(missing)))
+        else:
+            result = run(*(n.value for n in needs))
+        result = dataclasses.replace(result, group=group)
         request.config.stash.setdefault(ROWS, []).append(result)
         request.node.user_properties += [
             ("acceptance_check", result.check),
+            ("acceptance_group", group),
             ("acceptance_status", result.status),
             ("acceptance_reason", result.reason),
-            ("acceptance_fix", "" if result.ok else result.fix),
+            ("acceptance_fix", result.fix if result.status == FAIL else ""),
         ]
-        if not result.ok:
+        if result.status == FAIL:
             pytest.fail(result.failure_message(), pytrace=False)
+        if result.status != PASS:
+            pytest.skip(f"{result.status}: {result.reason}")
 
     return record
 
 
+# -- selection -----------------------------------------------------------------------------
+def _is_ours(item: pytest.Item) -> bool:
+    return HERE in Path(str(item.path)).parents
+
+
+def _check_of(item: pytest.Item) -> tuple[str, str]:
+    group = GROUP_OF_MODULE.get(Path(str(item.path)).stem, "")
+    callspec = getattr(item, "callspec", None)
+    return group, str(callspec.params.get("check", item.name)) if callspec else item.name
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from pathways_chaos.harness.acceptance.options import GROUPS, parse_checks
+
+    ours = [i for i in items if _is_ours(i)]
+    config.stash[ORDER] = {
+        _check_of(i)[1]: (GROUPS.index(g) if g in GROUPS else 9) * 1000 + n
+        for n, i in enumerate(ours)
+        for g in [_check_of(i)[0]]
+    }
+    wanted = parse_checks(_option(config, "acceptance_checks"))
+    if not wanted:
+        return
+    names = {_check_of(i)[1] for i in ours}
+    unknown = [w for w in wanted if w not in GROUPS and w not in names]
+    if unknown:
+        raise pytest.UsageError(
+            f"--acceptance-checks: unknown {', '.join(unknown)}: use the groups "
+            f"{', '.join(GROUPS)} or check names ({', '.join(sorted(names))})"
+        )
+    keep, drop = [], []
+    for item in items:
+        group, name = _check_of(item)
+        selected = not _is_ours(item) or group in wanted or name in wanted
+        (keep if selected else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+# -- the table -----------------------------------------------------------------------------
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     rows = config.stash.get(ROWS, [])
-    if not rows:
+    report = _option(config, "acceptance_report")
+    if not rows and not report:
         return
-    from pathways_chaos.harness.acceptance.table import render
+    from pathways_chaos.harness.acceptance.table import SKIP, render, write_report
 
-    order = {name: i for i, name in enumerate(check_order())}
-    rows = sorted(rows, key=lambda r: order.get(r.check, len(order)))
-    terminalreporter.write_sep("=", "pathways-chaos acceptance checks")
-    sources = _option(config, "acceptance_source") or [DEFAULT_SOURCE]
-    terminalreporter.write_line(
-        f"trainer {_option(config, 'acceptance_trainer') or DEFAULT_TRAINER}; "
-        f"source {', '.join(map(_shown, sources))}; "
-        f"manifest {_shown(_option(config, 'acceptance_manifest') or DEFAULT_MANIFEST)}"
+    order = config.stash.get(ORDER, {})
+    rows = sorted(rows, key=lambda r: order.get(r.check, len(order) * 1000))
+    sources = ", ".join(map(_shown, _option(config, "acceptance_source") or []))
+    manifests = ", ".join(map(_shown, _option(config, "acceptance_manifest") or []))
+    header = (
+        f"adapter {_option(config, 'acceptance_adapter') or 'not given'}; "
+        f"source {sources or 'not given'}; manifest {manifests or 'not given'}"
     )
-    for line in render(rows, width=150).splitlines():
+    terminalreporter.write_sep("=", "pathways-chaos acceptance checks")
+    if (
+        not report
+        and all(r.status == SKIP for r in rows)
+        and not any(
+            _option(config, o)
+            for o in ("acceptance_adapter", "acceptance_source", "acceptance_manifest")
+        )
+    ):
+        terminalreporter.write_line(
+            f"nothing given, {len(rows)} rows skipped: pass --acceptance-source, "
+            "--acceptance-manifest and/or --acceptance-adapter"
+        )
+        return
+    terminalreporter.write_line(header)
+    width = max(100, int(getattr(getattr(terminalreporter, "_tw", None), "fullwidth", 120)))
+    for line in render(rows, width=width).splitlines():
         terminalreporter.write_line(line)
-
-
-def check_order() -> list[str]:
-    """Static, then manifest, then runtime: the order a team fixes them in."""
-    from pathways_chaos.harness.acceptance.manifest_checks import MANIFEST_CHECKS
-    from pathways_chaos.harness.acceptance.runtime import RUNTIME_CHECKS
-    from pathways_chaos.harness.acceptance.static_checks import STATIC_CHECKS
-
-    return [*STATIC_CHECKS, *MANIFEST_CHECKS, "ramdisk-size", *RUNTIME_CHECKS]
+    if report:
+        path = write_report(rows, report, header)
+        terminalreporter.write_line(f"acceptance report: {path}")
 
 
 def _shown(path: str | Path) -> str:

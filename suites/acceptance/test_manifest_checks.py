@@ -1,4 +1,5 @@
-"""Manifest checks: the team's JobSet (``--manifest``) against the deployment pitfalls."""
+"""Manifest checks: the team's JobSet (``--acceptance-manifest``) against the deployment
+pitfalls, and its Multi-Tier Checkpointing ramdisk size."""
 
 from __future__ import annotations
 
@@ -12,9 +13,14 @@ from pathways_chaos.harness.acceptance.manifest_checks import (
 
 @pytest.mark.parametrize("check", list(MANIFEST_CHECKS))
 def test_manifest_check(check, acceptance_manifest, check_row):
-    check_row(MANIFEST_CHECKS[check](acceptance_manifest))
+    check_row(check, MANIFEST_CHECKS[check], acceptance_manifest)
 
 
-def test_ramdisk_size(acceptance_manifest, acceptance_params, ramdisk_buffer, check_row):
+@pytest.mark.parametrize("check", ["ramdisk-size"])
+def test_ramdisk_size(check, acceptance_manifest, acceptance_params, ramdisk_buffer, check_row):
     params, params_from = acceptance_params
-    check_row(check_manifest_ramdisk(acceptance_manifest, params, ramdisk_buffer, params_from))
+
+    def run(manifest):
+        return check_manifest_ramdisk(manifest, params, ramdisk_buffer, params_from)
+
+    check_row(check, run, acceptance_manifest)

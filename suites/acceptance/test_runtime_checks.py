@@ -1,4 +1,5 @@
-"""Runtime checks: the team's adapter (``--trainer``) on a small run on the fake cluster."""
+"""Runtime checks: the team's adapter (``--acceptance-adapter``) on a small run on the fake
+cluster."""
 
 from __future__ import annotations
 
@@ -9,4 +10,4 @@ from pathways_chaos.harness.acceptance.runtime import RUNTIME_CHECKS
 
 @pytest.mark.parametrize("check", list(RUNTIME_CHECKS))
 def test_runtime_check(check, runtime_runs, check_row):
-    check_row(RUNTIME_CHECKS[check](runtime_runs))
+    check_row(check, RUNTIME_CHECKS[check], runtime_runs)

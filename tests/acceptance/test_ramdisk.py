@@ -106,3 +106,22 @@ def test_cli_bad_input_exits_2_with_one_line(capsys, tmp_path):
     )
     assert code == 2
     assert "no CheckpointConfiguration in the file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "bytes_"), [("1.5Gi", 1.5 * 2**30), ("2E", 2e18), ("128974848", 128974848)]
+)
+def test_quantities_are_read_by_the_kubernetes_client(text, bytes_):
+    from kubernetes.utils import parse_quantity as kube
+
+    assert parse_quantity(text) == pytest.approx(bytes_) == pytest.approx(float(kube(text)))
+
+
+def test_nothing_to_size_is_never_a_pass():
+    sizing = RamdiskSizing(8e9, 4)
+    missing = check_ramdisk(sizing, [], "jobset.yaml")
+    assert missing.status == "FAIL" and "no CheckpointConfiguration was given" in missing.reason
+    unknown = check_ramdisk(None, [("mtc", "64Gi")], "cc.yaml")
+    assert unknown.status == "SKIP" and "pass --acceptance-params" in unknown.reason
+    unused = check_ramdisk(None, [], "jobset.yaml", mtc_used=False)
+    assert unused.status == "PASS" and unused.reason == "no Multi-Tier Checkpointing"

@@ -113,7 +113,64 @@ CASES = {
         logging.raiseExceptions = True
         """,
     ),
+    "elastic-retry-bound": (
+        """
+        from pathwaysutils.elastic import manager
+        from pathwaysutils.elastic.manager import Manager as M
+
+        elastic_manager = manager.Manager()
+
+        @elastic_manager.elastic_retry(minimum_slice_count=1)
+        def loop():
+            pass
+
+        wrapped = M().elastic_retry(retry_policy=None, poll_interval=5)(loop)
+        again = elastic_manager.elastic_retry(None)(loop)
+        """,
+        [6, 10, 11],
+        """
+        from pathwaysutils.elastic import manager
+
+        elastic_manager = manager.Manager()
+        policy = manager.ElasticRetryLimit(max_attempts=10)
+
+        @elastic_manager.elastic_retry(minimum_slice_count=1, retry_policy=policy)
+        def loop():
+            pass
+
+        a = elastic_manager.elastic_retry(max_retries=3)(loop)
+        b = elastic_manager.elastic_retry(3, minimum_slice_count=None)(loop)
+        c = elastic_manager.elastic_retry(**options)(loop)
+        """,
+    ),
 }
+
+
+def test_elastic_retry_fix_is_the_users_call_bounded(tmp_path):
+    result = run(
+        tmp_path,
+        "elastic-retry-bound",
+        """
+        @elastic_manager.elastic_retry(minimum_slice_count=1, poll_interval=10)
+        def loop():
+            pass
+        """,
+    )
+    assert [f.message for f in result.findings] == [
+        "elastic_manager.elastic_retry(minimum_slice_count=1, poll_interval=10) has no retry "
+        "bound (no retry_policy, no max_retries): write elastic_manager.elastic_retry("
+        "minimum_slice_count=1, poll_interval=10, "
+        "retry_policy=manager.ElasticRetryLimit(max_attempts=10))"
+    ]
+    assert "ElasticRetryLimit(max_attempts=10)" in result.fix
+
+
+def test_the_projects_own_elastic_code_is_bounded():
+    """The reference trainer and the good sample pass the check they teach."""
+    root = Path(__file__).parents[2]
+    files = load_sources([root / "harness" / "reference", SAMPLES / "good_port"])
+    result = STATIC_CHECKS["elastic-retry-bound"](files)
+    assert result.ok, result.failure_message()
 
 
 @pytest.mark.parametrize("check", list(CASES))

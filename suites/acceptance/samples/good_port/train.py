@@ -3,7 +3,7 @@
 One controller reads the global dataset (``ElasticIterator``, no per-host shard), meshes come
 from the elastic manager's active slices, loader workers fit the container's CPU quota, only
 public orbax/pathwaysutils APIs are used and ``logging.raiseExceptions`` stays True. The
-``adapter`` at the bottom is what ``pytest suites/acceptance --trainer=...`` runs.
+``adapter`` at the bottom is what ``pytest suites/acceptance --acceptance-adapter=...`` runs.
 """
 
 from __future__ import annotations
@@ -82,7 +82,10 @@ def run(final_step: int, snapshot_interval: int):
     elastic_manager = manager.Manager()
     snapshotter = ocp.v1.training.pathways.Snapshotter(replica_axis_index=0)
 
-    @elastic_manager.elastic_retry(minimum_slice_count=1)
+    # Bounded: an INTERNAL error from a host callback looks like a lost slice to elastic_retry.
+    @elastic_manager.elastic_retry(
+        minimum_slice_count=1, retry_policy=manager.ElasticRetryLimit(max_attempts=10)
+    )
     def loop():
         mesh = create_mesh(elastic_manager)
         iterator = make_iterator(16)

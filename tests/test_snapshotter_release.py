@@ -105,3 +105,46 @@ def test_the_census_collects_only_when_a_quick_count_is_suspect(judged):
     assert grown["by_kind"]["device"] == 1
     assert census.collections == (1 if judged else 0)
     del kept, before
+
+
+def test_a_failed_snapshot_log_record_keeps_its_text_not_its_arrays():
+    """The worker's logging.exception record outlives the run in pytest's log capture; its
+    traceback's frames held the pinned-host copies (the flapping-slice chaos test found it)."""
+    import logging
+    import sys
+    import weakref
+
+    from pathways_chaos.harness.engine.snapshotter_release import worker_log_frames_cleared
+
+    class Pinned:  # stands for a pinned-host array held by a JAX frame
+        pass
+
+    def block_until_ready(state):
+        raise RuntimeError("Array has been deleted")
+
+    held = Pinned()
+    alive = weakref.ref(held)
+    try:
+        block_until_ready(held)
+    except RuntimeError:
+        exc_info = sys.exc_info()
+    del held
+    record = logging.LogRecord(
+        "root", logging.ERROR, "/x/pathways/snapshotter.py", 1, "Failed to snapshot", (), exc_info
+    )
+    record.funcName = "_worker"
+    del exc_info
+    kept: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = kept.append  # type: ignore[method-assign]
+    root = logging.getLogger()
+    root.addHandler(handler)
+    undo = worker_log_frames_cleared()
+    try:
+        root.handle(record)
+    finally:
+        undo()
+        root.removeHandler(handler)
+    assert kept == [record]
+    assert "Array has been deleted" in record.exc_text
+    assert alive() is None  # the frame's locals are gone with the filter

@@ -11,6 +11,11 @@ accumulates one idle thread and one snapshot per episode.
 under its ``_lock`` and stop the worker by queueing a sentinel whose first look (``dtype``)
 raises ``SystemExit``, which ends the thread without a traceback (the worker's own ``finally``
 marks the item done). tests/test_snapshotter_release.py pins the private names it relies on.
+
+The worker also logs a failed snapshot (a save whose arrays a slice loss deleted) with
+``logging.exception``: the record's traceback holds JAX's frames and in them the pinned-host
+copies, for as long as a handler keeps the record (pytest's log capture: the whole test).
+``worker_log_frames_cleared`` formats such a record's traceback once and clears its frames.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import traceback
+from collections.abc import Callable
 from typing import Any
 
 _logger = logging.getLogger(__name__)
@@ -81,3 +88,20 @@ def live_snapshotter_threads() -> int:
         for t in threading.enumerate()
         if getattr(getattr(t, "_target", None), "__qualname__", "") == "Snapshotter._worker"
     )
+
+
+class _ClearWorkerFrames(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.funcName == "_worker" and "snapshotter" in record.pathname:
+            if not record.exc_text:  # the text stays; the frames (and their arrays) go
+                record.exc_text = logging.Formatter().formatException(record.exc_info)
+            traceback.clear_frames(record.exc_info[2])
+        return True
+
+
+def worker_log_frames_cleared() -> Callable[[], None]:
+    """Installs the root-logger filter (the worker logs on the root logger); returns its undo."""
+    root = logging.getLogger()
+    keeper = _ClearWorkerFrames()
+    root.addFilter(keeper)
+    return lambda: root.removeFilter(keeper)

@@ -26,7 +26,10 @@ from pathways_chaos.harness.engine.census import Census
 from pathways_chaos.harness.engine.census import live_census as live_census  # re-exported
 from pathways_chaos.harness.engine.executables import jitted_step
 from pathways_chaos.harness.engine.recorder import Recorder
-from pathways_chaos.harness.engine.snapshotter_release import release_snapshotter
+from pathways_chaos.harness.engine.snapshotter_release import (
+    release_snapshotter,
+    worker_log_frames_cleared,
+)
 from pathways_chaos.harness.errors import ChaosConfigError
 from pathways_chaos.harness.reference import model
 from pathways_chaos.harness.reference.data import SyntheticData
@@ -212,6 +215,7 @@ class ReferenceTrainer:
         manager = manager_lib.Manager(self.devices)
         config.check_fits(manager.total_slice_count)
         snapshotter = Snapshotter(replica_axis_index=0)
+        undo_log_filter = worker_log_frames_cleared()  # a failed snapshot's log keeps no arrays
         self.recorder.emit(
             "run_start",
             run=self.run_index,
@@ -266,6 +270,7 @@ class ReferenceTrainer:
             self._restore_preemption_handler(previous)
             manager.close()
             release_snapshotter(snapshotter)  # its thread and last snapshot end with the run
+            undo_log_filter()
         self.recorder.emit(
             "run_end",
             run=self.run_index,

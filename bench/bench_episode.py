@@ -1,11 +1,15 @@
 """Episode figures, printed as one JSON object.
 
 - episode_ratio: a 4x2 episode of 100 steps with 3 faults (down, down, rejoin) against the
-  same episode without faults, side by side in this process, fake clock (no real sleeping).
+  same episode without faults, side by side in this process, fake clock (no real sleeping),
+  medians of interleaved rounds after a first faulted episode that met its meshes (its own
+  figure: ratio_first_faulted_in_process).
 - idle_overhead: the reference step on a 4x2 mesh with a fake cluster installed but idle,
   against bare JAX on the same mesh (interleaved rounds, median of rounds).
 - scale: the faulted episode at 2, 8, 32 and 64 slices of 4 devices, one process per size
   (the CPU device count is fixed when JAX starts).
+- compilation_cache: the faulted episode in new processes without, with a cold and with a
+  warm persistent compilation cache.
 - breakdown (in each episode_ratio): one more faulted and fault-free pair under cProfile (all
   threads), split into phases (health polls, recompiles, restore, iterator rebuild, census,
   recorder, fault injection, failed-attempt teardown, oracle, ...), each faulted, clean and
@@ -109,7 +113,7 @@ def _phase_targets() -> dict[str, list[tuple[Any, str]]]:
         "iterator_rebuild": [(trainer.ReferenceTrainer, "make_iterator")],
         "input_next": [(elastic_iterator._ElasticMapDatasetIterator, "__next__")],
         "failed_attempt_teardown": [(traceback, "clear_frames")],
-        "census": [(census.Census, "__call__"), (trainer, "pinned_host_arrays")],
+        "census": [(census.Census, "__call__"), (census.Census, "pinned_host")],
         "fault_injection": [(episode.FaultController, "_fire")],
         "fault_controller": [(episode.FaultController, "on_event")],
         "clock_advance": [(FakeClock, "advance")],
@@ -364,10 +368,19 @@ def main() -> int:
     from pathways_chaos.harness.engine.topology import request_cpu_devices
 
     request_cpu_devices(8)
-    out: dict[str, Any] = {"machine": {"cores": _cores()}}
+    from pathways_chaos.harness.engine import compilation_cache as persistent
+
+    cache = persistent.enable()  # as a pytest session with the plugin has it
+    out: dict[str, Any] = {
+        "machine": {"cores": _cores(), "load_avg_1_5_15": _load()},
+        "persistent_compilation_cache": str(cache) if cache else None,
+    }
     episode_seconds(4, 2, 5, "")  # warm imports and the first compile for both
-    rounds = 2 if args.quick else 5
+    rounds = 3 if args.quick else 5
     for mode, faults in (("resize", FAULTS), ("pause_resume", PAUSE_FAULTS)):
+        # The first faulted episode of the process meets its meshes for the first time (XLA
+        # compiles them, no persistent cache here); the rounds after it reuse them.
+        first = episode_seconds(4, 2, args.steps, faults, mode)
         faulted, clean = [], []
         for _ in range(rounds):
             clean.append(episode_seconds(4, 2, args.steps, "", mode))
@@ -395,11 +408,14 @@ def main() -> int:
             "wasted_steps": wasted,
             "ratio_without_recompiles_and_replayed_steps": round(own / cw, 3),
             "faulted_clock_s": faulted[0]["clock_s"],
+            "first_faulted_in_process": first,
+            "ratio_first_faulted_in_process": round(first["wall_s"] / cw, 3),
             "survived": all(r["survived"] for r in faulted + clean),
             "breakdown": breakdown(mode, faults, args.steps),
         }
     if args.ratio_only:
         return _write(out, args.out)
+    out["compilation_cache"] = compilation_cache(args.steps)
     out["idle_overhead"] = idle_overhead(rounds=3 if args.quick else 7, steps=200)
     sizes = [2, 8] if args.quick else [2, 8, 32, 64]
     scale = {}
@@ -425,6 +441,12 @@ def _write(out: dict[str, Any], path: str | None) -> int:
         with open(path, "w") as f:
             f.write(text + "\n")
     return 0
+
+
+def _load() -> list[float]:
+    import os
+
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 def _cores() -> int:

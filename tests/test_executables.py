@@ -1,5 +1,5 @@
 """A mesh seen before in the process reuses its executables; a run still reports the mesh as
-new to it (what a real run compiles) and counts as compiles only what it added."""
+new to it and counts the compiles it would have made on its own."""
 
 from __future__ import annotations
 
@@ -44,8 +44,10 @@ def test_a_second_run_on_the_same_meshes_compiles_nothing(fake_cluster_factory):
     for result in (first, second):
         meshes = [e for e in result.events if e["kind"] == "mesh"]
         assert [e["recompile"] for e in meshes] == [True, True]  # new to each run
-    (end,) = (e for e in second.events if e["kind"] == "run_end")
-    assert end["compiles"] == 0
+    ends = [next(e for e in r.events if e["kind"] == "run_end") for r in (first, second)]
+    # What each run would compile on its own (one per mesh here), executables shared or not:
+    # the acceptance suite's steady-state recompile check reads it.
+    assert [e["compiles"] for e in ends] == [2, 2]
 
 
 def test_only_the_same_computation_and_sharding_share():

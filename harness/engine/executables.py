@@ -4,8 +4,9 @@ On Pathways a job pays a compile the first time it runs on a mesh; it does not p
 a mesh it has seen (its jit cache holds the executable). In a test process every episode builds
 a new trainer, so without this each episode re-traced and re-compiled the same step on the same
 devices: a mesh seen before in the process now reuses its executables. The trainer still marks
-a mesh new to its run as a recompile (what a real run pays), and counts as compiles only the
-executables its own run added.
+a mesh new to its run as a recompile (what a real run pays), and ``CompileCount`` counts what the
+run would have compiled on its own (one per mesh and argument shapes it called the step with),
+so the acceptance suite still sees a step that recompiles in steady state.
 """
 
 from __future__ import annotations
@@ -46,6 +47,39 @@ def jitted_step(step: Any, out_sharding: Any) -> Any:
     if fn is None:
         fn = _JITTED[full] = jax.jit(step, out_shardings=(out_sharding, None))
     return fn
+
+
+class CompileCount:
+    """Distinct (mesh, argument shapes and dtypes) a run called its step with: its compiles."""
+
+    def __init__(self) -> None:
+        self._seen: set[Any] = set()
+
+    @property
+    def count(self) -> int:
+        return len(self._seen)
+
+    def counting(self, mesh_key: Any, fn: Any) -> Any:
+        """``fn``, noting each call's signature (a few microseconds a step)."""
+        import jax
+
+        seen = self._seen
+
+        @functools.wraps(fn)
+        def step(*args: Any) -> Any:
+            leaves = jax.tree.leaves(args)
+            seen.add(
+                (
+                    mesh_key,
+                    tuple(
+                        (getattr(a, "shape", None), str(getattr(a, "dtype", type(a))))
+                        for a in leaves
+                    ),
+                )
+            )
+            return fn(*args)
+
+        return step
 
 
 def clear() -> None:

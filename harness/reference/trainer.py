@@ -24,7 +24,7 @@ import numpy as np
 
 from pathways_chaos.harness.engine.census import Census
 from pathways_chaos.harness.engine.census import live_census as live_census  # re-exported
-from pathways_chaos.harness.engine.executables import jitted_step
+from pathways_chaos.harness.engine.executables import CompileCount, jitted_step
 from pathways_chaos.harness.engine.recorder import Recorder
 from pathways_chaos.harness.engine.snapshotter_release import (
     release_snapshotter,
@@ -127,7 +127,7 @@ class ReferenceTrainer:
         self.run_index = run_index
         self.attempt = 0
         self._jitted: dict[tuple[int, ...], Any] = {}
-        self._cached_before: dict[tuple[int, ...], int] = {}
+        self._compiles = CompileCount()  # what this run compiles, executables shared or not
         self._preempted = threading.Event()
         self._census = Census()  # a full gc only when a quick count is suspect
 
@@ -285,9 +285,7 @@ class ReferenceTrainer:
             attempts=self.attempt,
             step=result.step,
             final_state=describe_state(result.state),
-            compiles=sum(
-                f._cache_size() - self._cached_before.get(k, 0) for k, f in self._jitted.items()
-            ),
+            compiles=self._compiles.count,
             pinned_host=self._census.pinned_host(),  # after the Snapshotter's release
         )
         del jax
@@ -382,9 +380,8 @@ class ReferenceTrainer:
         rows = mesh.devices.reshape(mesh.devices.shape[0], -1)
         recompile = key not in self._jitted  # new to this run: what a real run compiles
         if recompile:
-            fn = jitted_step(self.step_function(), self.state_sharding(mesh))
-            self._jitted[key] = fn
-            self._cached_before[key] = fn._cache_size()  # executables other runs left
+            shared = jitted_step(self.step_function(), self.state_sharding(mesh))
+            self._jitted[key] = self._compiles.counting(key, shared)
         self.recorder.emit(
             "mesh",
             run=self.run_index,

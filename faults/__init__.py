@@ -6,4 +6,5 @@ circle. They import nothing heavy at load (the Kubernetes client only inside cal
 """
 
 from pathways_chaos.faults import kubernetes as kubernetes
+from pathways_chaos.faults import mtc as mtc  # Multi-Tier Checkpointing (issue 15)
 from pathways_chaos.faults import slice as slice

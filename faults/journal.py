@@ -5,50 +5,231 @@ is on disk first, ``pathways-chaos rollback JOURNAL`` can always undo what might
 an entry whose change never happened undoes to a no-op, because every undo checks the Node or
 Job it would touch first. Replaying twice changes nothing the second time.
 
-File format: JSON lines. A change is ``{"seq": N, "action": ..., ...}``; a replay appends
-``{"undone": N, "result": ...}``. A torn last line (killed mid-write) is ignored: its change
-was never started.
+Why it names its cluster and what each change set: a journal is replayed later, maybe by
+someone else, maybe with another kubeconfig. The first line records the API server, the
+cluster's identity (the ``kube-system`` namespace's UID, which no two clusters share) and the
+run id, and a replay against any other cluster is refused. Each change records the object's UID
+and what it set (a cordon under our field manager, a taint with its own ``timeAdded`` stamp, a
+Job's manifest); an undo acts only while the object is still in the state this run left it, so
+an admin's later cordon or GKE's identical maintenance taint is never removed.
+
+File format: JSON lines. The header is ``{"journal": 2, "run": ..., "cluster_uid": ...}``; a
+change is ``{"seq": N, "action": ..., ...}``; a replay appends ``{"undone": N, "result": ...}``.
+A malformed line is reported with its line number and skipped; every other entry is still
+undone. A torn last line (killed mid-write, no newline) is a change never started.
 """
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import contextlib
+import getpass
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from pathways_chaos.faults.safety import CORDONED_BY_ANNOTATION, call_with_retries
+from pathways_chaos.faults.safety import (
+    CORDONED_BY_ANNOTATION,
+    RECREATED_BY_ANNOTATION,
+    RETRY_READS,
+    api_status,
+    call_with_retries,
+    field_manager,
+    write_confirmed,
+)
+from pathways_chaos.harness.errors import ChaosError
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
+JOURNAL_SCHEMA = 2
 #: Actions whose change a replay reverts. Pod deletions and evictions are recorded too (so the
-#: journal is a full account), but their owner (the Job) recreates the Pod; there is no undo.
+#: journal is a full account), but only a controller (the Pod's Job) brings a Pod back.
 REVERSIBLE_ACTIONS = frozenset({"cordon", "taint", "delete_job"})
 IRREVERSIBLE_ACTIONS = frozenset({"delete_pod", "evict_pod"})
+#: The fields each action's entry must carry, and their types.
+_REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "cordon": {"node": str},
+    "taint": {"node": str, "taint": dict},
+    "delete_job": {"namespace": str, "name": str, "manifest": dict},
+    "delete_pod": {"namespace": str, "name": str},
+    "evict_pod": {"namespace": str, "name": str},
+}
+#: How long an undo waits for a Job still terminating (a finalizer) before giving up.
+TERMINATING_JOB_WAIT_S = 30.0
+JOURNAL_DIR_ENV = "PATHWAYS_CHAOS_JOURNAL_DIR"
+
+
+class JournalError(ChaosError):
+    """A journal that cannot be read at all (a folder, a missing file); nothing was undone."""
+
+
+class WrongCluster(ChaosError):
+    """A journal replayed against a cluster it was not written for; nothing was undone."""
+
+    exit_code = 3
+
+
+def default_journal_dir() -> Path:
+    """Where journals live unless told: ``$PATHWAYS_CHAOS_JOURNAL_DIR``, else the XDG state dir."""
+    if os.environ.get(JOURNAL_DIR_ENV):
+        return Path(os.environ[JOURNAL_DIR_ENV])
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "pathways-chaos" / "journals"
+
+
+def new_journal_path(directory: Path | None = None, run_id: str | None = None) -> Path:
+    """A fresh journal file name in ``directory``: UTC start time and run id, sortable."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return (directory or default_journal_dir()) / f"{stamp}-{run_id or new_run_id()}.jsonl"
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+@dataclass(frozen=True)
+class ClusterIdentity:
+    """Which cluster a journal belongs to: the kube-system namespace's UID, and the server."""
+
+    server: str
+    cluster_uid: str
+
+    @classmethod
+    def of(cls, api_client: ApiClient) -> ClusterIdentity:
+        from kubernetes import client
+
+        core: Any = client.CoreV1Api(api_client)
+        namespace = call_with_retries(lambda: core.read_namespace("kube-system"))
+        return cls(str(api_client.configuration.host), str(namespace.metadata.uid))
+
+
+@dataclass
+class JournalContents:
+    """A journal as read: its header, changes, what was undone, and the lines it skipped."""
+
+    header: dict[str, Any] | None
+    changes: list[dict[str, Any]]
+    undone: set[int]
+    problems: list[str]  # "line N: why", for every malformed line skipped
+    notes: list[str]  # a torn last line: a change never started
+
+    def pending(self) -> list[dict[str, Any]]:
+        """Changes not yet undone, newest first (the order a replay undoes them)."""
+        left = [c for c in self.changes if c["seq"] not in self.undone]
+        return sorted(left, key=lambda c: c["seq"], reverse=True)
 
 
 @dataclass
 class ReplayResult:
-    """What a replay did, one line per entry, and the entries it could not undo."""
+    """What a replay did, one line per entry, the entries it could not undo, the lines skipped."""
 
     lines: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not self.errors
+        return not self.errors and not self.skipped
+
+
+def read_journal(path: Path) -> JournalContents:
+    """Parses a journal line by line; a bad line is reported (with its number), never fatal."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return JournalContents(None, [], set(), [], [])
+    except IsADirectoryError:
+        raise JournalError(f"{path} is a folder, not a journal: name a .jsonl file") from None
+    except OSError as error:
+        raise JournalError(f"cannot read journal {path}: {error.strerror or error}") from None
+    header: dict[str, Any] | None = None
+    changes: list[dict[str, Any]] = []
+    seqs: set[int] = set()
+    undone: set[int] = set()
+    problems: list[str] = []
+    notes: list[str] = []
+    lines = raw.split(b"\n")
+    torn_tail = not raw.endswith(b"\n") and bool(raw)
+    for number, blob in enumerate(lines, start=1):
+        if not blob.strip():
+            continue
+        last = number == len(lines)
+        why, record = _parse_line(blob)
+        if why is None and isinstance(record, dict):
+            why = _check_record(record, seqs)
+        if why is not None:
+            if last and torn_tail and why.startswith("not JSON"):
+                notes.append(f"line {number}: torn last line (a change never started), ignored")
+            else:
+                problems.append(f"line {number}: {why}")
+            continue
+        assert isinstance(record, dict)
+        if "journal" in record:
+            header = record
+        elif "undone" in record:
+            undone.add(record["undone"])
+        else:
+            seqs.add(record["seq"])
+            changes.append(record)
+    return JournalContents(header, changes, undone, problems, notes)
+
+
+def _parse_line(blob: bytes) -> tuple[str | None, Any]:
+    try:
+        text = blob.decode("utf-8")
+    except UnicodeDecodeError:
+        return "not UTF-8 text", None
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError:
+        return "not JSON (cut off or edited by hand)", None
+    if not isinstance(record, dict):
+        return f"not a journal record ({type(record).__name__} {text.strip()[:40]})", None
+    return None, record
+
+
+def _check_record(record: dict[str, Any], seqs: set[int]) -> str | None:
+    """Why a parsed record is unusable, or None."""
+    if "journal" in record:
+        if not isinstance(record.get("cluster_uid"), str) or not isinstance(record.get("run"), str):
+            return "a journal header without cluster_uid and run"
+        return None
+    if "undone" in record:
+        return None if _is_int(record["undone"]) else "an undone record without an integer seq"
+    seq = record.get("seq")
+    if not _is_int(seq):
+        return f"a record without an integer seq ({json.dumps(record)[:60]})"
+    assert isinstance(seq, int)
+    if seq in seqs:
+        return f"change #{seq} appears twice"
+    action = record.get("action")
+    if action not in _REQUIRED:
+        return f"change #{seq} has unknown action {action!r}"
+    if not isinstance(record.get("run"), str):
+        return f"change #{seq} ({action}) has no run id"
+    for name, kind in _REQUIRED[action].items():
+        if not isinstance(record.get(name), kind):
+            return f"change #{seq} ({action}) has no valid {name!r}"
+    if action == "taint" and not all(
+        isinstance(record["taint"].get(k), str) for k in ("key", "effect")
+    ):
+        return f"change #{seq} (taint) has no taint key and effect"
+    return None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class RollbackJournal:
@@ -56,17 +237,56 @@ class RollbackJournal:
 
     def __init__(self, path: str | os.PathLike[str], run_id: str | None = None) -> None:
         self.path = Path(path)
-        self.run_id = run_id or uuid.uuid4().hex[:12]
+        contents = read_journal(self.path)
+        header_run = (contents.header or {}).get("run")
+        self.run_id: str = run_id or header_run or new_run_id()
+        self.header = contents.header
         self._lock = threading.Lock()
-        self._seq = max((e["seq"] for e in self._read_changes()), default=0)
+        self._seq = max((c["seq"] for c in contents.changes), default=0)
         self._replayed = False
 
     # -- writing ----------------------------------------------------------------------------
+
+    def bind(self, api_client: ApiClient, **context: Any) -> ClusterIdentity:
+        """Ties the journal to the cluster ``api_client`` talks to (writes the header once).
+
+        A journal already bound to another cluster refuses: one journal, one cluster.
+        """
+        identity = ClusterIdentity.of(api_client)
+        with self._lock:
+            if self.header is not None:
+                self._check_same_cluster(identity)
+                return identity
+            self.header = {
+                "journal": JOURNAL_SCHEMA,
+                "run": self.run_id,
+                "server": identity.server,
+                "cluster_uid": identity.cluster_uid,
+                "created": time.time(),
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "user": _user(),
+                **context,
+            }
+            self._append(self.header)
+        return identity
+
+    @property
+    def bound(self) -> bool:
+        return self.header is not None
+
+    @property
+    def field_manager(self) -> str:
+        return field_manager(self.run_id)
 
     def record(self, action: str, **details: Any) -> int:
         """Writes one change entry and fsyncs it; call this before making the change."""
         if action not in REVERSIBLE_ACTIONS | IRREVERSIBLE_ACTIONS:
             raise ValueError(f"unknown journal action {action!r}")
+        if self.header is None:
+            raise JournalError(
+                f"journal {self.path} is not bound to a cluster: call bind(api_client) first"
+            )
         with self._lock:
             self._seq += 1
             entry = {
@@ -74,6 +294,7 @@ class RollbackJournal:
                 "run": self.run_id,
                 "time": time.time(),
                 "action": action,
+                "manager": self.field_manager,
                 **details,
             }
             self._append(entry)
@@ -97,49 +318,60 @@ class RollbackJournal:
 
     # -- reading ----------------------------------------------------------------------------
 
-    def _read_lines(self) -> list[dict[str, Any]]:
-        try:
-            text = self.path.read_text()
-        except FileNotFoundError:
-            return []
-        records = []
-        for line in text.splitlines():
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # torn write: that change was never started
-        return records
-
-    def _read_changes(self) -> list[dict[str, Any]]:
-        return [r for r in self._read_lines() if "seq" in r]
+    def contents(self) -> JournalContents:
+        return read_journal(self.path)
 
     def entries(self) -> list[dict[str, Any]]:
-        """Every change entry, in the order written."""
-        return self._read_changes()
+        """Every well-formed change entry, in the order written."""
+        return self.contents().changes
 
     def pending(self) -> list[dict[str, Any]]:
         """Change entries not yet undone, newest first (the order a replay undoes them)."""
-        records = self._read_lines()
-        undone = {r["undone"] for r in records if "undone" in r}
-        changes = [r for r in records if "seq" in r and r["seq"] not in undone]
-        return sorted(changes, key=lambda r: r["seq"], reverse=True)
+        return self.contents().pending()
+
+    def _check_same_cluster(self, identity: ClusterIdentity) -> None:
+        header = self.header or {}
+        if header.get("cluster_uid") != identity.cluster_uid:
+            raise WrongCluster(
+                f"refused: journal {self.path} belongs to cluster {header.get('cluster_uid')} "
+                f"at {header.get('server')}, but the kubeconfig points at cluster "
+                f"{identity.cluster_uid} at {identity.server}: use that cluster's kubeconfig"
+            )
 
     # -- replaying --------------------------------------------------------------------------
 
     def replay(
-        self, api_client: ApiClient, *, seqs: set[int] | None = None, dry_run: bool = False
+        self,
+        api_client: ApiClient,
+        *,
+        seqs: set[int] | None = None,
+        dry_run: bool = False,
+        assume_cluster: bool = False,
     ) -> ReplayResult:
-        """Undoes every pending entry (or only ``seqs``), newest first; safe to run again."""
-        result = ReplayResult()
-        for entry in self.pending():
-            if seqs is not None and entry["seq"] not in seqs:
-                continue
+        """Undoes every pending entry (or only ``seqs``), newest first; safe to run again.
+
+        Raises ``WrongCluster`` (and changes nothing) when ``api_client`` talks to another
+        cluster than the one the journal was written for.
+        """
+        contents = self.contents()
+        result = ReplayResult(skipped=list(contents.problems))
+        pending = [e for e in contents.pending() if seqs is None or e["seq"] in seqs]
+        if not pending:
+            return result
+        if contents.header is None:
+            if not assume_cluster:
+                raise WrongCluster(
+                    f"refused: journal {self.path} does not say which cluster it belongs to "
+                    "(its header is missing); pass --assume-cluster if you know it is this one"
+                )
+        else:
+            self.header = contents.header
+            self._check_same_cluster(ClusterIdentity.of(api_client))
+        for entry in pending:
             try:
                 line = undo_entry(api_client, entry, dry_run=dry_run)
             except Exception as error:  # keep going: one failure must not strand the rest
-                result.errors.append(f"#{entry['seq']} {entry['action']}: {error}")
+                result.errors.append(f"#{entry['seq']} {entry['action']}: {short_error(error)}")
                 continue
             result.lines.append(f"#{entry['seq']} {line}")
             if not dry_run:
@@ -169,15 +401,30 @@ class RollbackJournal:
         finally:
             try:
                 result = self.replay(api_client)
-                if result.errors:
+                if result.errors or result.skipped:
                     print(
                         "pathways-chaos: rollback incomplete, run `pathways-chaos rollback "
-                        f"{self.path}`: " + "; ".join(result.errors),
+                        f"{self.path}`: " + "; ".join(result.errors + result.skipped),
                         file=sys.stderr,
                     )
             finally:
                 atexit.unregister(at_exit)
                 restore_sigterm()
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+def short_error(error: BaseException) -> str:
+    status = api_status(error)
+    if status is not None:
+        reason = getattr(error, "reason", "") or ""
+        return f"HTTP {status} {reason}".strip()
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
 def _sigterm_to_keyboard_interrupt() -> Any:
@@ -203,122 +450,258 @@ def _sigterm_to_keyboard_interrupt() -> Any:
 # -- undo, one function per action --------------------------------------------------------
 
 
+class _LeftAlone(Exception):
+    """An undo found the object in a state this run did not leave: say why, change nothing."""
+
+
 def undo_entry(api_client: ApiClient, entry: dict[str, Any], *, dry_run: bool = False) -> str:
-    """Reverts one journal entry if (and only if) its change is still in place."""
+    """Reverts one journal entry if (and only if) its change is still as this run left it."""
     action = entry["action"]
-    if action == "cordon":
-        return _undo_cordon(api_client, entry, dry_run)
-    if action == "taint":
-        return _undo_taint(api_client, entry, dry_run)
-    if action == "delete_job":
-        return _undo_delete_job(api_client, entry, dry_run)
+    undo: dict[str, Callable[[ApiClient, dict[str, Any], bool], str]] = {
+        "cordon": _undo_cordon,
+        "taint": _undo_taint,
+        "delete_job": _undo_delete_job,
+    }
+    if action in undo:
+        try:
+            return undo[action](api_client, entry, dry_run)
+        except _LeftAlone as why:
+            return str(why)
     if action in IRREVERSIBLE_ACTIONS:
-        return (
-            f"{action} {entry['namespace']}/{entry['name']}: nothing to undo "
-            "(its Job recreates the Pod)"
-        )
+        where = f"{entry['namespace']}/{entry['name']}"
+        owner = entry.get("owner")
+        if owner:
+            return f"{action} {where}: nothing to undo (its {owner} recreates the Pod)"
+        if "owner" in entry:
+            return f"{action} {where}: nothing to undo, and nothing recreates it (no controller)"
+        return f"{action} {where}: nothing to undo (its controller recreates the Pod)"
     raise ValueError(f"unknown journal action {action!r}")
 
 
-def _read_node(api_client: ApiClient, name: str, uid: str | None) -> Any | None:
+def _core(api_client: ApiClient) -> Any:
     from kubernetes import client
+
+    return client.CoreV1Api(api_client)
+
+
+def _read_node(api_client: ApiClient, name: str, uid: str | None, what: str) -> Any:
+    """The Node we changed, or ``_LeftAlone`` when it is gone or replaced by a namesake."""
     from kubernetes.client.rest import ApiException
 
-    core = client.CoreV1Api(api_client)
     try:
-        node = call_with_retries(
-            lambda: core.read_node(name), retry_on=frozenset({429, 500, 502, 503, 504})
-        )
+        node = call_with_retries(lambda: _core(api_client).read_node(name), retry_on=RETRY_READS)
     except ApiException as error:
         if error.status == 404:
-            return None
+            raise _LeftAlone(f"{what}: node gone, nothing to undo") from None
         raise
     if uid and node.metadata.uid != uid:
-        return None  # a new Node with the same name is not the one we changed
+        raise _LeftAlone(f"{what}: node replaced (another uid), not the one we changed; left alone")
     return node
 
 
-def _undo_cordon(api_client: ApiClient, entry: dict[str, Any], dry_run: bool) -> str:
-    from kubernetes import client
+def field_owners(obj: Any, path: tuple[str, ...]) -> list[str] | None:
+    """The field managers whose managedFields entry holds ``path`` (e.g. spec.unschedulable).
 
+    None when the server keeps no managedFields (then only the annotation can tell).
+    """
+    entries = getattr(obj.metadata, "managed_fields", None)
+    if not entries:
+        return None
+    owners = []
+    for entry in entries:
+        fields: Any = entry.fields_v1 or {}
+        for part in path:
+            fields = fields.get(f"f:{part}") if isinstance(fields, dict) else None
+        if fields is not None:
+            owners.append(entry.manager)
+    return owners
+
+
+def _undo_cordon(api_client: ApiClient, entry: dict[str, Any], dry_run: bool) -> str:
     name, run = entry["node"], entry["run"]
-    node = _read_node(api_client, name, entry.get("uid"))
-    if node is None:
-        return f"uncordon node {name}: node gone, nothing to undo"
-    marker = (node.metadata.annotations or {}).get(CORDONED_BY_ANNOTATION)
-    if marker != run:
-        state = "cordoned by someone else, left alone" if node.spec.unschedulable else "not ours"
-        return f"uncordon node {name}: {state}"
+    what = f"uncordon node {name}"
+    manager = entry.get("manager")
+
+    def check(node: Any) -> None:
+        marker = (node.metadata.annotations or {}).get(CORDONED_BY_ANNOTATION)
+        if marker != run or not node.spec.unschedulable:
+            state = "cordoned by someone else" if node.spec.unschedulable else "not cordoned"
+            raise _LeftAlone(f"{what}: {state} (not this run's cordon), left alone")
+        owners = field_owners(node, ("spec", "unschedulable"))
+        if manager and owners is not None and manager not in owners:
+            raise _LeftAlone(
+                f"{what}: cordoned again since by {', '.join(owners) or 'another writer'} "
+                "(not this run's cordon), left alone"
+            )
+
+    node = _read_node(api_client, name, entry.get("uid"), what)
+    check(node)
     if dry_run:
         return f"DRY RUN: would uncordon node {name}"
-    core = client.CoreV1Api(api_client)
-    body = {
-        "metadata": {"annotations": {CORDONED_BY_ANNOTATION: None}},
-        "spec": {"unschedulable": None},
+
+    def write() -> str:
+        current = _read_node(api_client, name, entry.get("uid"), what)
+        check(current)
+        body = {
+            "metadata": {
+                "resourceVersion": current.metadata.resource_version,
+                "annotations": {CORDONED_BY_ANNOTATION: None},
+            },
+            "spec": {"unschedulable": None},
+        }
+        _core(api_client).patch_node(name, body, field_manager=manager or None)
+        return f"uncordoned node {name}"
+
+    def confirm() -> str | None:
+        current = _read_node(api_client, name, entry.get("uid"), what)
+        marker = (current.metadata.annotations or {}).get(CORDONED_BY_ANNOTATION)
+        if marker != run:  # our patch removed the mark and the cordon together
+            return f"uncordoned node {name} (confirmed by reading it back)"
+        return None
+
+    return write_confirmed(write, confirm)
+
+
+def same_taint(taint: Any, wanted: dict[str, Any]) -> bool:
+    """The exact taint we added: key, value, effect and our ``timeAdded`` stamp."""
+    data = taint if isinstance(taint, dict) else _taint_dict(taint)
+    return bool(
+        data.get("key") == wanted["key"]
+        and (data.get("value") or "") == (wanted.get("value") or "")
+        and data.get("effect") == wanted["effect"]
+        and _same_time(data.get("timeAdded"), wanted.get("timeAdded"))
+    )
+
+
+def _taint_dict(taint: Any) -> dict[str, Any]:
+    added = taint.time_added
+    return {
+        "key": taint.key,
+        "value": taint.value,
+        "effect": taint.effect,
+        "timeAdded": added.strftime("%Y-%m-%dT%H:%M:%SZ") if added else None,
     }
-    call_with_retries(lambda: core.patch_node(name, body))
-    return f"uncordoned node {name}"
+
+
+def _same_time(a: Any, b: Any) -> bool:
+    return (a or None) == (b or None)
 
 
 def _undo_taint(api_client: ApiClient, entry: dict[str, Any], dry_run: bool) -> str:
-    from kubernetes import client
-
     name, taint = entry["node"], entry["taint"]
-    core = client.CoreV1Api(api_client)
     shown = f"{taint['key']}={taint.get('value') or ''}:{taint['effect']}"
+    what = f"untaint node {name} ({shown})"
 
-    def remove() -> str:
-        node = _read_node(api_client, name, entry.get("uid"))
-        if node is None:
-            return f"untaint node {name} ({shown}): node gone, nothing to undo"
-        current = node.spec.taints or []
-        kept = [t for t in current if not _same_taint(t, taint)]
-        if len(kept) == len(current):
-            return f"untaint node {name} ({shown}): taint not present, nothing to undo"
-        if dry_run:
-            return f"DRY RUN: would remove taint {shown} from node {name}"
+    def ours(node: Any) -> bool:
+        return any(same_taint(t, taint) for t in node.spec.taints or [])
+
+    node = _read_node(api_client, name, entry.get("uid"), what)
+    if not ours(node):
+        namesake = any(
+            t.key == taint["key"] and t.effect == taint["effect"] for t in node.spec.taints or []
+        )
+        if namesake:
+            return f"{what}: the taint there now was set by someone else since, left alone"
+        return f"{what}: taint not present, nothing to undo"
+    if dry_run:
+        return f"DRY RUN: would remove taint {shown} from node {name}"
+
+    def write() -> str:
+        current = _read_node(api_client, name, entry.get("uid"), what)
+        kept = [t for t in current.spec.taints or [] if not same_taint(t, taint)]
+        if len(kept) == len(current.spec.taints or []):
+            return f"{what}: taint not present, nothing to undo"
         body = {
-            "metadata": {"resourceVersion": node.metadata.resource_version},
+            "metadata": {"resourceVersion": current.metadata.resource_version},
             "spec": {"taints": [api_client.sanitize_for_serialization(t) for t in kept] or None},
         }
-        core.patch_node(name, body)  # 409 if the Node changed since we read it: retried
+        _core(api_client).patch_node(name, body, field_manager=entry.get("manager") or None)
         return f"removed taint {shown} from node {name}"
 
-    return call_with_retries(remove)
+    def confirm() -> str | None:
+        current = _read_node(api_client, name, entry.get("uid"), what)
+        return None if ours(current) else f"removed taint {shown} from node {name} (confirmed)"
 
-
-def _same_taint(taint: Any, wanted: dict[str, Any]) -> bool:
-    return bool(
-        taint.key == wanted["key"]
-        and (taint.value or "") == (wanted.get("value") or "")
-        and taint.effect == wanted["effect"]
-    )
+    return write_confirmed(write, confirm)
 
 
 def _undo_delete_job(api_client: ApiClient, entry: dict[str, Any], dry_run: bool) -> str:
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
-    namespace, name = entry["namespace"], entry["name"]
-    batch = client.BatchV1Api(api_client)
-    try:
-        batch.read_namespaced_job(name, namespace)
-        return f"recreate job {namespace}/{name}: a Job of that name exists, left alone"
-    except ApiException as error:
-        if error.status != 404:
+    namespace, name, uid = entry["namespace"], entry["name"], entry.get("uid")
+    batch: Any = client.BatchV1Api(api_client)
+    mark = f"{entry['run']}#{entry['seq']}"
+    what = f"recreate job {namespace}/{name}"
+
+    def read() -> Any | None:
+        try:
+            return call_with_retries(
+                lambda: batch.read_namespaced_job(name, namespace), retry_on=RETRY_READS
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return None
             raise
+
+    def ours(job: Any) -> bool:
+        return (job.metadata.annotations or {}).get(RECREATED_BY_ANNOTATION) == mark
+
+    job = read()
+    if job is not None and job.metadata.uid == uid:
+        if job.metadata.deletion_timestamp is None:
+            return f"{what}: the Job was never deleted, nothing to undo"
+        if dry_run:
+            return f"DRY RUN: would wait for job {namespace}/{name} to finish terminating"
+        job = _wait_gone(read, uid, what)
+    if job is not None:
+        if ours(job):
+            return f"recreated job {namespace}/{name} (already, by this rollback)"
+        return f"{what}: a Job of that name exists (not ours), left alone"
     if dry_run:
         return f"DRY RUN: would recreate job {namespace}/{name}"
+    manifest = json.loads(json.dumps(entry["manifest"]))
+    meta = manifest.setdefault("metadata", {})
+    meta["annotations"] = {**(meta.get("annotations") or {}), RECREATED_BY_ANNOTATION: mark}
 
-    def create() -> None:
-        try:
-            batch.create_namespaced_job(namespace, entry["manifest"])
-        except ApiException as error:
-            if error.status != 409:  # 409: created meanwhile (by us on a retry, or its owner)
-                raise
+    def write() -> str:
+        batch.create_namespaced_job(namespace, manifest)
+        return f"recreated job {namespace}/{name}"
 
-    call_with_retries(create, retry_on=frozenset({429, 500, 502, 503, 504}))
-    return f"recreated job {namespace}/{name}"
+    def confirm() -> str | None:
+        current = read()
+        if current is None:
+            return None
+        if not ours(current):
+            raise _LeftAlone(f"{what}: someone else created a Job of that name meanwhile")
+        return f"recreated job {namespace}/{name} (confirmed by reading it back)"
+
+    line = write_confirmed(write, confirm)
+    created = read()
+    if created is None or not ours(created):  # verified: a Job we made is there now
+        raise RuntimeError(f"{what}: the create was answered but no Job of ours exists")
+    return line
+
+
+def _wait_gone(read: Callable[[], Any | None], uid: str | None, what: str) -> Any | None:
+    """Waits (bounded) until the Job with ``uid`` is gone; returns what holds the name then."""
+    from pathways_chaos.harness.kube.watching import wait_for
+
+    seen: list[Any] = [None]
+
+    def gone() -> bool:
+        seen[0] = read()
+        return seen[0] is None or seen[0].metadata.uid != uid
+
+    try:
+        wait_for(gone, TERMINATING_JOB_WAIT_S, interval=0.2, what=what)
+    except TimeoutError:
+        finalizers = ", ".join(seen[0].metadata.finalizers or []) or "none"
+        raise RuntimeError(
+            f"{what}: the deleted Job is still terminating after "
+            f"{TERMINATING_JOB_WAIT_S:.0f} s (finalizers: {finalizers}); run rollback again"
+        ) from None
+    return seen[0]
 
 
 def job_manifest_for_recreate(api_client: ApiClient, job: Any) -> dict[str, Any]:
@@ -335,6 +718,7 @@ def job_manifest_for_recreate(api_client: ApiClient, job: Any) -> dict[str, Any]
         "generation",
         "deletionTimestamp",
         "deletionGracePeriodSeconds",
+        "finalizers",
     ):
         meta.pop(key, None)
     generated = ("controller-uid", "job-name")
@@ -346,39 +730,47 @@ def job_manifest_for_recreate(api_client: ApiClient, job: Any) -> dict[str, Any]
     return data
 
 
-# -- the CLI command ------------------------------------------------------------------------
+def pending_journals(directory: Path, identity: ClusterIdentity) -> list[tuple[Path, str]]:
+    """Journals in ``directory`` of this cluster with changes left: (path, why it is listed)."""
+    found = []
+    for path in sorted(directory.glob("*.jsonl")):
+        try:
+            contents = read_journal(path)
+        except JournalError:
+            continue
+        header = contents.header or {}
+        if header.get("cluster_uid") != identity.cluster_uid or not contents.pending():
+            continue
+        if _held_by_live_process(header):
+            found.append((path, f"in use by pid {header.get('pid')}"))
+            continue
+        found.append((path, ""))
+    return found
 
 
-def rollback_main(argv: list[str]) -> int:
-    """``pathways-chaos rollback JOURNAL``: undo what a crashed run left behind."""
-    parser = argparse.ArgumentParser(
-        prog="pathways-chaos rollback",
-        description="Undo every change recorded in a rollback journal (safe to run twice).",
-    )
-    parser.add_argument("journal", help="path of the JSONL rollback journal")
-    parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube)")
-    parser.add_argument("--context", help="kubeconfig context (default: its current context)")
-    parser.add_argument(
-        "--dry-run", action="store_true", help="print what would be undone, change nothing"
-    )
-    args = parser.parse_args(argv)
-    path = Path(args.journal)
-    if not path.exists():
-        print(f"pathways-chaos rollback: no journal at {path}", file=sys.stderr)
-        return 2
-    from kubernetes import config
+def _held_by_live_process(header: dict[str, Any]) -> bool:
+    pid = header.get("pid")
+    if header.get("host") != socket.gethostname() or not isinstance(pid, int) or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
-    api_client = config.new_client_from_config(
-        config_file=args.kubeconfig, context=args.context, persist_config=False
-    )
-    journal = RollbackJournal(path)
-    pending = journal.pending()
-    if not pending:
-        print(f"{path}: nothing to undo")
-        return 0
-    result = journal.replay(api_client, dry_run=args.dry_run)
-    for line in result.lines:
-        print(line)
-    for error in result.errors:
-        print(f"FAILED {error}", file=sys.stderr)
-    return 0 if result.ok else 1
+
+__all__ = [
+    "ClusterIdentity",
+    "JournalError",
+    "ReplayResult",
+    "RollbackJournal",
+    "WrongCluster",
+    "default_journal_dir",
+    "job_manifest_for_recreate",
+    "new_journal_path",
+    "pending_journals",
+    "read_journal",
+    "undo_entry",
+]

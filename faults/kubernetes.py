@@ -15,9 +15,17 @@ import dataclasses
 import functools
 import json
 import sys
+import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from pathways_chaos.faults.jobset import (
+    JOB_INDEX_LABEL,
+    JOBSET_NAME_LABEL,
+    REPLICATED_JOB_LABEL,
+    WORKER_REPLICATED_JOB,
+    slice_selector,
+)
 from pathways_chaos.faults.journal import RollbackJournal, job_manifest_for_recreate
 from pathways_chaos.faults.model import Fault, FaultSpecError
 from pathways_chaos.faults.safety import (
@@ -25,19 +33,26 @@ from pathways_chaos.faults.safety import (
     OPT_IN_LABEL,
     RETRYABLE_STATUSES,
     ChaosRefused,
+    api_status,
     call_with_retries,
     check_namespace,
     check_opted_in,
+    write_confirmed,
 )
-from pathways_chaos.harness.errors import ChaosError
+from pathways_chaos.harness.errors import ChaosConfigError
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
-JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
-REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
-JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
-WORKER_REPLICATED_JOB = "worker"
+__all__ = [
+    "JOBSET_NAME_LABEL",
+    "JOB_INDEX_LABEL",
+    "KUBERNETES_FAULTS",
+    "REPLICATED_JOB_LABEL",
+    "WORKER_REPLICATED_JOB",
+    "KubeTarget",
+    "TargetNotFound",
+]
 
 #: Taints GKE-style disruptions put on a Node. ``key``/``effect`` parameters override them.
 TAINT_REASONS: dict[str, tuple[str, str, str]] = {
@@ -50,8 +65,12 @@ TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _RETRY_BUT_NOT_404 = frozenset(RETRYABLE_STATUSES - {404})
 
 
-class TargetNotFound(ChaosError, LookupError):
+class TargetNotFound(ChaosConfigError, LookupError):
     """A fault's slice has nothing to act on (wrong JobSet name or slice index?)."""
+
+
+class _Settled(Exception):
+    """A fresh read found the object in a state nobody should write over: report, move on."""
 
 
 def _stderr(line: str) -> None:
@@ -90,16 +109,19 @@ class KubeTarget:
         return client.BatchV1Api(self.api_client)
 
     def check(self) -> None:
-        """The checks every fault passes before it reads anything."""
+        """The checks every fault passes before it reads anything.
+
+        An armed target's journal is tied to this cluster before its first change, so that a
+        later rollback with another kubeconfig is refused.
+        """
         check_namespace(self.namespace, self.allowed_namespaces)
         if self.armed and self.journal is None:
             raise ChaosRefused("refused: an armed KubeTarget needs a RollbackJournal")
+        if self.armed and self.journal is not None and not self.journal.bound:
+            self.journal.bind(self.api_client, namespace=self.namespace, jobset=self.jobset)
 
     def slice_selector(self, slice_index: int) -> str:
-        return (
-            f"{JOBSET_NAME_LABEL}={self.jobset},{REPLICATED_JOB_LABEL}={WORKER_REPLICATED_JOB},"
-            f"{JOB_INDEX_LABEL}={slice_index}"
-        )
+        return slice_selector(self.jobset, slice_index)
 
     def retry(self, fn: Callable[[], Any], retry_on: frozenset[int] = RETRYABLE_STATUSES) -> Any:
         return call_with_retries(fn, attempts=self.retry_attempts, retry_on=retry_on)
@@ -168,6 +190,24 @@ class KubeTarget:
         return out
 
 
+def kube_target_of(target: Any, fault: Fault[Any]) -> KubeTarget:
+    """The KubeTarget a Kubernetes fault acts on, or one line saying where it can run.
+
+    The bridged ``--cluster`` backend carries its target; the in-process fake has no Pods,
+    Nodes or Jobs, so a Kubernetes fault there is refused instead of failing on a missing name.
+    """
+    if isinstance(target, KubeTarget):
+        return target
+    inner = getattr(target, "target", None)
+    if isinstance(inner, KubeTarget):
+        return inner
+    raise ChaosConfigError(
+        f"{fault.kind} acts on Kubernetes objects and needs --cluster (with --namespace and "
+        "--jobset) or the local control plane (the kube_chaos_target fixture); the in-process "
+        "fake cluster has no Pods, Nodes or Jobs"
+    )
+
+
 def _identity(fault: Fault[Any]) -> str:
     return json.dumps(fault.to_json(), sort_keys=True)
 
@@ -179,6 +219,7 @@ def _journal(target: KubeTarget) -> RollbackJournal:
 
 def _heal_from_journal(fault: Fault[KubeTarget], target: KubeTarget) -> list[str]:
     """Undoes exactly the entries this fault wrote (not what the slice looks like now)."""
+    target = kube_target_of(target, fault)
     target.check()
     if not target.armed or target.journal is None:
         return []
@@ -196,11 +237,47 @@ def _heal_from_journal(fault: Fault[KubeTarget], target: KubeTarget) -> list[str
 
 
 def _api_status(error: BaseException) -> int | None:
-    status = getattr(error, "status", None)
-    return status if isinstance(status, int) else None
+    return api_status(error)
+
+
+def _settled_write(target: KubeTarget, write: Callable[[], Any], confirm: Callable[[], Any]) -> Any:
+    """``write_confirmed`` with the target's retry budget; a ``_Settled`` ends it with a line."""
+    try:
+        return write_confirmed(write, confirm, attempts=target.retry_attempts)
+    except _Settled as settled:
+        target.echo(str(settled))
+        return None
 
 
 # -- Pods ---------------------------------------------------------------------------------
+
+
+def _controller(pod: Any) -> str | None:
+    """``Kind/name`` of the Pod's controller (its Job, ReplicaSet...), or None."""
+    for ref in pod.metadata.owner_references or []:
+        if ref.controller:
+            return f"{ref.kind}/{ref.name}"
+    return None
+
+
+def _pod_gone_or_going(target: KubeTarget, pod: Any) -> str | None:
+    """After an answer was lost: 'gone' if this Pod (same uid) is deleted or terminating."""
+    from kubernetes.client.rest import ApiException
+
+    ns, name, uid = target.namespace, pod.metadata.name, pod.metadata.uid
+    try:
+        current = target.retry(
+            lambda: target.core.read_namespaced_pod(name, ns), _RETRY_BUT_NOT_404
+        )
+    except ApiException as error:
+        if error.status == 404:
+            return "gone"
+        raise
+    if current.metadata.uid != uid:
+        return "gone"  # a replacement holds the name: ours is gone
+    if current.metadata.deletion_timestamp is not None:
+        return "gone"
+    return None
 
 
 def _delete_pod(target: KubeTarget, pod: Any, grace: int | None, fault: Fault[Any]) -> str | None:
@@ -208,31 +285,54 @@ def _delete_pod(target: KubeTarget, pod: Any, grace: int | None, fault: Fault[An
     from kubernetes import client
 
     ns, name, uid = target.namespace, pod.metadata.name, pod.metadata.uid
+    # Is the Pod there (and the same one) before we journal anything?
+    if _pod_gone_or_going(target, pod) is not None:
+        target.echo(f"pod {ns}/{name} already gone")
+        return None
     _journal(target).record(
-        "delete_pod", namespace=ns, name=name, uid=uid, grace=grace, fault=_identity(fault)
+        "delete_pod",
+        namespace=ns,
+        name=name,
+        uid=uid,
+        grace=grace,
+        owner=_controller(pod),
+        fault=_identity(fault),
     )
     body = client.V1DeleteOptions(
         grace_period_seconds=grace, preconditions=client.V1Preconditions(uid=uid)
     )
-    try:
-        target.retry(
-            lambda: target.core.delete_namespaced_pod(name, ns, body=body), _RETRY_BUT_NOT_404
-        )
-    except Exception as error:
-        if _api_status(error) == 404:
-            target.echo(f"pod {ns}/{name} already gone")
-            return None
-        if _api_status(error) == 409:  # uid precondition: a different Pod has this name now
-            target.echo(f"pod {ns}/{name} was replaced meanwhile; left alone")
-            return None
-        raise
     shown = "its own grace period" if grace is None else f"grace {grace}s"
-    return f"deleted pod {ns}/{name} on node {pod.spec.node_name} ({shown})"
+    done = f"deleted pod {ns}/{name} on node {pod.spec.node_name} ({shown})"
+
+    def write() -> str | None:
+        try:
+            target.core.delete_namespaced_pod(name, ns, body=body)
+        except Exception as error:
+            if _api_status(error) == 404:  # first try: it went on its own before we asked
+                raise _Settled(f"pod {ns}/{name} already gone") from None
+            raise
+        return done
+
+    def confirm() -> str | None:
+        return done if _pod_gone_or_going(target, pod) else None
+
+    result: str | None = _settled_write(target, write, confirm)
+    return result
 
 
 def _evict_pod(target: KubeTarget, pod: Any, fault: Fault[Any]) -> str | None:
     ns, name, uid = target.namespace, pod.metadata.name, pod.metadata.uid
-    _journal(target).record("evict_pod", namespace=ns, name=name, uid=uid, fault=_identity(fault))
+    if _pod_gone_or_going(target, pod) is not None:
+        target.echo(f"pod {ns}/{name} already gone")
+        return None
+    _journal(target).record(
+        "evict_pod",
+        namespace=ns,
+        name=name,
+        uid=uid,
+        owner=_controller(pod),
+        fault=_identity(fault),
+    )
     # policy/v1beta1: the Eviction version every server from 1.20 on accepts.
     body = {
         "apiVersion": "policy/v1beta1",
@@ -240,23 +340,32 @@ def _evict_pod(target: KubeTarget, pod: Any, fault: Fault[Any]) -> str | None:
         "metadata": {"name": name, "namespace": ns},
         "deleteOptions": {"preconditions": {"uid": uid}},
     }
+    done = f"evicted pod {ns}/{name} from node {pod.spec.node_name}"
+    refused_by_pdb: list[bool] = []
+
+    def write() -> str | None:
+        try:
+            target.core.create_namespaced_pod_eviction(name, ns, body)
+        except Exception as error:
+            status = _api_status(error)
+            if status == 404:
+                raise _Settled(f"pod {ns}/{name} already gone") from None
+            if status == 429:
+                refused_by_pdb.append(True)
+            raise
+        return done
+
+    def confirm() -> str | None:
+        return done if _pod_gone_or_going(target, pod) else None
+
     try:
-        target.retry(
-            lambda: target.core.create_namespaced_pod_eviction(name, ns, body), _RETRY_BUT_NOT_404
-        )
+        result: str | None = _settled_write(target, write, confirm)
     except Exception as error:
-        status = _api_status(error)
-        if status == 404:
-            target.echo(f"pod {ns}/{name} already gone")
-            return None
-        if status == 429:
+        if _api_status(error) == 429 and refused_by_pdb:
             target.echo(f"pod {ns}/{name} not evicted: its PodDisruptionBudget refused (429)")
             return None
-        if status == 409:
-            target.echo(f"pod {ns}/{name} was replaced meanwhile; left alone")
-            return None
         raise
-    return f"evicted pod {ns}/{name} from node {pod.spec.node_name}"
+    return result
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,10 +376,13 @@ class KillPods(Fault[KubeTarget]):
     """
 
     kind: ClassVar[str] = "kill_pods"
+    needs_kubernetes: ClassVar[bool] = True
+    signed_params: ClassVar[frozenset[str]] = frozenset({"grace"})
     slice: int
     grace: int = -1
 
     def __post_init__(self) -> None:
+        _check_slice(self)
         if self.grace < -1:
             raise FaultSpecError(f"kill_pods: grace={self.grace}: use -1 (the Pod's own) or >= 0")
 
@@ -279,6 +391,7 @@ class KillPods(Fault[KubeTarget]):
         return f"kill slice {self.slice}'s worker Pods {how}"
 
     def inject(self, target: KubeTarget) -> list[str]:
+        target = kube_target_of(target, self)
         target.check()
         pods = target.slice_pods(self.slice)
         grace = None if self.grace < 0 else self.grace
@@ -293,12 +406,17 @@ class EvictPods(Fault[KubeTarget]):
     """Evicts a slice's worker Pods through the Eviction API (honours PodDisruptionBudgets)."""
 
     kind: ClassVar[str] = "evict_pods"
+    needs_kubernetes: ClassVar[bool] = True
     slice: int
+
+    def __post_init__(self) -> None:
+        _check_slice(self)
 
     def describe(self) -> str:
         return f"evict slice {self.slice}'s worker Pods"
 
     def inject(self, target: KubeTarget) -> list[str]:
+        target = kube_target_of(target, self)
         target.check()
         pods = target.slice_pods(self.slice)
         if not target.armed:
@@ -307,31 +425,65 @@ class EvictPods(Fault[KubeTarget]):
         return [line for line in lines if line]
 
 
+def _check_slice(fault: Any) -> None:
+    if fault.slice < 0:
+        raise FaultSpecError(f"{fault.kind}: slice={fault.slice}: use a slice index >= 0")
+
+
 # -- Nodes --------------------------------------------------------------------------------
 
 
-def _cordon(target: KubeTarget, node: Any, fault: Fault[Any]) -> str | None:
-    """Cordons a Node we did not find cordoned, marking it ours; None when left alone."""
-    name = node.metadata.name
-    journal = _journal(target)
+def _cordoned_by(node: Any, run: str) -> bool:
+    marker = (node.metadata.annotations or {}).get(CORDONED_BY_ANNOTATION)
+    return bool(node.spec.unschedulable) and marker == run
 
-    def attempt() -> str | None:
-        current = target.core.read_node(name)
-        if current.spec.unschedulable:
-            target.echo(f"node {name} already cordoned (not by this run); left alone")
-            return None
-        journal.record("cordon", node=name, uid=current.metadata.uid, fault=_identity(fault))
+
+def _cordon(target: KubeTarget, node: Any, fault: Fault[Any]) -> str | None:
+    """Cordons a Node we did not find cordoned, marking it ours; None when left alone.
+
+    A lost answer is resolved by reading the Node back: our mark there means our cordon landed.
+    """
+    name, uid = node.metadata.name, node.metadata.uid
+    journal = _journal(target)
+    run = journal.run_id
+    current = target.retry(functools.partial(target.core.read_node, name))
+    if current.spec.unschedulable:
+        whose = "by this run" if _cordoned_by(current, run) else "not by this run"
+        target.echo(f"node {name} already cordoned ({whose}); left alone")
+        return None
+    journal.record(
+        "cordon",
+        node=name,
+        uid=uid,
+        set={"spec.unschedulable": True, f"annotations.{CORDONED_BY_ANNOTATION}": run},
+        fault=_identity(fault),
+    )
+    first = [current]
+
+    def write() -> str:
+        fresh = first.pop() if first else target.core.read_node(name)
+        if fresh.metadata.uid != uid:
+            raise _Settled(f"node {name} was replaced meanwhile; left alone")
+        if fresh.spec.unschedulable:
+            if _cordoned_by(fresh, run):
+                return f"cordoned node {name}"
+            raise _Settled(f"node {name} was cordoned by someone else meanwhile; left alone")
         body = {
             "metadata": {
-                "resourceVersion": current.metadata.resource_version,
-                "annotations": {CORDONED_BY_ANNOTATION: journal.run_id},
+                "resourceVersion": fresh.metadata.resource_version,
+                "annotations": {CORDONED_BY_ANNOTATION: run},
             },
             "spec": {"unschedulable": True},
         }
-        target.core.patch_node(name, body)  # 409 when someone changed it since the read
+        # 409 when someone changed the Node since the read: confirm() reads, write() retries.
+        target.core.patch_node(name, body, field_manager=journal.field_manager)
         return f"cordoned node {name}"
 
-    result: str | None = target.retry(attempt)
+    def confirm() -> str | None:
+        fresh = target.core.read_node(name)
+        return f"cordoned node {name}" if _cordoned_by(fresh, run) else None
+
+    result: str | None = _settled_write(target, write, confirm)
     return result
 
 
@@ -340,12 +492,17 @@ class CordonNodes(Fault[KubeTarget]):
     """Marks a slice's Nodes unschedulable; heal uncordons only the Nodes this fault cordoned."""
 
     kind: ClassVar[str] = "cordon_nodes"
+    needs_kubernetes: ClassVar[bool] = True
     slice: int
+
+    def __post_init__(self) -> None:
+        _check_slice(self)
 
     def describe(self) -> str:
         return f"cordon slice {self.slice}'s Nodes"
 
     def inject(self, target: KubeTarget) -> list[str]:
+        target = kube_target_of(target, self)
         target.check()
         nodes = target.slice_nodes(self.slice)
         if not target.armed:
@@ -361,16 +518,24 @@ class CordonNodes(Fault[KubeTarget]):
 class DrainNodes(Fault[KubeTarget]):
     """Cordons a slice's Nodes and evicts the opted-in Pods of the target namespace on them.
 
-    Pods of other namespaces on those Nodes are outside the blast radius and are left alone.
+    As ``kubectl drain``: a Pod that no controller owns is not evicted (nothing would bring it
+    back) unless ``force=true``. Pods of other namespaces on those Nodes are outside the blast
+    radius and are left alone.
     """
 
     kind: ClassVar[str] = "drain_nodes"
+    needs_kubernetes: ClassVar[bool] = True
     slice: int
+    force: bool = False
+
+    def __post_init__(self) -> None:
+        _check_slice(self)
 
     def describe(self) -> str:
-        return f"drain slice {self.slice}'s Nodes"
+        return f"drain slice {self.slice}'s Nodes" + (" (force)" if self.force else "")
 
     def inject(self, target: KubeTarget) -> list[str]:
+        target = kube_target_of(target, self)
         target.check()
         nodes = target.slice_nodes(self.slice)
         pods: list[Any] = []
@@ -381,15 +546,23 @@ class DrainNodes(Fault[KubeTarget]):
                     target.core.list_namespaced_pod, target.namespace, field_selector=selector
                 )
             )
-            for pod in found.items:
-                if pod.metadata.deletion_timestamp is None:
-                    check_opted_in(
-                        "Pod",
-                        f"{target.namespace}/{pod.metadata.name}",
-                        pod.metadata.labels,
-                        target.opt_in_label,
+            for pod in sorted(found.items, key=lambda p: p.metadata.name):
+                if pod.metadata.deletion_timestamp is not None:
+                    continue
+                check_opted_in(
+                    "Pod",
+                    f"{target.namespace}/{pod.metadata.name}",
+                    pod.metadata.labels,
+                    target.opt_in_label,
+                )
+                if _controller(pod) is None and not self.force:
+                    target.echo(
+                        f"pod {target.namespace}/{pod.metadata.name} left alone: no controller "
+                        "owns it, so nothing would recreate it (drain_nodes force=true evicts "
+                        "it, as kubectl drain --force)"
                     )
-                    pods.append(pod)
+                    continue
+                pods.append(pod)
         if not target.armed:
             return target.dry(
                 [f"cordon node {n.metadata.name}" for n in nodes]
@@ -403,15 +576,23 @@ class DrainNodes(Fault[KubeTarget]):
         return _heal_from_journal(self, target)
 
 
+def _now_stamp() -> str:
+    """A ``timeAdded`` for our taint: second resolution, as the API stores it."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 @dataclasses.dataclass(frozen=True)
 class TaintNode(Fault[KubeTarget]):
     """Taints a slice's Node as GKE maintenance or preemption does (``host=-1``: every Node).
 
     ``key`` and ``effect`` default to the reason's; a taint already present is left alone (it
-    is someone else's) and heal removes only taints this fault added.
+    is someone else's) and heal removes only the taint this fault added, recognised by its
+    ``timeAdded`` stamp, so an identical taint GKE puts back later is never removed.
     """
 
     kind: ClassVar[str] = "taint_node"
+    needs_kubernetes: ClassVar[bool] = True
+    signed_params: ClassVar[frozenset[str]] = frozenset({"host"})
     slice: int
     reason: str = "maintenance"
     host: int = 0
@@ -419,6 +600,7 @@ class TaintNode(Fault[KubeTarget]):
     key: str = ""
 
     def __post_init__(self) -> None:
+        _check_slice(self)
         if self.reason not in TAINT_REASONS:
             raise FaultSpecError(
                 f"taint_node: reason={self.reason!r}: use one of {', '.join(TAINT_REASONS)}"
@@ -440,45 +622,65 @@ class TaintNode(Fault[KubeTarget]):
         return f"taint slice {self.slice}'s {which} for {self.reason} ({t['key']}:{t['effect']})"
 
     def inject(self, target: KubeTarget) -> list[str]:
+        target = kube_target_of(target, self)
         target.check()
         nodes = target.slice_nodes(self.slice)
         if self.host >= 0 and nodes:
             if self.host >= len(nodes):
                 raise TargetNotFound(
-                    f"slice {self.slice} has {len(nodes)} Nodes; no host {self.host}"
+                    f"taint_node: slice {self.slice} has {len(nodes)} Nodes; no host {self.host}"
                 )
             nodes = [nodes[self.host]]
         taint = self.taint()
         shown = f"{taint['key']}={taint['value']}:{taint['effect']}"
         if not target.armed:
             return target.dry(f"taint node {n.metadata.name} with {shown}" for n in nodes)
-        lines = [self._taint_one(target, node.metadata.name, taint, shown) for node in nodes]
+        lines = [self._taint_one(target, node, taint, shown) for node in nodes]
         return [line for line in lines if line]
 
     def _taint_one(
-        self, target: KubeTarget, name: str, taint: dict[str, str], shown: str
+        self, target: KubeTarget, node: Any, base: dict[str, str], shown: str
     ) -> str | None:
+        from pathways_chaos.faults.journal import same_taint
+
         journal = _journal(target)
-
-        def attempt() -> str | None:
-            node = target.core.read_node(name)
-            current = node.spec.taints or []
-            if any(t.key == taint["key"] and t.effect == taint["effect"] for t in current):
-                target.echo(
-                    f"node {name} already has a {taint['key']}:{taint['effect']} taint; left alone"
-                )
-                return None
-            journal.record(
-                "taint", node=name, uid=node.metadata.uid, taint=taint, fault=_identity(self)
+        name, uid = node.metadata.name, node.metadata.uid
+        current = target.retry(functools.partial(target.core.read_node, name))
+        if any(
+            t.key == base["key"] and t.effect == base["effect"] for t in current.spec.taints or []
+        ):
+            target.echo(
+                f"node {name} already has a {base['key']}:{base['effect']} taint; left alone"
             )
-            body = {
-                "metadata": {"resourceVersion": node.metadata.resource_version},
-                "spec": {"taints": [*target.api_client.sanitize_for_serialization(current), taint]},
-            }
-            target.core.patch_node(name, body)  # 409 when the Node changed since the read
-            return f"tainted node {name} with {shown}"
+            return None
+        taint = {**base, "timeAdded": _now_stamp()}
+        journal.record("taint", node=name, uid=uid, taint=taint, fault=_identity(self))
+        done = f"tainted node {name} with {shown}"
+        first = [current]
 
-        result: str | None = target.retry(attempt)
+        def write() -> str:
+            fresh = first.pop() if first else target.core.read_node(name)
+            if fresh.metadata.uid != uid:
+                raise _Settled(f"node {name} was replaced meanwhile; left alone")
+            taints = fresh.spec.taints or []
+            if any(same_taint(t, taint) for t in taints):
+                return done
+            if any(t.key == taint["key"] and t.effect == taint["effect"] for t in taints):
+                raise _Settled(
+                    f"node {name} got a {taint['key']} taint from someone else; left alone"
+                )
+            body = {
+                "metadata": {"resourceVersion": fresh.metadata.resource_version},
+                "spec": {"taints": [*target.api_client.sanitize_for_serialization(taints), taint]},
+            }
+            target.core.patch_node(name, body, field_manager=journal.field_manager)
+            return done
+
+        def confirm() -> str | None:
+            fresh = target.core.read_node(name)
+            return done if any(same_taint(t, taint) for t in fresh.spec.taints or []) else None
+
+        result: str | None = _settled_write(target, write, confirm)
         return result
 
     def heal(self, target: KubeTarget) -> list[str]:
@@ -493,14 +695,20 @@ class DeleteJob(Fault[KubeTarget]):
     """Deletes a slice's worker Job (its Pods go with it); heal recreates it if still absent."""
 
     kind: ClassVar[str] = "delete_job"
+    needs_kubernetes: ClassVar[bool] = True
     slice: int
+
+    def __post_init__(self) -> None:
+        _check_slice(self)
 
     def describe(self) -> str:
         return f"delete slice {self.slice}'s worker Job"
 
     def inject(self, target: KubeTarget) -> list[str]:
         from kubernetes import client
+        from kubernetes.client.rest import ApiException
 
+        target = kube_target_of(target, self)
         target.check()
         job = target.slice_job(self.slice)
         ns, name, uid = target.namespace, job.metadata.name, job.metadata.uid
@@ -517,16 +725,30 @@ class DeleteJob(Fault[KubeTarget]):
         body = client.V1DeleteOptions(
             propagation_policy="Background", preconditions=client.V1Preconditions(uid=uid)
         )
-        try:
-            target.retry(
-                lambda: target.batch.delete_namespaced_job(name, ns, body=body), _RETRY_BUT_NOT_404
-            )
-        except Exception as error:
-            if _api_status(error) in (404, 409):
-                target.echo(f"job {ns}/{name} already gone")
-                return []
-            raise
-        return [f"deleted job {ns}/{name} and its Pods"]
+        done = f"deleted job {ns}/{name} and its Pods"
+
+        def write() -> str:
+            try:
+                target.batch.delete_namespaced_job(name, ns, body=body)
+            except Exception as error:
+                if _api_status(error) == 404:
+                    raise _Settled(f"job {ns}/{name} already gone") from None
+                raise
+            return done
+
+        def confirm() -> str | None:
+            try:
+                current = target.batch.read_namespaced_job(name, ns)
+            except ApiException as error:
+                if error.status == 404:
+                    return done
+                raise
+            if current.metadata.uid != uid or current.metadata.deletion_timestamp is not None:
+                return done
+            return None
+
+        result = _settled_write(target, write, confirm)
+        return [result] if result else []
 
     def heal(self, target: KubeTarget) -> list[str]:
         return _heal_from_journal(self, target)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import json
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar, Self, TypeVar
 
@@ -19,8 +20,10 @@ TargetT = TypeVar("TargetT")
 
 #: Trigger kinds: ``step`` fires after that step ran (before it is committed), ``time`` at that
 #: many seconds on the episode clock, ``restore`` on the Nth restore of the run, ``save`` on
-#: the Nth snapshot save, ``attempt`` at the start of the Nth attempt.
-TRIGGER_KINDS = ("step", "time", "restore", "save", "attempt")
+#: the Nth snapshot save, ``attempt`` at the start of the Nth attempt, ``batch`` when the Nth
+#: batch has been drawn from the data iterator (counted over the episode, from 1). For a
+#: user's own loop, which has no step events, ``step=N`` means ``batch=N``.
+TRIGGER_KINDS = ("step", "time", "restore", "save", "attempt", "batch")
 
 
 class FaultSpecError(ChaosError, ValueError):
@@ -40,8 +43,21 @@ class Trigger:
                 f"unknown trigger {self.kind!r}: use one of {', '.join(TRIGGER_KINDS)}"
                 " (for example data_loss@step=12:slice=2)"
             )
+        if isinstance(self.value, bool) or not isinstance(self.value, (int, float)):
+            raise FaultSpecError(f"trigger {self.kind}={self.value!r} is not a number")
+        if not math.isfinite(self.value):
+            raise FaultSpecError(
+                f"trigger {self.kind}={self.value} never comes: use a finite value >= 0"
+            )
         if self.value < 0:
             raise FaultSpecError(f"trigger {self.kind}={self.value} is negative: use a value >= 0")
+        if self.kind != "time" and not float(self.value).is_integer():
+            raise FaultSpecError(
+                f"trigger {self.kind}={self.value} is not a whole number: {self.kind} counts "
+                f"(for example {self.kind}={math.floor(self.value)})"
+            )
+        if self.kind != "time":
+            object.__setattr__(self, "value", int(self.value))
 
     def to_text(self) -> str:
         return f"{self.kind}={_format_value(self.value)}"
@@ -59,6 +75,9 @@ class Fault[TargetT](abc.ABC):
     """
 
     kind: ClassVar[str] = ""
+    #: Numeric parameters that may be negative (each with its own meaning, e.g. -1 = "all");
+    #: every other number given in the text form must be finite and >= 0.
+    signed_params: ClassVar[frozenset[str]] = frozenset()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -95,10 +114,18 @@ class Fault[TargetT](abc.ABC):
                 f"{cls.kind}: unknown parameter(s) {', '.join(unknown)}; "
                 f"it takes {', '.join(names) or 'no parameters'}"
             )
+        values = {k: _coerce(cls.kind, k, names[k].type, v) for k, v in params.items()}
+        for key, value in values.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                if not math.isfinite(value):
+                    raise FaultSpecError(f"{cls.kind}: {key}={value}: use a finite number")
+                if value < 0 and key not in cls.signed_params:
+                    raise FaultSpecError(f"{cls.kind}: {key}={value} is negative: use >= 0")
         try:
-            return cls(**{k: _coerce(names[k].type, v) for k, v in params.items()})
+            return cls(**values)
         except TypeError as error:
-            raise FaultSpecError(f"{cls.kind}: {error}") from None
+            missing = str(error).partition("argument")[2].strip(": ") or str(error)
+            raise FaultSpecError(f"{cls.kind}: missing parameter {missing}") from None
 
 
 def fault_kinds() -> dict[str, type[Fault[Any]]]:
@@ -184,6 +211,8 @@ def parse_fault(text: str) -> ScheduledFault:
         key, eq, value = item.partition("=")
         if not eq:
             raise FaultSpecError(f"{text!r}: parameter {item!r} needs a value, e.g. slice=2")
+        if key in params:
+            raise FaultSpecError(f"{text!r}: parameter {key!r} is given twice; give it once")
         params[key] = value
     return ScheduledFault(trigger, cls.from_params(params))
 
@@ -191,6 +220,28 @@ def parse_fault(text: str) -> ScheduledFault:
 def parse_schedule(text: str) -> Schedule:
     """Parses comma-separated faults; an empty text is the empty schedule."""
     return Schedule(tuple(parse_fault(part) for part in text.split(",") if part.strip()))
+
+
+def check_schedule_fits(schedule: Schedule, num_slices: int, *, kubernetes: bool) -> None:
+    """Refuses, before anything runs, faults the cluster cannot act out.
+
+    A slice index outside the topology, or a Kubernetes fault where there is no Kubernetes API
+    (the in-process fake), would otherwise fail mid-episode or never happen at all.
+    """
+    for entry in schedule:
+        fault = entry.fault
+        index = getattr(fault, "slice", None)
+        if isinstance(index, int) and not 0 <= index < num_slices:
+            raise FaultSpecError(
+                f"{entry.to_text()}: slice {index} is outside the cluster's {num_slices} slices "
+                f"(use 0..{num_slices - 1})"
+            )
+        if getattr(fault, "needs_kubernetes", False) and not kubernetes:
+            raise FaultSpecError(
+                f"{entry.to_text()}: {fault.kind} acts on Kubernetes objects and needs --cluster "
+                "(with --namespace and --jobset) or the local control plane; the in-process fake "
+                "cluster has no Pods, Nodes or Jobs"
+            )
 
 
 def _fault_class(kind: str) -> type[Fault[Any]]:
@@ -212,17 +263,28 @@ def _parse_number(value: str, context: str) -> int | float:
             raise FaultSpecError(f"{context!r}: {value!r} is not a number") from None
 
 
-def _coerce(annotation: Any, value: Any) -> Any:
+def _coerce(kind: str, key: str, annotation: Any, value: Any) -> Any:
+    """A text parameter as its field's type, or one line saying what was expected."""
     if not isinstance(value, str):
         return value
     name = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
     if name.startswith("int"):
-        return int(value)
+        try:
+            return int(value)
+        except ValueError:
+            raise FaultSpecError(
+                f"{kind}: {key}={value!r} is not a whole number (for example {key}=2)"
+            ) from None
     if name.startswith("float"):
-        return float(value)
+        try:
+            return float(value)
+        except ValueError:
+            raise FaultSpecError(
+                f"{kind}: {key}={value!r} is not a number (for example {key}=1.5)"
+            ) from None
     if name.startswith("bool"):
         if value.lower() not in ("true", "false", "1", "0"):
-            raise FaultSpecError(f"{value!r} is not a boolean: use true or false")
+            raise FaultSpecError(f"{kind}: {key}={value!r} is not a boolean: use true or false")
         return value.lower() in ("true", "1")
     return value
 

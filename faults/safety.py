@@ -1,8 +1,9 @@
-"""Blast-radius rules for faults against a real cluster: arming, namespace allowlist, opt-in label.
+"""Blast-radius rules for faults against a real cluster, and how a write is made and confirmed.
 
 Why separate from the injectors: every Kubernetes fault passes the same gate before it reads or
-changes anything, so the rules live in one place and are tested once. Kube-monkey (dry run by
-default, namespace allow lists) and Chaos Monkey (``leashed``) are the precedents.
+changes anything, and every write meets the same unreliable network, so the rules live in one
+place and are tested once. Kube-monkey (dry run by default, namespace allow lists) and Chaos
+Monkey (``leashed``) are the precedents.
 """
 
 from __future__ import annotations
@@ -22,10 +23,22 @@ OPT_IN_VALUE = "true"
 #: Annotation put on a Node we cordoned (value: our run id), so we never uncordon a Node that
 #: someone else cordoned.
 CORDONED_BY_ANNOTATION = "pathways-chaos/cordoned-by"
+#: Annotation on a Job re-created by a rollback (value: ``<run id>#<journal seq>``), so a lost
+#: answer to the create can be told from someone else's Job of the same name.
+RECREATED_BY_ANNOTATION = "pathways-chaos/recreated-by"
+#: Prefix of the field manager every write of a run uses (``pathways-chaos-<run id>``): the
+#: server's managedFields then say whether a field we set was set again by someone else since.
+FIELD_MANAGER_PREFIX = "pathways-chaos-"
+
+
+def field_manager(run_id: str) -> str:
+    return f"{FIELD_MANAGER_PREFIX}{run_id}"
 
 
 class ChaosRefused(ChaosError, PermissionError):
     """A fault was asked to touch something outside its blast radius; nothing was changed."""
+
+    exit_code = 3
 
 
 def check_namespace(namespace: str, allowed: Iterable[str]) -> None:
@@ -33,7 +46,8 @@ def check_namespace(namespace: str, allowed: Iterable[str]) -> None:
     if namespace not in allowed:
         shown = ", ".join(sorted(allowed)) or "none"
         raise ChaosRefused(
-            f"refused: namespace {namespace!r} is not in the allowed namespaces ({shown})"
+            f"refused: namespace {namespace!r} is not in the allowed namespaces ({shown}); "
+            "add it with --chaos-allow-namespace"
         )
 
 
@@ -50,11 +64,34 @@ def check_opted_in(
 #: HTTP answers worth retrying: conflict (re-read and retry), not found (a cache behind), too
 #: many requests (eviction blocked by a PodDisruptionBudget, or throttling), server errors.
 RETRYABLE_STATUSES = frozenset({404, 409, 429, 500, 502, 503, 504})
+#: For reads whose 404 means something (gone): retried on everything else that is transient.
+RETRY_READS = frozenset(RETRYABLE_STATUSES - {404})
+#: Answers after which a write may or may not have happened: the server (or a proxy in front of
+#: it) may have applied it and lost the answer. Only a fresh read tells.
+UNKNOWN_OUTCOME_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
 
 
 def retry_delays(attempts: int = 5, base: float = 0.05, cap: float = 2.0) -> list[float]:
     """Exponential backoff: the sleeps between ``attempts`` tries (bounded: never forever)."""
     return [min(cap, base * 2**i) for i in range(attempts - 1)]
+
+
+def api_status(error: BaseException) -> int | None:
+    status = getattr(error, "status", None)
+    return status if isinstance(status, int) and status else None
+
+
+def is_transport_error(error: BaseException) -> bool:
+    """A timeout or a dropped connection: the request may have reached the server or not."""
+    if isinstance(error, (TimeoutError, ConnectionError)):
+        return True
+    module = type(error).__module__
+    return module.startswith("urllib3") or module.startswith("http.client")
+
+
+def outcome_unknown(error: BaseException) -> bool:
+    """True when a write that raised this may still have been applied."""
+    return api_status(error) in UNKNOWN_OUTCOME_STATUSES or is_transport_error(error)
 
 
 def call_with_retries[T](
@@ -68,24 +105,61 @@ def call_with_retries[T](
 ) -> T:
     """Calls ``fn`` until it succeeds, retrying API answers in ``retry_on`` with backoff.
 
-    ``fn`` must be safe to call again (re-read before a write, so a 409 is resolved by trying
-    with fresh state). The last error is raised once the attempts are spent; anything that is
-    not an API error with a retryable status is raised at once.
+    ``fn`` must be safe to call again (a read, or a write that re-reads first). Timeouts and
+    dropped connections are retried too. The last error is raised once the attempts are spent;
+    anything else is raised at once.
     """
     delays = retry_delays(attempts, base, cap)
     for attempt in range(attempts):
         try:
             return fn()
         except Exception as error:
-            status = getattr(error, "status", None)
-            if status not in retry_on or attempt == attempts - 1:
+            retryable = api_status(error) in retry_on or is_transport_error(error)
+            if not retryable or attempt == attempts - 1:
                 raise
-            delay = delays[attempt]
-            retry_after = _retry_after_seconds(error)
-            if retry_after is not None:
-                delay = min(cap, max(delay, retry_after))
-            sleep(delay)
+            sleep(_delay(error, delays[attempt], cap))
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def write_confirmed[T](
+    write: Callable[[], T],
+    confirm: Callable[[], T | None],
+    *,
+    attempts: int = 5,
+    base: float = 0.05,
+    cap: float = 2.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """Makes a write whose answer may be lost, learning from a fresh read whether it happened.
+
+    ``write()`` makes the change (with preconditions: a uid, a resourceVersion) and returns what
+    to report. When it fails with a timeout, a 5xx, a 429 or a 409, ``confirm()`` re-reads the
+    object: it returns what to report if the change is in place (ours), raises if the object is
+    now in a state nobody should write over, and returns None when the change did not happen,
+    in which case the write is tried again, bounded. Never "already done by someone else" for a
+    change that was our own lost answer.
+    """
+    delays = retry_delays(attempts, base, cap)
+    for attempt in range(attempts):
+        try:
+            return write()
+        except Exception as error:
+            if not outcome_unknown(error):
+                raise
+            seen = call_with_retries(confirm, attempts=attempts, base=base, cap=cap, sleep=sleep)
+            if seen is not None:
+                return seen
+            if attempt == attempts - 1:
+                raise
+            sleep(_delay(error, delays[attempt], cap))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _delay(error: BaseException, delay: float, cap: float) -> float:
+    retry_after = _retry_after_seconds(error)
+    if retry_after is not None:
+        delay = min(cap, max(delay, retry_after))
+    return delay
 
 
 def _retry_after_seconds(error: BaseException) -> float | None:

@@ -8,6 +8,10 @@ judged failure...), so existing ``except ValueError`` code keeps working.
 class ChaosError(Exception):
     """Base of every error pathways-chaos raises on purpose; the message is one line."""
 
+    #: The process exit code a command-line front end uses for this error (documented in the
+    #: README): 2 bad input, 3 refused for safety, 4 the cluster or its kubeconfig.
+    exit_code = 2
+
 
 class ChaosConfigError(ChaosError, ValueError):
     """A configuration that cannot work; the message names the fix."""

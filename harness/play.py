@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from pathways_chaos.faults.model import Schedule
     from pathways_chaos.harness.engine.backend import ClusterBackend
     from pathways_chaos.harness.engine.episode import EpisodeResult
+    from pathways_chaos.harness.engine.loop_episode import LoopResult
     from pathways_chaos.harness.engine.topology import SliceTopology
     from pathways_chaos.harness.judging.oracle import Verdict
     from pathways_chaos.harness.reference.trainer import TrainerConfig
@@ -24,9 +25,10 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass
 class Outcome:
-    """An episode and the oracle's verdict on it."""
+    """An episode and the oracle's verdict on it (a user's loop: a ``LoopResult`` and a
+    ``LoopVerdict``, from ``chaos.run_loop``)."""
 
-    result: EpisodeResult
+    result: EpisodeResult | LoopResult
     verdict: Verdict
 
     @property
@@ -80,8 +82,51 @@ def play(
             trainer_factory=factory or ReferenceTrainer,
             listeners=listeners,
         )
-    verdict = oracle.check(result.events, replay=replay, expect_completed=expect_completed)
+    # The one-device replay runs on device 0, whatever the episode did to its slice.
+    unguarded = getattr(cluster, "unguarded", None)
+    with unguarded() if unguarded is not None else contextlib.nullcontext():
+        verdict = oracle.check(result.events, replay=replay, expect_completed=expect_completed)
     return Outcome(result, verdict)
+
+
+def play_loop(
+    loop: Callable[..., Any] | str,
+    schedule: str | Schedule = "",
+    *,
+    baseline: Sequence[dict[str, Any]] | None = None,
+    options: dict[str, Any] | None = None,
+    cluster: ClusterBackend | None = None,
+    topology: SliceTopology | str | None = None,
+    clock: str = "fake",
+    log_path: str | Path | None = None,
+    checkpoint_dir: str | Path | None = None,
+    listeners: Iterable[Callable[[dict[str, Any]], None]] = (),
+) -> Outcome:
+    """Runs a user's own loop, unchanged, under ``schedule`` and judges it from the libraries'
+    calls the black-box observer saw.
+
+    ``baseline`` is the event log of a fault-free run of the same loop and options (this
+    function with no schedule); without it, the judges that need one say "not judged".
+    """
+    from pathways_chaos.faults.model import parse_schedule
+    from pathways_chaos.harness.engine.loop_episode import load_loop, run_loop_episode
+    from pathways_chaos.harness.judging.loop_oracle import judge_loop
+
+    fn = load_loop(loop) if isinstance(loop, str) else loop
+    plan = parse_schedule(schedule) if isinstance(schedule, str) else schedule
+    with contextlib.ExitStack() as stack:
+        if cluster is None:
+            cluster = stack.enter_context(_fake_cluster(topology, clock))
+        result = run_loop_episode(
+            cluster,
+            fn,
+            plan,
+            options=options,
+            log_path=log_path,
+            checkpoint_dir=checkpoint_dir,
+            listeners=listeners,
+        )
+    return Outcome(result, judge_loop(result.events, baseline))
 
 
 def _fake_cluster(topology: SliceTopology | str | None, clock: str) -> Any:

@@ -37,6 +37,7 @@ _EXPORTS: dict[str, str] = {
     "Preemption": "pathways_chaos.faults.slice",
     # playing and judging an episode
     "play": "pathways_chaos.harness.play",
+    "play_loop": "pathways_chaos.harness.play",
     "Outcome": "pathways_chaos.harness.play",
     "run_episode": "pathways_chaos.harness.engine.episode",
     "EpisodeResult": "pathways_chaos.harness.engine.episode",
@@ -92,6 +93,7 @@ __all__ = [
     "parse_fault",
     "parse_schedule",
     "play",
+    "play_loop",
     "read_log",
     "run_episode",
 ]
@@ -141,5 +143,5 @@ if TYPE_CHECKING:
     from pathways_chaos.harness.engine.topology import SliceTopology
     from pathways_chaos.harness.errors import ChaosConfigError, ChaosError
     from pathways_chaos.harness.judging.oracle import OracleViolation, Verdict, check
-    from pathways_chaos.harness.play import Outcome, play
+    from pathways_chaos.harness.play import Outcome, play, play_loop
     from pathways_chaos.harness.reference.trainer import ReferenceTrainer, TrainerConfig

@@ -11,7 +11,7 @@ from pathways_chaos.faults.model import (
     parse_schedule,
 )
 from pathways_chaos.faults.slice import DataLoss, RepairSlice
-from pathways_chaos.faults.strategies import schedules
+from pathways_chaos.faults.strategies import loop_schedules, schedules
 
 
 def test_text_form_parses_to_the_fault_it_names():
@@ -32,6 +32,20 @@ def test_parameters_are_typed():
 def test_text_and_json_round_trip(schedule: Schedule):
     assert parse_schedule(schedule.to_text()) == schedule
     assert Schedule.from_json(schedule.to_json()) == schedule
+
+
+@settings(max_examples=40, deadline=None)
+@given(loop_schedules())
+def test_loop_schedules_round_trip_and_need_no_cooperation(schedule: Schedule):
+    assert parse_schedule(schedule.to_text()) == schedule
+    assert {e.at.kind for e in schedule} <= {"batch", "save", "restore", "attempt", "time"}
+    assert all(e.fault.repair_after_polls >= 1 for e in schedule)
+
+
+def test_the_batch_trigger_has_a_text_form():
+    entry = parse_fault("not_found@batch=12:slice=2")
+    assert (entry.at.kind, entry.at.value) == ("batch", 12)
+    assert entry.to_text() == "not_found@batch=12:slice=2"
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,8 @@ guide's loop uses: an initial state, a step, a data iterator factory whose itera
 the team's own mesh builder. Everything else (the ``Manager``, ``elastic_retry``, the Orbax
 ``Snapshotter``, the fault schedule, the event log) is the harness's.
 
-Selected with ``--trainer=pkg.module:name`` or ``--trainer=path/to/file.py:name``; ``name`` may
-be a ``TrainingAdapter`` or a function returning one.
+Selected with ``--acceptance-adapter=pkg.module:name`` or ``=path/to/file.py:name``; ``name``
+may be a ``TrainingAdapter`` or a function returning one.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def load_adapter(spec: str) -> TrainingAdapter:
     target, sep, attr = spec.rpartition(":")
     if not sep or not target or not attr:
         raise ChaosConfigError(
-            f"--trainer={spec!r}: write MODULE:NAME or FILE.py:NAME, for example "
+            f"--acceptance-adapter={spec!r}: write MODULE:NAME or FILE.py:NAME, for example "
             "pathways_chaos.harness.acceptance.adapter:reference_adapter"
         )
     try:
@@ -137,14 +137,14 @@ def load_adapter(spec: str) -> TrainingAdapter:
         obj = getattr(module, attr)
     except (ImportError, AttributeError, OSError) as error:
         raise ChaosConfigError(
-            f"--trainer={spec!r} cannot be loaded ({type(error).__name__}: {error}): check the "
-            "module path and the name after the colon"
+            f"--acceptance-adapter={spec!r} cannot be loaded ({type(error).__name__}: {error}): "
+            "check the module path and the name after the colon"
         ) from None
     adapter = obj() if callable(obj) and not isinstance(obj, TrainingAdapter) else obj
     if not isinstance(adapter, TrainingAdapter):
         raise ChaosConfigError(
-            f"--trainer={spec!r} is a {type(adapter).__name__}, not a TrainingAdapter: wrap "
-            "your trainer in pathways_chaos.harness.acceptance.adapter.TrainingAdapter"
+            f"--acceptance-adapter={spec!r} is a {type(adapter).__name__}, not a TrainingAdapter: "
+            "wrap your trainer in pathways_chaos.harness.acceptance.adapter.TrainingAdapter"
         )
     return adapter
 

@@ -25,6 +25,7 @@ from pathways_chaos.harness.acceptance.loop import (
     plain_run,
     trainer_config,
 )
+from pathways_chaos.harness.acceptance.loop_runtime import with_loop_rows
 from pathways_chaos.harness.acceptance.table import CheckResult, Finding
 from pathways_chaos.harness.engine.episode import EpisodeResult
 from pathways_chaos.harness.engine.recorder import Event
@@ -302,6 +303,8 @@ RUNTIME_CHECKS: dict[str, Callable[[RuntimeRuns], CheckResult]] = {
     "recovery-time": check_recovery_time,
     "live-arrays": check_live_arrays,
 }
+# With --chaos-loop the rows run the team's own loop (harness/acceptance/loop_runtime.py).
+RUNTIME_CHECKS = with_loop_rows(RUNTIME_CHECKS)
 
 
 # -- helpers -------------------------------------------------------------------------------

@@ -38,8 +38,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--mode", default="resize", help="pause_resume or resize")
     demo.add_argument("--scale-up", default="in_loop", help="in_loop, signal or off")
     demo.add_argument("--steps", type=int, default=50)
+    demo.add_argument("--schedule", default=None, help="faults, e.g. data_loss@step=12:slice=2")
     demo.add_argument(
-        "--schedule", default=DEMO_SCHEDULE, help="faults, e.g. data_loss@step=12:slice=2"
+        "--loop",
+        default=None,
+        metavar="MODULE:FUNC",
+        help="run your own elastic loop (unchanged) instead of the reference trainer",
     )
     demo.add_argument("--clock", default="fake", choices=("fake", "real"))
     demo.add_argument("--log", type=Path, default=None, help="write the JSONL event log here")
@@ -54,29 +58,51 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = parser.parse_args(args_list)
     from pathways_chaos.faults.model import FaultSpecError
-    from pathways_chaos.harness.errors import ChaosConfigError
+    from pathways_chaos.harness.errors import ChaosError
 
     try:
         if args.command == "demo":
             return _demo(args)
         return _check(args)
-    except (ChaosConfigError, FaultSpecError) as error:
+    except ChaosError as error:
         print(f"pathways-chaos: error: {error}", file=sys.stderr)
+        return error.exit_code
+    except FaultSpecError as error:
+        print(f"pathways-chaos: error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:  # a folder given as --log, a log that cannot be read...
+        where = f" {error.filename}" if error.filename else ""
+        print(f"pathways-chaos: error:{where}: {error.strerror or error}", file=sys.stderr)
         return 2
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from pathways_chaos.faults.model import check_schedule_fits, parse_schedule
     from pathways_chaos.harness.engine.topology import SliceTopology, request_cpu_devices
+    from pathways_chaos.harness.errors import ChaosConfigError
 
+    # Every input is checked before JAX starts: a typo costs milliseconds, not a JAX start-up.
     topology = SliceTopology(args.slices, args.devices_per_slice)
+    if args.steps < 1:
+        raise ChaosConfigError(f"--steps {args.steps}: use a whole number of steps >= 1")
+    schedule = None if args.loop else parse_schedule(args.schedule or DEMO_SCHEDULE)
+    if schedule is not None:
+        check_schedule_fits(schedule, topology.num_slices, kubernetes=False)
+    if args.log is not None and args.log.is_dir():
+        raise ChaosConfigError(
+            f"--log {args.log} is a folder: name a file, e.g. {args.log}/demo.jsonl"
+        )
     request_cpu_devices(topology.device_count)  # before anything starts JAX
     quiet_libraries()
-    from pathways_chaos.faults.model import parse_schedule
+    if args.loop:
+        from pathways_chaos.harness.cli.loop_demo import demo_loop
+
+        return demo_loop(args, topology)
     from pathways_chaos.harness.play import play
     from pathways_chaos.harness.reference.trainer import TrainerConfig
     from pathways_chaos.harness.reports import report
 
-    schedule = parse_schedule(args.schedule)
+    assert schedule is not None
     with tempfile.TemporaryDirectory() as tmp:
         config = TrainerConfig(
             mode=args.mode, scale_up=args.scale_up, final_step=args.steps, checkpoint_dir=tmp
@@ -90,13 +116,30 @@ def _demo(args: argparse.Namespace) -> int:
     print(report.summary(result.events, verdict))
     if args.log:
         print(f"event log: {args.log}")
-    return 0 if verdict.ok else 1
+    for line in result.unfired:  # never "survived" for a fault that never happened
+        print(f"pathways-chaos: {line}", file=sys.stderr)
+    return 0 if verdict.ok and not result.unfired else 1
 
 
 def _check(args: argparse.Namespace) -> int:
-    from pathways_chaos.harness.engine.recorder import read_log
+    import json
 
-    events = read_log(args.log)
+    from pathways_chaos.harness.engine.recorder import read_log
+    from pathways_chaos.harness.errors import ChaosConfigError
+
+    try:
+        events = read_log(args.log)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ChaosConfigError(
+            f"{args.log} is not a JSONL event log ({type(error).__name__}): give the file "
+            "an episode wrote (--log, --chaos-log-dir)"
+        ) from None
+    if not all(isinstance(e, dict) and "kind" in e for e in events):
+        raise ChaosConfigError(f"{args.log} is not an event log: its lines have no 'kind'")
+    from pathways_chaos.harness.cli.loop_demo import check_loop_log, is_loop_log
+
+    if is_loop_log(events):
+        return check_loop_log(events)
     if any(e["kind"] == "run_start" for e in events):
         from pathways_chaos.harness.engine.topology import request_cpu_devices
 
@@ -111,7 +154,7 @@ def _check(args: argparse.Namespace) -> int:
 
 def _rollback(argv: list[str]) -> int:
     try:
-        from pathways_chaos.faults.journal import rollback_main
+        from pathways_chaos.harness.cli.rollback import rollback_main
     except ImportError:
         print(
             "pathways-chaos: error: the Kubernetes rollback journal is not installed",

@@ -31,8 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def replay_main(argv: list[str]) -> int:
     """Runs the episode; prints the schedule, outcome and every violation; 1 when it fails."""
-    from pathways_chaos.faults.model import FaultSpecError
-    from pathways_chaos.harness.errors import ChaosConfigError
+    from pathways_chaos.harness.errors import ChaosError
 
     args = build_parser().parse_args(argv)
     try:
@@ -44,11 +43,14 @@ def replay_main(argv: list[str]) -> int:
         from pathways_chaos.harness.engine.episode_spec import judge, run_spec
 
         outcome = run_spec(spec)
-    except (ChaosConfigError, FaultSpecError) as error:
+    except ChaosError as error:
         print(f"pathways-chaos replay: error: {error}", file=sys.stderr)
+        return error.exit_code
+    except OSError as error:
+        print(f"pathways-chaos replay: error: {error.strerror or error}", file=sys.stderr)
         return 2
     result = outcome.result
-    problems = judge(result.events, spec, outcome.verdict)
+    problems = result.unfired + judge(result.events, spec, outcome.verdict)
     ends = [e for e in result.events if e["kind"] == "run_end"]
     print(f"replay: {spec.slices}x{spec.devices_per_slice} fake cluster, trainer {spec.trainer}")
     print(f"schedule: {spec.schedule or '(none)'}; expected outcome: {spec.expect}")

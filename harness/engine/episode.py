@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from pathways_chaos.faults.model import Schedule, ScheduledFault
+from pathways_chaos.faults.model import Schedule, ScheduledFault, check_schedule_fits
 from pathways_chaos.harness.engine.backend import ClusterBackend
 from pathways_chaos.harness.engine.clock import FakeClock
 from pathways_chaos.harness.engine.recorder import Event, Recorder
@@ -23,7 +23,12 @@ ACCESS_EVENTS = frozenset(
     {"step", "snapshot_save", "restore_begin", "restore_end", "attempt_ready", "scale_up"}
 )
 #: Trigger kind -> (event kind it counts, whether the value is a count or a step number).
-_EVENT_TRIGGERS = {"restore": "restore_begin", "save": "snapshot_save", "attempt": "attempt_ready"}
+_EVENT_TRIGGERS = {
+    "restore": "restore_begin",
+    "save": "snapshot_save",
+    "attempt": "attempt_ready",
+    "batch": "step",  # one batch drawn per step event
+}
 
 TrainerFactory = Callable[..., ReferenceTrainer]
 
@@ -38,6 +43,12 @@ class FaultController:
         recorder: Recorder,
         step_seconds: float = 1.0,
     ) -> None:
+        # A slice outside the topology or a Kubernetes fault on the fake: refused before a step.
+        check_schedule_fits(
+            schedule,
+            cluster.topology.num_slices,
+            kubernetes=getattr(cluster, "target", None) is not None,
+        )
         self.cluster = cluster
         self.recorder = recorder
         self.step_seconds = step_seconds
@@ -47,6 +58,22 @@ class FaultController:
         self._mesh_slices: list[int] | None = None
         self._main = threading.get_ident()
         self._firing = False
+        self.last_step = -1
+
+    def unfired(self) -> list[str]:
+        """One line per scheduled fault that never fired, saying why it could not."""
+        lines = []
+        for entry in self.pending:
+            at = entry.at
+            if at.kind == "step":
+                why = f"step={at.value} > last step {self.last_step}"
+            elif at.kind == "time":
+                why = f"time={at.value} > episode clock {self.cluster.clock.time():.1f} s"
+            else:
+                seen = self._counts.get(_EVENT_TRIGGERS[at.kind], 0)
+                why = f"{at.kind}={at.value} but the episode had {seen}"
+            lines.append(f"fault never fired: {entry.to_text()} ({why})")
+        return lines
 
     def __enter__(self) -> FaultController:
         self.recorder.add_listener(self.on_event)
@@ -68,6 +95,8 @@ class FaultController:
         elif kind == "mesh":
             self._mesh_slices = list(event["slices"])
         self._counts[kind] = self._counts.get(kind, 0) + 1
+        if kind == "step":
+            self.last_step = max(self.last_step, int(event["step"]))
         for entry in list(self.pending):
             if self._due(entry, event):
                 self._fire(entry)
@@ -118,6 +147,8 @@ class EpisodeResult:
     results: list[TrainResult]
     error: BaseException | None
     log_path: Path | None
+    #: "fault never fired: ..." for each scheduled fault whose trigger never came.
+    unfired: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def completed(self) -> bool:
@@ -136,6 +167,11 @@ def run_episode(
     listeners: Iterable[Callable[[Event], None]] = (),
 ) -> EpisodeResult:
     """Runs the trainer under the schedule; a suspended run is resumed by a new run."""
+    check_schedule_fits(
+        schedule or Schedule(),
+        cluster.topology.num_slices,
+        kubernetes=getattr(cluster, "target", None) is not None,
+    )
     recorder = Recorder(log_path, clock=cluster.clock)
     for listener in listeners:
         recorder.add_listener(listener)
@@ -147,7 +183,7 @@ def run_episode(
     )
     results: list[TrainResult] = []
     error: BaseException | None = None
-    with FaultController(schedule or Schedule(), cluster, recorder, step_seconds):
+    with FaultController(schedule or Schedule(), cluster, recorder, step_seconds) as controller:
         for run_index in range(1, max_runs + 1):
             trainer = trainer_factory(
                 config, recorder, devices=cluster.devices, run_index=run_index
@@ -163,4 +199,4 @@ def run_episode(
         "episode_end", error=None if error is None else f"{type(error).__name__}: {error}"
     )
     recorder.close()
-    return EpisodeResult(recorder.events, results, error, recorder.path)
+    return EpisodeResult(recorder.events, results, error, recorder.path, controller.unfired())

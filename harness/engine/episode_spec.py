@@ -40,6 +40,20 @@ class EpisodeSpec:
     trainer: str = REFERENCE_TRAINER
 
     def __post_init__(self) -> None:
+        for name in ("slices", "devices_per_slice", "steps", "snapshot_interval", "global_batch"):
+            if getattr(self, name) < 1:
+                flag = "--" + name.replace("_", "-")
+                raise ChaosConfigError(f"{flag} {getattr(self, name)}: use a whole number >= 1")
+        for name in ("max_attempts", "poll_interval", "data_size"):
+            if getattr(self, name) < 0:
+                flag = "--" + name.replace("_", "-")
+                raise ChaosConfigError(f"{flag} {getattr(self, name)} is negative: use >= 0")
+        needed = self.steps * self.global_batch
+        if self.data_size and self.data_size < needed:
+            raise ChaosConfigError(
+                f"--data-size {self.data_size} is too small: {self.steps} steps of "
+                f"{self.global_batch} samples need at least {needed} (or 0 for exactly that)"
+            )
         if not (self.expect in ("completed", "retries_exhausted") or self.expect[6:].isupper()):
             raise ChaosConfigError(
                 f"--expect {self.expect!r}: use completed, retries_exhausted or error:CODE "

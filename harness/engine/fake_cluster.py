@@ -2,21 +2,24 @@
 
 A lost slice looks to the trainer as it does on Pathways: its health check fails, every live
 array with a shard on it is gone, and the next access the trainer makes while its mesh still
-holds the slice raises a slice-down ``jax.errors.JaxRuntimeError``. The fake is a context
-manager in the manner of chex's fakes: entering installs the pathwaysutils seams, leaving
-removes them and brings every slice back up.
+holds the slice raises a slice-down ``jax.errors.JaxRuntimeError``; so does any JAX operation
+on the slice's devices from any code (the JAX device-loss seam), a user's own loop included.
+The fake is a context manager in the manner of chex's fakes: entering installs the
+pathwaysutils and JAX seams, leaving removes them and brings every slice back up.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
+import functools
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from pathways_chaos.harness.engine.clock import Clock, FakeClock
-from pathways_chaos.harness.engine.seams import PathwaysCpuSeams
+from pathways_chaos.harness.engine.seams import JaxDeviceLossSeam, PathwaysCpuSeams
 from pathways_chaos.harness.engine.topology import SliceTopology, cpu_devices
 from pathways_chaos.harness.errors import ChaosConfigError
 
@@ -85,6 +88,9 @@ class FakeCluster:
         self._slices = [_Slice() for _ in range(topology.num_slices)]
         self._lock = threading.RLock()
         self._seams = PathwaysCpuSeams(self.slice_of, self._health_check, self.clock)
+        # Device id -> maker of its slice's slice-down error, while the slice is down.
+        self._lost_devices: dict[int, Callable[[], BaseException]] = {}
+        self._device_seam = JaxDeviceLossSeam(self._lost_devices)
         self._poll_listeners: list[Callable[[int], None]] = []
 
     # -- context manager -------------------------------------------------------------------
@@ -97,11 +103,18 @@ class FakeCluster:
 
     def start(self) -> None:
         self._seams.start()
+        try:
+            self._device_seam.start()
+        except BaseException:
+            self._seams.stop()
+            raise
 
     def stop(self) -> None:
+        self._device_seam.stop()
         self._seams.stop()
         with self._lock:
             self._slices = [_Slice() for _ in range(self.topology.num_slices)]
+            self._lost_devices.clear()
 
     @property
     def active(self) -> bool:
@@ -162,7 +175,10 @@ class FakeCluster:
             s = self._slices[slice_index]
             s.state, s.code, s.polls = SliceState.DOWN, code, 0
             s.polls_until_repaired = repair_after_polls
+            self._refresh_lost_devices()
         deleted = self._delete_arrays_on(slice_index)
+        if self._device_seam.installed:
+            self._device_seam.on_loss()
         return [f"slice {slice_index}: down ({code}), {deleted} live arrays deleted"]
 
     def repair_slice(self, slice_index: int, after_polls: int = 0) -> list[str]:
@@ -174,6 +190,7 @@ class FakeCluster:
                 return [f"slice {slice_index}: already {s.state}"]
             if after_polls <= 0:
                 s.state = SliceState.REPAIRED
+                self._refresh_lost_devices()
                 return [f"slice {slice_index}: repaired"]
             s.polls, s.polls_until_repaired = 0, after_polls
             return [f"slice {slice_index}: repaired after {after_polls} health polls"]
@@ -219,6 +236,46 @@ class FakeCluster:
             self.lose_slice(i, repair_after_polls=polls)
             raise slice_down_error("DATA_LOSS", i, "flapping slice lost again")
 
+    def add_placement_listener(self, listener: Callable[[Any], None]) -> None:
+        """``listener(sharding)`` for every placement of new data (device_put, jit arguments)."""
+        self._device_seam.placement_listeners.append(listener)
+
+    def remove_placement_listener(self, listener: Callable[[Any], None]) -> None:
+        if listener in self._device_seam.placement_listeners:
+            self._device_seam.placement_listeners.remove(listener)
+
+    @contextlib.contextmanager
+    def unguarded(self) -> Iterator[None]:
+        """Lost devices usable again for a while: the judge's one-device replay runs after the
+        workload, on whatever device 0 is, lost or not. The slice states do not change."""
+        with self._lock:
+            self._lost_devices.clear()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._refresh_lost_devices()
+
+    def count_access(self, slices: Iterable[int]) -> list[int]:
+        """A flapping slice serves ``up_accesses`` accesses, then is lost again (no raise).
+
+        For loops that emit no events: the device-loss seam makes their next use of the slice
+        fail. Returns the slices lost by this access.
+        """
+        lost = []
+        with self._lock:
+            for i in sorted(slices):
+                s = self._slices[i]
+                if s.state is not SliceState.DOWN and s.flaps_left > 0:
+                    s.accesses += 1
+                    if s.accesses > s.flap_up:
+                        s.flaps_left -= 1
+                        s.accesses = 0
+                        lost.append((i, s.flap_polls))
+        for i, polls in lost:
+            self.lose_slice(i, repair_after_polls=polls)
+        return [i for i, _ in lost]
+
     def add_poll_listener(self, listener: Callable[[int], None]) -> None:
         self._poll_listeners.append(listener)
 
@@ -233,6 +290,7 @@ class FakeCluster:
                 and s.polls > s.polls_until_repaired
             ):
                 s.state = SliceState.REPAIRED
+                self._refresh_lost_devices()
             state, code, delay = s.state, s.code, s.health_delay_s
             if delay > 0 and s.slow_polls_left:
                 s.slow_polls_left -= 1
@@ -264,6 +322,16 @@ class FakeCluster:
             fn = _HEALTH_FNS[key] = jax.pmap(lambda x: x + 1, devices=list(devices))
         return fn(np.zeros(len(devices), dtype=float) + 99)
 
+    def _refresh_lost_devices(self) -> None:
+        """Called with the lock held whenever a slice goes down or comes back."""
+        lost: dict[int, Callable[[], BaseException]] = {}
+        for i, s in enumerate(self._slices):
+            if s.state is SliceState.DOWN:
+                make = functools.partial(slice_down_error, s.code, i)
+                lost.update({d.id: make for d in self.slice_devices(i)})
+        self._lost_devices.clear()
+        self._lost_devices.update(lost)
+
     def _delete_arrays_on(self, slice_index: int) -> int:
         import jax
 
@@ -271,7 +339,7 @@ class FakeCluster:
         count = 0
         for array in jax.live_arrays():
             try:
-                if dead & {d.id for d in array.devices()}:
+                if not array.is_deleted() and dead & {d.id for d in array.sharding.device_set}:
                     array.delete()
                     count += 1
             except RuntimeError:  # deleted meanwhile

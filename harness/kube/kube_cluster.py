@@ -17,26 +17,29 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from pathways_chaos.faults.jobset import (
+    JOB_INDEX_LABEL,
+    JOBSET_NAME_LABEL,
+    REPLICATED_JOB_LABEL,
+    WORKER_JOB_NAMES,
+    workers_selector,
+)
 from pathways_chaos.harness.engine.clock import Clock
 from pathways_chaos.harness.engine.fake_cluster import FakeCluster, SliceState
 from pathways_chaos.harness.engine.topology import SliceTopology
 from pathways_chaos.harness.errors import ChaosConfigError
+from pathways_chaos.harness.kube.watching import ListWatch
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
     from pathways_chaos.faults.kubernetes import KubeTarget
 
-JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
-REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
-JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
 PROXY_CONTAINER = "pathways-proxy"
 #: The elastic flag, in the resilient-training guide's spelling and pathwaysutils' generator's.
 ELASTIC_FLAGS = ("--num_elastic_instances", "--num_elastic_slices")
 ELASTIC_FLAG = ELASTIC_FLAGS[0]
 WORKER_CONTAINER = "pathways-worker"
-#: Worker replicatedJob names: the guides' ``worker``, pathwaysutils' generator's own.
-WORKER_JOB_NAMES = ("worker", "pathways-worker")
 #: Real seconds to wait for the API to show what a fault did (a watch event, a Pod running).
 OBSERVE_TIMEOUT_S = 30.0
 
@@ -100,14 +103,29 @@ def connect(spec: ClusterSpec) -> ApiClient:
     try:
         contexts, _ = config.list_kube_config_contexts(config_file=spec.kubeconfig)
     except (ConfigException, OSError) as error:
-        raise ChaosConfigError(f"--cluster: cannot read a kubeconfig: {error}") from None
-    names = [c["name"] for c in contexts]
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ChaosConfigError(f"--cluster: cannot read a kubeconfig: {first}") from None
+    except Exception as error:  # a file that is not YAML, or YAML that is not a kubeconfig
+        raise ChaosConfigError(
+            f"--cluster: {spec.kubeconfig or 'the kubeconfig'} is not a valid kubeconfig "
+            f"({type(error).__name__}): point --cluster at a kubeconfig file"
+        ) from None
+    if not isinstance(contexts, list):
+        raise ChaosConfigError("--cluster: the kubeconfig has no contexts list")
+    names = [str(c.get("name")) for c in contexts if isinstance(c, dict)]
     if spec.context not in names:
         raise ChaosConfigError(
             f"--cluster: unknown context {spec.context!r}; the kubeconfig has "
             f"{', '.join(names) or 'none'}"
         )
-    api = config.new_client_from_config(config_file=spec.kubeconfig, context=spec.context)
+    try:
+        api = config.new_client_from_config(config_file=spec.kubeconfig, context=spec.context)
+    except Exception as error:  # a context whose cluster or user entry is missing or broken
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ChaosConfigError(
+            f"--cluster: context {spec.context!r} cannot be loaded ({first}): fix its cluster "
+            "and user entries in the kubeconfig"
+        ) from None
     api.configuration.retries = 0
     try:
         client.VersionApi(api).get_code(_request_timeout=5)
@@ -202,6 +220,8 @@ NEEDED_PERMISSIONS = (
     ("get", "", "nodes", "", False),
     ("patch", "", "nodes", "", False),
     ("list", "batch", "jobs", "", True),
+    ("create", "coordination.k8s.io", "leases", "", True),
+    ("update", "coordination.k8s.io", "leases", "", True),
 )
 
 
@@ -285,17 +305,16 @@ class PodBridge:
         self._cond = threading.Condition()
         self._pods: dict[str, tuple[int, str, bool]] = {}  # name -> (slice, phase, deleting)
         self._expected: set[int] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="pathways-chaos-bridge")
+        self._watch: ListWatch | None = None
         self.seen_events = 0
 
     def start(self) -> None:
-        self._thread.start()
+        self._run()
         self.wait(lambda: self.seen_events > 0 or bool(self._pods), "the first Pod list")
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+        if self._watch is not None:
+            self._watch.stop()
 
     def expect_loss(self, slice_index: int) -> None:
         with self._cond:
@@ -322,51 +341,44 @@ class PodBridge:
                 self._cond.wait(min(left, 0.5))
 
     def _run(self) -> None:
-        from kubernetes import client, watch
+        """Runs the shared list-then-watch loop (a fresh list on every reconnect: a Pod
+        deleted while the watch was down must not linger as running)."""
+        from kubernetes import client
 
         core: Any = client.CoreV1Api(self.api)
-        selector = (
-            f"{JOBSET_NAME_LABEL}={self.spec.jobset},"
-            f"{REPLICATED_JOB_LABEL} in ({','.join(WORKER_JOB_NAMES)})"
+        selector = workers_selector(self.spec.jobset)
+        self._watch = ListWatch(
+            core.list_namespaced_pod,
+            self.spec.namespace,
+            label_selector=selector,
+            on_list=self._reset,
+            on_event=self._apply,
+            name="pathways-chaos-bridge",
+            timeout_seconds=5,
         )
-        while not self._stop.is_set():
-            w = watch.Watch()
-            try:
-                # A fresh list on every (re)connect: a Pod deleted while the watch was down
-                # must not linger as running.
-                listed = core.list_namespaced_pod(self.spec.namespace, label_selector=selector)
-                self._reset(listed.items)
-                for event in w.stream(
-                    core.list_namespaced_pod,
-                    self.spec.namespace,
-                    label_selector=selector,
-                    resource_version=listed.metadata.resource_version,
-                    timeout_seconds=5,
-                ):
-                    self._apply(event["type"], event["object"])
-                    if self._stop.is_set():
-                        w.stop()
-                        break
-            except Exception:  # a dropped watch is re-opened
-                time.sleep(0.1)
+        self._watch.start()
 
-    def _reset(self, pods: list[Any]) -> None:
+    @staticmethod
+    def _slice_of(pod: dict[str, Any]) -> int:
+        return int((pod["metadata"].get("labels") or {}).get(JOB_INDEX_LABEL, -1))
+
+    def _reset(self, pods: list[dict[str, Any]]) -> None:
         with self._cond:
             self._pods = {
-                p.metadata.name: (
-                    int(p.metadata.labels.get(JOB_INDEX_LABEL, -1)),
-                    p.status.phase or "Pending",
-                    p.metadata.deletion_timestamp is not None,
+                p["metadata"]["name"]: (
+                    self._slice_of(p),
+                    (p.get("status") or {}).get("phase") or "Pending",
+                    p["metadata"].get("deletionTimestamp") is not None,
                 )
                 for p in pods
             }
             self.seen_events += 1
             self._cond.notify_all()
 
-    def _apply(self, kind: str, pod: Any) -> None:
-        name = pod.metadata.name
-        s = int(pod.metadata.labels.get(JOB_INDEX_LABEL, -1))
-        gone = kind == "DELETED" or pod.metadata.deletion_timestamp is not None
+    def _apply(self, kind: str, pod: dict[str, Any]) -> None:
+        name = pod["metadata"]["name"]
+        s = self._slice_of(pod)
+        gone = kind == "DELETED" or pod["metadata"].get("deletionTimestamp") is not None
         lost = None
         with self._cond:
             self.seen_events += 1
@@ -374,7 +386,7 @@ class PodBridge:
             if kind == "DELETED":
                 self._pods.pop(name, None)
             else:
-                self._pods[name] = (s, pod.status.phase or "Pending", gone)
+                self._pods[name] = (s, (pod.get("status") or {}).get("phase") or "Pending", gone)
             if gone and was is not None and not was[2]:
                 if s in self._expected:
                     self._expected.discard(s)

@@ -11,11 +11,13 @@ from typing import Any
 
 import pytest
 
-from pathways_chaos.harness.kube.kube_cluster import (
+from pathways_chaos.faults.jobset import (
     JOB_INDEX_LABEL,
     JOBSET_NAME_LABEL,
     REPLICATED_JOB_LABEL,
     WORKER_JOB_NAMES,
+)
+from pathways_chaos.harness.kube.kube_cluster import (
     ClusterConnection,
 )
 

@@ -21,6 +21,8 @@ import pytest
 DEVICE_FIXTURES = frozenset(
     {
         "chaos",
+        "chaos_loop",
+        "chaos_mtc",
         "cluster",
         "fake_cluster",
         "fake_cluster_factory",

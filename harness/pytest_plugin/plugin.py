@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from pathways_chaos.harness.pytest_plugin import option_checks
+
 if TYPE_CHECKING:
     from pathways_chaos.harness.engine.topology import SliceTopology
 
@@ -19,6 +21,7 @@ FIXTURE_MODULES = (
     "pathways_chaos.fixtures.chaos",
     "pathways_chaos.fixtures.control_plane",
     "pathways_chaos.fixtures.workload",
+    "pathways_chaos.fixtures.mtc",
 )
 
 MARKERS = (
@@ -74,6 +77,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="MODULE:CLASS of the trainer the chaos suite runs (a ReferenceTrainer subclass)",
     )
     group.addoption(
+        "--chaos-loop",
+        default=None,
+        metavar="MODULE:FUNC",
+        help="your own elastic loop (MODULE:FUNC or FILE.py:FUNC), run unchanged by the chaos "
+        "suite's loop scenarios and the acceptance runtime rows (default: the sample loop)",
+    )
+    group.addoption(
         "--chaos-report",
         default=None,
         metavar="PATH",
@@ -104,6 +114,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="against a real cluster, really inject faults (otherwise a dry run that prints them)",
     )
+    group.addoption(
+        "--chaos-allow-namespace",
+        action="append",
+        default=None,
+        metavar="NAMESPACE",
+        help="with --cluster: a namespace faults may touch (repeatable; default: --namespace)",
+    )
+    group.addoption(
+        "--chaos-journal-dir",
+        default=None,
+        metavar="DIR",
+        help="where armed sessions write rollback journals (default $PATHWAYS_CHAOS_JOURNAL_DIR "
+        "or $XDG_STATE_HOME/pathways-chaos/journals)",
+    )
+    group.addoption(
+        "--chaos-lease-seconds",
+        type=int,
+        default=30,
+        help="with --cluster --chaos-arm: the target Lease's duration; a dead holder's lease "
+        "expires after it (default 30)",
+    )
     # The acceptance suite's options live here, not in its conftest, so that they exist when
     # the suite runs from an installed wheel (pytest --pyargs pathways_chaos.suites.acceptance).
     from pathways_chaos.harness.acceptance.options import add_acceptance_options
@@ -120,6 +151,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
+    option_checks.check_options(config)  # bad values: one line, exit 4, before anything runs
     from pathways_chaos.harness.pytest_plugin import activation
 
     if activation.options_ask_for_devices(config) or config.getoption("cluster"):
@@ -145,6 +177,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     if not activation.is_active(config) and activation.items_ask_for_devices(items):
         activation.activate(config)
+    if config.getoption("chaos_loop"):
+        _run_the_loop_scenarios_only(config, items)
 
 
 def fake_topology(config: pytest.Config) -> SliceTopology:
@@ -155,6 +189,25 @@ def fake_topology(config: pytest.Config) -> SliceTopology:
         os.environ.get("PATHWAYS_CHAOS_DEVICES_PER_SLICE", 2)
     )
     return SliceTopology(slices, per_slice)
+
+
+def _run_the_loop_scenarios_only(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With --chaos-loop, the chaos suite runs the user's loop: its reference-trainer
+    scenarios (the toolkit's own trainer) are deselected."""
+    from pathlib import Path
+
+    from pathways_chaos.harness.pytest_plugin.activation import suites_dir
+
+    suite = (suites_dir() / "chaos").resolve()
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        in_suite = Path(str(item.path)).resolve().parent == suite
+        uses_loop = "chaos_loop" in getattr(item, "fixturenames", ())
+        (drop if in_suite and not uses_loop else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def pytest_report_header(config: pytest.Config) -> str:

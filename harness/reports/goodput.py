@@ -148,3 +148,29 @@ def _step_durations(events: Sequence[Event]) -> dict[int, float]:
 
 def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 4)
+
+
+def tier_restore_report(events: Sequence[Event]) -> list[str]:
+    """Multi-Tier Checkpointing: which tier each restart restored from, and what it cost.
+
+    Empty for an episode without MTC. Kept apart from ``measure`` (issue 15): the figures come
+    from ``harness.mtc.judging.tier_restores``, one line per restart.
+    """
+    if not any(e["kind"] == "mtc_restore_plan" for e in events):
+        return []
+    from pathways_chaos.harness.mtc.judging import tier_restores
+
+    lines = ["restores (Multi-Tier Checkpointing):"]
+    for r in tier_restores(events):
+        what = (
+            f"step {r.restored_step} from {r.tier}"
+            if r.restored_step is not None
+            else "nothing to restore: started over"
+        )
+        restore = "" if r.restore_s is None else f", restore {r.restore_s:.3f}s"
+        recovery = "" if r.recovery_s is None else f", back in {r.recovery_s:.3f}s wall"
+        lines.append(
+            f"  attempt {r.attempt} after {r.fault or 'an error'}: {what}; "
+            f"{r.steps_lost} steps lost{restore}{recovery}"
+        )
+    return lines

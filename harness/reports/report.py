@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from pathways_chaos.harness.engine.recorder import Event
 from pathways_chaos.harness.judging.oracle import Verdict
+from pathways_chaos.harness.reports import goodput
 
 
 def timeline(events: Sequence[Event]) -> list[str]:
@@ -58,6 +59,7 @@ def summary(events: Sequence[Event], verdict: Verdict) -> str:
         f"steps: {len(verdict.lineage)} committed, {verdict.wasted_steps} wasted "
         f"(replayed after a restore) of {steps} run"
     )
+    out += goodput.tier_restore_report(events)
     out.append("oracle: " + ("survived" if verdict.ok else "FAILED"))
     out += [f"  - {v}" for v in verdict.violations]
     return "\n".join(out)

@@ -19,7 +19,6 @@ import pytest
 if TYPE_CHECKING:
     from pathways_chaos.harness.acceptance.adapter import TrainingAdapter
     from pathways_chaos.harness.acceptance.manifest_checks import Manifest
-    from pathways_chaos.harness.acceptance.runtime import RuntimeRuns
     from pathways_chaos.harness.acceptance.static_checks import SourceFile
     from pathways_chaos.harness.acceptance.table import CheckResult
 
@@ -44,6 +43,9 @@ class Given[T]:
 NO_SOURCE = "pass --acceptance-source PATH (your training code's folder or file)"
 NO_MANIFEST = "pass --acceptance-manifest PATH (your JobSet YAML, file or folder)"
 NO_ADAPTER = "pass --acceptance-adapter MODULE:NAME (your TrainingAdapter)"
+NO_RUNTIME = (
+    "pass --chaos-loop MODULE:FUNC (your own elastic loop) or --acceptance-adapter MODULE:NAME"
+)
 
 
 def _option(config: pytest.Config, name: str) -> Any:
@@ -125,23 +127,43 @@ def runtime_runs(
     pytestconfig: pytest.Config,
     acceptance_adapter: Given[TrainingAdapter],
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Given[RuntimeRuns]]:
-    adapter = acceptance_adapter.value
-    if adapter is None:
-        yield Given(None, acceptance_adapter.missing)
-        return
+) -> Iterator[Given[Any]]:
+    """The runs the runtime rows read: of the team's own loop (``--chaos-loop``), with the
+    adapter as an optional extra for what the loop cannot show; else of the adapter."""
     from pathways_chaos.harness.acceptance.runtime import RuntimeRuns
     from pathways_chaos.harness.pytest_plugin.plugin import fake_topology
 
-    runs = _usage(
-        lambda: RuntimeRuns(
-            adapter,
-            topology=fake_topology(pytestconfig),
-            workdir=tmp_path_factory.mktemp("acceptance"),
+    adapter = acceptance_adapter.value
+    loop_spec = _option(pytestconfig, "chaos_loop")
+    runs = None
+    if adapter is not None:
+        runs = _usage(
+            lambda: RuntimeRuns(
+                adapter,
+                topology=fake_topology(pytestconfig),
+                workdir=tmp_path_factory.mktemp("acceptance"),
+            )
         )
-    )
-    yield Given(runs)
-    runs.close()
+    if loop_spec:
+        from pathways_chaos.harness.acceptance.loop_runtime import LoopRuns
+        from pathways_chaos.harness.engine.loop_episode import load_loop
+
+        loop_runs = _usage(
+            lambda: LoopRuns(
+                load_loop(loop_spec),
+                topology=fake_topology(pytestconfig),
+                workdir=tmp_path_factory.mktemp("acceptance-loop"),
+                adapter_runs=runs,
+            )
+        )
+        yield Given(loop_runs)
+        loop_runs.close()
+    elif runs is not None:
+        yield Given(runs)
+    else:
+        yield Given(None, NO_RUNTIME)
+    if runs is not None:
+        runs.close()
 
 
 @pytest.fixture
@@ -228,8 +250,10 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     rows = sorted(rows, key=lambda r: order.get(r.check, len(order) * 1000))
     sources = ", ".join(map(_shown, _option(config, "acceptance_source") or []))
     manifests = ", ".join(map(_shown, _option(config, "acceptance_manifest") or []))
+    loop = _option(config, "chaos_loop")
     header = (
-        f"adapter {_option(config, 'acceptance_adapter') or 'not given'}; "
+        (f"loop {loop}; " if loop else "")
+        + f"adapter {_option(config, 'acceptance_adapter') or 'not given'}; "
         f"source {sources or 'not given'}; manifest {manifests or 'not given'}"
     )
     terminalreporter.write_sep("=", "pathways-chaos acceptance checks")
@@ -238,7 +262,12 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         and all(r.status == SKIP for r in rows)
         and not any(
             _option(config, o)
-            for o in ("acceptance_adapter", "acceptance_source", "acceptance_manifest")
+            for o in (
+                "acceptance_adapter",
+                "acceptance_source",
+                "acceptance_manifest",
+                "chaos_loop",
+            )
         )
     ):
         terminalreporter.write_line(

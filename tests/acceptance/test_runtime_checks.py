@@ -217,7 +217,7 @@ def test_the_sample_ports(tmp_path):
     ],
 )
 def test_bad_trainer_spec_is_one_line(spec, message):
-    with pytest.raises(ChaosConfigError, match="--trainer=") as error:
+    with pytest.raises(ChaosConfigError, match="--acceptance-adapter=") as error:
         load_adapter(spec)
     assert message in str(error.value) and "\n" not in str(error.value)
 
@@ -241,9 +241,9 @@ def test_the_suite_against_the_pitfall_port_prints_one_failing_row_per_pitfall()
             "-m",
             "pytest",
             str(ROOT / "suites" / "acceptance"),
-            f"--trainer={port / 'train.py'}:adapter",
-            f"--source={port}",
-            f"--manifest={port / 'jobset.yaml'}",
+            f"--acceptance-adapter={port / 'train.py'}:adapter",
+            f"--acceptance-source={port}",
+            f"--acceptance-manifest={port / 'jobset.yaml'}",
             "-q",
             "-p",
             "no:randomly",
@@ -257,7 +257,7 @@ def test_the_suite_against_the_pitfall_port_prints_one_failing_row_per_pitfall()
     # The table runs from its banner to its own closing count (with CI set, pytest's summary
     # after it repeats every failure message, fix lines included).
     table = proc.stdout.split("pathways-chaos acceptance checks", 1)[1]
-    table = table.split("2 passed, 22 failed", 1)[0] + "2 passed, 22 failed"
+    table = table.split("2 passed, 23 failed", 1)[0] + "2 passed, 23 failed"
     rows = {
         line.split()[0]: line.split()[1]
         for line in table.splitlines()
@@ -268,5 +268,5 @@ def test_the_suite_against_the_pitfall_port_prints_one_failing_row_per_pitfall()
         "compile-time": "PASS",
         "recovery-time": "PASS",
     }
-    assert len(rows) == 24 and "2 passed, 22 failed" in table
-    assert table.count("fix: ") == 22
+    assert len(rows) == 25 and "2 passed, 23 failed" in table
+    assert table.count("fix: ") == 23

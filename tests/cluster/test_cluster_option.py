@@ -3,8 +3,10 @@ every slice fault acted out through the API, preflight first, a dry run that cha
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -24,12 +26,14 @@ def workload(kube_control_plane):
 def _run_chaos(*args: str) -> subprocess.CompletedProcess[str]:
     """The chaos suite in a new pytest process (its JAX and plugin start fresh)."""
     command = [sys.executable, "-m", "pytest", str(ROOT / "suites/chaos"), "-m", "chaos"]
+    journals = tempfile.mkdtemp(prefix="pathways-chaos-journals-")  # not the user's state dir
     return subprocess.run(
         [*command, "-p", "no:cacheprovider", "-q", "-rs", *args],
         capture_output=True,
         text=True,
         timeout=900,
         cwd=ROOT,
+        env={**os.environ, "PATHWAYS_CHAOS_JOURNAL_DIR": journals},
     )
 
 

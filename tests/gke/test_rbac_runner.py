@@ -20,7 +20,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from pathways_chaos.fixtures.control_plane import LocalControlPlane
-from pathways_chaos.fixtures.workload import apply_rbac, delete_cluster_scoped
+from pathways_chaos.fixtures.kubernetes.rbac import apply_rbac, delete_cluster_scoped
 
 pytestmark = pytest.mark.kube
 
@@ -43,7 +43,7 @@ EXTRAS: dict[Rule, str] = {
     ("authorization.k8s.io", "selfsubjectaccessreviews", "create"): "preflight permission check",
 }
 READS = frozenset({"get", "list", "watch"})
-CLUSTER_SCOPED = frozenset({"nodes", "selfsubjectaccessreviews"})
+CLUSTER_SCOPED = frozenset({"nodes", "selfsubjectaccessreviews", "namespaces"})
 
 
 def load(path: Path, namespace: str = "NAMESPACE") -> list[dict[str, Any]]:
@@ -91,6 +91,9 @@ def test_scopes_names_and_bindings() -> None:
         r for d in docs if d["kind"] == "Role" for r in d["rules"] if "jobsets" in r["resources"]
     ]
     assert jobsets["resourceNames"] == [JOBSET_NAME]
+    # The journal's cluster identity: the kube-system namespace, and no other, read only.
+    (namespaces,) = [r for d in docs for r in d.get("rules", []) if "namespaces" in r["resources"]]
+    assert (namespaces["resourceNames"], namespaces["verbs"]) == (["kube-system"], ["get"])
     account = next(d for d in docs if d["kind"] == "ServiceAccount")["metadata"]
     for binding in (d for d in docs if d["kind"].endswith("Binding")):
         assert binding["subjects"] == [

@@ -9,7 +9,7 @@ import pytest
 
 from pathways_chaos.faults.journal import RollbackJournal
 from pathways_chaos.faults.kubernetes import KubeTarget
-from pathways_chaos.fixtures.workload import PathwaysWorkload
+from pathways_chaos.fixtures.kubernetes.pathways_jobset import PathwaysWorkload
 
 
 class Echo(list[str]):

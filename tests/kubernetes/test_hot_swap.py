@@ -15,7 +15,8 @@ import pytest
 
 from pathways_chaos.faults.kubernetes import KillPods, KubeTarget, TaintNode
 from pathways_chaos.fixtures.control_plane import wait_for
-from pathways_chaos.fixtures.workload import SPARE_LABEL, PathwaysWorkload
+from pathways_chaos.fixtures.kubernetes.objects import SPARE_LABEL
+from pathways_chaos.fixtures.kubernetes.pathways_jobset import PathwaysWorkload
 
 pytestmark = pytest.mark.kube
 

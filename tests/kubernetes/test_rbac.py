@@ -26,12 +26,9 @@ from pathways_chaos.faults.kubernetes import (
     TaintNode,
 )
 from pathways_chaos.fixtures.control_plane import LocalControlPlane
-from pathways_chaos.fixtures.workload import (
-    PathwaysWorkload,
-    apply_rbac,
-    cluster_state,
-    delete_cluster_scoped,
-)
+from pathways_chaos.fixtures.kubernetes.pathways_jobset import PathwaysWorkload
+from pathways_chaos.fixtures.kubernetes.rbac import apply_rbac, delete_cluster_scoped
+from pathways_chaos.fixtures.kubernetes.state import cluster_state
 
 pytestmark = pytest.mark.kube
 
@@ -128,6 +125,7 @@ def forbidden_calls(namespace: str, node: str, pod: str) -> dict[str, Callable[[
         "list Pods in kube-system": lambda api: core(api).list_namespaced_pod("kube-system"),
         "delete Pods in default": lambda api: core(api).delete_collection_namespaced_pod("default"),
         "list Pods cluster-wide": lambda api: core(api).list_pod_for_all_namespaces(),
+        "read a Namespace but kube-system": lambda api: core(api).read_namespace("default"),
         "create a Namespace": lambda api: core(api).create_namespace({"metadata": {"name": "x"}}),
         "delete its Namespace": lambda api: core(api).delete_namespace(namespace),
         "patch a Job": lambda api: client.BatchV1Api(api).patch_namespaced_job(
@@ -201,6 +199,7 @@ def test_the_journal_entry_is_on_disk_before_the_change_is_attempted(
         "reader", ns, {"spec": {"expirationSeconds": 600}}
     ).status.token
     journal = RollbackJournal(tmp_path / "j.jsonl")
+    journal.bind(admin)  # the reader may not read kube-system: the admin names the cluster
     target = KubeTarget(
         api_client=kube_control_plane.client_for_token(token),
         namespace=ns,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from pathways_chaos.faults.journal import RollbackJournal, rollback_main, undo_entry
+from pathways_chaos.faults.journal import RollbackJournal, undo_entry
 from pathways_chaos.faults.kubernetes import (
     CordonNodes,
     DrainNodes,
@@ -24,7 +24,9 @@ from pathways_chaos.faults.kubernetes import (
 )
 from pathways_chaos.faults.safety import CORDONED_BY_ANNOTATION
 from pathways_chaos.fixtures.control_plane import LocalControlPlane, wait_for
-from pathways_chaos.fixtures.workload import PathwaysWorkload, cluster_state
+from pathways_chaos.fixtures.kubernetes.pathways_jobset import PathwaysWorkload
+from pathways_chaos.fixtures.kubernetes.state import cluster_state
+from pathways_chaos.harness.cli.rollback import rollback_main
 
 pytestmark = pytest.mark.kube
 
@@ -87,6 +89,7 @@ def test_an_entry_whose_change_never_happened_undoes_to_nothing(
     api = pathways_workload.api_client
     node: Any = client.CoreV1Api(api).read_node(pathways_workload.all_node_names()[0])
     journal = RollbackJournal(tmp_path / "j.jsonl")
+    journal.bind(api)
     journal.record("cordon", node=node.metadata.name, uid=node.metadata.uid)
     taint = {
         "key": "cloud.google.com/active-node-maintenance",
@@ -103,7 +106,7 @@ def test_an_entry_whose_change_never_happened_undoes_to_nothing(
     assert result.ok
     assert [line.split(": ", 1)[1] for line in result.lines] == [
         "taint not present, nothing to undo",
-        "not ours",
+        "not cordoned (not this run's cordon), left alone",
     ]
     assert cluster_state(api) == before
 

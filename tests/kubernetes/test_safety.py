@@ -26,12 +26,12 @@ from pathways_chaos.faults.kubernetes import (
 from pathways_chaos.faults.model import Fault, FaultSpecError, parse_fault
 from pathways_chaos.faults.safety import OPT_IN_LABEL, ChaosRefused, call_with_retries
 from pathways_chaos.fixtures.control_plane import LocalControlPlane
-from pathways_chaos.fixtures.workload import (
+from pathways_chaos.fixtures.kubernetes.pathways_jobset import (
     PathwaysWorkload,
-    cluster_state,
-    kube_target_for,
     pathways_workload_in,
 )
+from pathways_chaos.fixtures.kubernetes.state import cluster_state
+from pathways_chaos.fixtures.kubernetes.targets import kube_target_for
 
 pytestmark = pytest.mark.kube
 

@@ -1,0 +1,200 @@
+"""One armed session per target: a ``coordination.k8s.io`` Lease held for the session.
+
+Why: two armed sessions on one JobSet undo each other's faults and judge each other's
+recoveries (three of six tests failed, with no warning). The Lease is the cluster's own lock,
+as leader election uses it: the holder renews it every third of its duration, a second session
+sees a live holder and refuses in one line naming it, and a holder that dies (SIGKILL, a lost
+laptop) stops renewing, so its Lease expires and the next session takes it over.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import threading
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
+
+from pathways_chaos.faults.safety import ChaosRefused, call_with_retries
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+LEASE_PREFIX = "pathways-chaos-"
+DEFAULT_LEASE_SECONDS = 30
+
+
+class LeaseHeld(ChaosRefused):
+    """Another armed session holds the target's Lease; nothing was changed."""
+
+
+def lease_name(jobset: str) -> str:
+    return f"{LEASE_PREFIX}{jobset}"[:253]
+
+
+def holder_identity(run_id: str) -> str:
+    return (
+        f"{os.environ.get('USER', 'unknown')}@{socket.gethostname()} pid {os.getpid()} run {run_id}"
+    )
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def _micro(when: datetime.datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class TargetLease:
+    """Holds the Lease ``pathways-chaos-<jobset>`` in the target namespace while entered."""
+
+    def __init__(
+        self,
+        api_client: ApiClient,
+        namespace: str,
+        jobset: str,
+        run_id: str,
+        duration_s: int = DEFAULT_LEASE_SECONDS,
+    ) -> None:
+        if duration_s < 1:
+            raise ValueError(f"lease duration {duration_s} s: use at least 1 s")
+        self.api_client = api_client
+        self.namespace = namespace
+        self.name = lease_name(jobset)
+        self.holder = holder_identity(run_id)
+        self.duration_s = duration_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.renewals = 0
+        self.lost: str | None = None
+
+    @property
+    def _api(self) -> Any:
+        from kubernetes import client
+
+        return client.CoordinationV1Api(self.api_client)
+
+    def _body(self, resource_version: str | None, acquired: datetime.datetime) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
+        if resource_version:
+            meta["resourceVersion"] = resource_version
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": meta,
+            "spec": {
+                "holderIdentity": self.holder,
+                "leaseDurationSeconds": self.duration_s,
+                "acquireTime": _micro(acquired),
+                "renewTime": _micro(_now()),
+            },
+        }
+
+    def acquire(self) -> None:
+        """Takes the Lease, or raises ``LeaseHeld`` naming the live holder."""
+        from kubernetes.client.rest import ApiException
+
+        api = self._api
+        try:
+            current = call_with_retries(
+                lambda: api.read_namespaced_lease(self.name, self.namespace),
+                retry_on=frozenset({429, 500, 502, 503, 504}),
+            )
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            try:
+                api.create_namespaced_lease(self.namespace, self._body(None, _now()))
+                return
+            except ApiException as create_error:
+                if create_error.status != 409:  # 409: someone created it just now
+                    raise
+                current = api.read_namespaced_lease(self.name, self.namespace)
+        spec = current.spec
+        if spec.holder_identity and spec.holder_identity != self.holder:
+            renewed = spec.renew_time or spec.acquire_time
+            duration = spec.lease_duration_seconds or self.duration_s
+            if renewed is not None:
+                age = (_now() - renewed).total_seconds()
+                if age < duration:
+                    raise LeaseHeld(
+                        f"refused: {self.namespace}/{self.name.removeprefix(LEASE_PREFIX)} is "
+                        f"held by another armed session ({spec.holder_identity}), renewed "
+                        f"{max(age, 0):.0f} s ago; its lease expires {duration - age:.0f} s after "
+                        "its holder stops: wait for it or stop that session"
+                    )
+        try:  # free or expired: take it (409 if another session took it first)
+            api.replace_namespaced_lease(
+                self.name,
+                self.namespace,
+                self._body(current.metadata.resource_version, _now()),
+            )
+        except ApiException as error:
+            if error.status == 409:
+                raise LeaseHeld(
+                    f"refused: {self.namespace}/{self.name} was just taken by another armed "
+                    "session: wait for it or stop that session"
+                ) from None
+            raise
+
+    def renew(self) -> None:
+        api = self._api
+        current = api.read_namespaced_lease(self.name, self.namespace)
+        if current.spec.holder_identity != self.holder:
+            self.lost = (
+                f"lease {self.namespace}/{self.name} taken by {current.spec.holder_identity}"
+            )
+            return
+        acquired = current.spec.acquire_time or _now()
+        api.replace_namespaced_lease(
+            self.name, self.namespace, self._body(current.metadata.resource_version, acquired)
+        )
+        self.renewals += 1
+
+    def release(self) -> None:
+        """Deletes the Lease if it is still ours (a successor's is left alone)."""
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+
+        try:
+            current = self._api.read_namespaced_lease(self.name, self.namespace)
+            if current.spec.holder_identity == self.holder:
+                self._api.delete_namespaced_lease(
+                    self.name,
+                    self.namespace,
+                    body=client.V1DeleteOptions(
+                        preconditions=client.V1Preconditions(uid=current.metadata.uid)
+                    ),
+                )
+        except ApiException as error:
+            if error.status not in (404, 409):
+                raise
+
+    def _renew_loop(self) -> None:
+        interval = max(self.duration_s / 3, 0.2)
+        while not self._stop.wait(interval):
+            try:
+                self.renew()
+            except Exception as error:  # a missed renewal is retried at the next tick
+                self.lost = f"renewing lease {self.namespace}/{self.name} failed: {error}"
+
+    def __enter__(self) -> Self:
+        self.acquire()
+        self._thread = threading.Thread(
+            target=self._renew_loop, name=f"lease-{self.name}", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.release()

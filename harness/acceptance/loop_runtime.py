@@ -1,0 +1,436 @@
+"""Runtime checks on the team's own loop (``--chaos-loop``), unchanged, on the fake cluster.
+
+Three runs, made when a check needs them: **fault-free**, **interrupted** (a slice lost right
+after the loop's second snapshot, back after two health polls, so a pause-and-resume loop
+recovers too) and **preempted** (a preemption notice, when the loop handles SIGTERM). The loop
+runs as it will in production: its own ``Manager``, ``elastic_retry``, Snapshotter, iterator
+and restore code, watched by the black-box observer, judged by the loop oracle. So
+``interruption PASS`` means *their* recovery code recovered. The adapter
+(``--acceptance-adapter``) is an optional extra, for what the loop's run cannot show.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import statistics
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pathways_chaos.harness.acceptance.table import CheckResult, Finding
+from pathways_chaos.harness.engine.loop_episode import LoopResult, loop_name
+from pathways_chaos.harness.engine.topology import SliceTopology
+from pathways_chaos.harness.errors import ChaosConfigError
+from pathways_chaos.harness.judging import loop_oracle, oracle
+
+MAX_INPUT_WAIT_RATIO = 1.0
+RECOVERY_BUDGET_S = 120.0
+LOST_SLICE = 1
+
+
+class LoopRuns:
+    """The runs of one loop the checks read, made lazily, once each."""
+
+    def __init__(
+        self,
+        loop: Callable[..., Any],
+        topology: SliceTopology | None = None,
+        workdir: str | Path | None = None,
+        adapter_runs: Any = None,
+        recovery_budget_s: float = RECOVERY_BUDGET_S,
+    ) -> None:
+        topology = topology or SliceTopology(4, 2)
+        if topology.num_slices < 2:
+            raise ChaosConfigError(
+                f"the runtime checks lose a slice, so they need >= 2 fake slices, not "
+                f"{topology}: pass --fake-slices 2 or more"
+            )
+        self.loop = loop
+        self.name = loop_name(loop)
+        self.topology = topology
+        self.adapter_runs = adapter_runs  # RuntimeRuns of --acceptance-adapter, or None
+        self.recovery_budget_s = recovery_budget_s
+        self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="acceptance-loop-")
+        self.workdir = Path(workdir or self._tmp.name)  # type: ignore[union-attr]
+
+    @functools.cached_property
+    def fault_free(self) -> LoopResult:
+        return self._episode("fault-free", "")
+
+    @functools.cached_property
+    def fault_batch(self) -> int:
+        """Right after the loop's second snapshot (its first, or mid-run, if it saves less)."""
+        events = self.fault_free.events
+        saves = [e["batch"] for e in _after_saves(events)]
+        batches = sum(1 for e in events if e["kind"] == "batch")
+        if len(saves) >= 2:
+            return saves[1] + 1
+        if saves:
+            return saves[0] + 1
+        return max(1, batches // 2)
+
+    @property
+    def interruption(self) -> str:
+        return f"data_loss@batch={self.fault_batch}:slice={LOST_SLICE}:repair_after_polls=2"
+
+    @functools.cached_property
+    def interrupted(self) -> LoopResult:
+        return self._episode("interrupted", self.interruption)
+
+    @functools.cached_property
+    def preempted(self) -> LoopResult:
+        return self._episode("preempted", f"preemption@batch={self.fault_batch}")
+
+    @functools.cached_property
+    def interrupted_verdict(self) -> loop_oracle.LoopVerdict:
+        return loop_oracle.judge_loop(self.interrupted.events, self.fault_free.events)
+
+    def _episode(self, name: str, schedule: str) -> LoopResult:
+        from pathways_chaos.harness.play import play_loop
+
+        outcome = play_loop(
+            self.loop,
+            schedule,
+            topology=self.topology,
+            log_path=self.workdir / f"loop-{name}.jsonl",
+            checkpoint_dir=self.workdir / f"checkpoints-{name}",
+        )
+        result: LoopResult = outcome.result
+        return result
+
+    def close(self) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+
+# -- the checks ----------------------------------------------------------------------------
+def check_data_order(runs: LoopRuns) -> CheckResult:
+    verdict = loop_oracle.judge_loop(runs.fault_free.events)
+    findings = [Finding("fault-free run", v) for v in verdict.violations]
+    lineage = verdict.batches
+    note = (
+        f"{len(lineage)} batches, data positions 0..{_last_position(lineage)} each once, in order"
+    )
+    result = CheckResult(
+        "data-order",
+        "the loop's fault-free run consumes each data position once, in order",
+        "read the global dataset from the one controller (grain ElasticIterator, NoSharding), "
+        "not a per-host shard chosen by process index or a fixed host count",
+        tuple(findings),
+        note,
+    )
+    if "exactly-once" in verdict.not_judged:
+        return _not_observable(result, verdict.not_judged["exactly-once"], runs)
+    return result
+
+
+def check_snapshot_restore(runs: LoopRuns) -> CheckResult:
+    result = CheckResult(
+        "snapshot-restore",
+        "the loop's restore of its in-memory snapshot gives back the saved state and data position",
+        "save the iterator's get_state() with the model in every snapshot and set_state() it "
+        "after load; the state must be replicated along the replica axis",
+    )
+    return _restore_row(runs, runs.interrupted, "snapshot", result)
+
+
+def check_checkpoint_restore(runs: LoopRuns) -> CheckResult:
+    result = CheckResult(
+        "checkpoint-restore",
+        "after a preemption notice the loop checkpoints, and the next run restores it",
+        "on SIGTERM, save the state and iterator position with Orbax to the checkpoint "
+        "directory and return; on start, restore the latest checkpoint and resume at its "
+        "step + 1",
+    )
+    fault = next((e for e in runs.preempted.events if e["kind"] == "fault"), None)
+    if fault is not None and "raised" in fault:
+        return _skip(result, f"the loop installs no SIGTERM handler ({fault['raised']})")
+    return _restore_row(runs, runs.preempted, "checkpoint", result)
+
+
+def check_compile_time(runs: LoopRuns) -> CheckResult:
+    events = runs.fault_free.events
+    intervals = _batch_intervals(events)
+    steady = [
+        e
+        for e in events
+        if e["kind"] == "compile" and e["batches_in_attempt"] >= 2 and e.get("attempt", 0) > 0
+    ]
+    findings = [Finding("fault-free run", f) for f in _failed("fault-free run", runs.fault_free)]
+    note = ""
+    if len(intervals) >= 3:
+        first, rest = intervals[0], statistics.median(intervals[2:])
+        note = (
+            f"compile ~{max(first - rest, 0):.3f} s (first step {first:.3f} s); steady state "
+            f"{rest * 1e3:.2f} ms/step (median of {len(intervals) - 2})"
+        )
+    if not findings and steady:
+        where = ", ".join(f"after batch {e['batches_in_attempt']}" for e in steady[:3])
+        findings.append(
+            Finding(
+                "fault-free run",
+                f"{len(steady)} XLA compiles in steady state ({where}): the step recompiles. "
+                f"{note}",
+            )
+        )
+    return CheckResult(
+        "compile-time",
+        "compile time apart from steady-state step time, and no steady-state recompiles",
+        "keep batch shapes and dtypes fixed (pad or bucket), pass Python values as static "
+        "arguments once, so each mesh compiles the step exactly once",
+        tuple(findings),
+        note,
+    )
+
+
+def check_input_wait(runs: LoopRuns) -> CheckResult:
+    events = runs.fault_free.events
+    batches = [e for e in events if e["kind"] == "batch"]
+    intervals = _batch_intervals(events)
+    findings = [Finding("fault-free run", f) for f in _failed("fault-free run", runs.fault_free)]
+    note = ""
+    if len(batches) >= 3:
+        wait = statistics.median(e["input_s"] for e in batches[1:])
+        step = statistics.median(
+            max(i - b["input_s"], 0.0) for i, b in zip(intervals[1:], batches[2:], strict=False)
+        )
+        note = f"input wait {wait * 1e3:.2f} ms vs step {step * 1e3:.2f} ms (medians)"
+        if not findings and wait >= MAX_INPUT_WAIT_RATIO * step:
+            findings.append(Finding("fault-free run", f"{note}: the device waits on the loader"))
+    return CheckResult(
+        "input-wait",
+        "input wait time against step time",
+        "prefetch asynchronously (grain read-ahead), or move input processing onto the "
+        "accelerator hosts with colocated Python; size workers within the container's CPUs",
+        tuple(findings),
+        note,
+    )
+
+
+def check_interruption(runs: LoopRuns) -> CheckResult:
+    verdict = runs.interrupted_verdict
+    # The cause first (a wrong mesh, a wrong resume step), then the crash it led to.
+    ordered = sorted(verdict.violations, key=lambda v: v.startswith("the loop crashed"))
+    findings = [Finding("interrupted run", v) for v in ordered]
+    if not findings and not any(
+        e["kind"] == "error" and e["slice_down"] for e in runs.interrupted.events
+    ):
+        findings.append(Finding("interrupted run", "the lost slice was never noticed"))
+    skipped = "; ".join(f"{k}: {v}" for k, v in verdict.not_judged.items())
+    return CheckResult(
+        "interruption",
+        f"the loop ({runs.name}) survives a slice lost after batch {runs.fault_batch}: its own "
+        "elastic_retry and restore code recover, judged by the oracle",
+        "rebuild the mesh from the manager's active slices each attempt, restore the latest "
+        "snapshot (model, step and iterator) and resume at its step + 1",
+        tuple(findings),
+        f"{runs.interruption}: completed, {len(verdict.batches)} committed batches; judged "
+        f"{', '.join(verdict.judged)}" + (f"; not judged {skipped}" if skipped else ""),
+    )
+
+
+def check_recovery_time(runs: LoopRuns) -> CheckResult:
+    result = CheckResult(
+        "recovery-time",
+        "recovery time after a lost slice is measured and within budget",
+        "resize to continue on the survivors instead of waiting for the slice; keep restore "
+        "cheap (in-memory snapshot); keep the compilation cache (--gcs_scratch_location)",
+    )
+    if not runs.interrupted_verdict.ok:
+        return _blocked(result, "interruption", "the loop did not recover")
+    rec = [r for r in oracle.recoveries(runs.interrupted.events) if r["kind"] != "repair"]
+    findings, notes = [], []
+    for r in rec:
+        if not r["recovered"]:
+            findings.append(Finding("interrupted run", f"{r['fault']}: training never resumed"))
+        elif r["recovery_s"] > runs.recovery_budget_s:
+            findings.append(
+                Finding(
+                    "interrupted run",
+                    f"{r['fault']}: recovery took {r['recovery_s']:.1f} s, over the "
+                    f"{runs.recovery_budget_s:.0f} s budget",
+                )
+            )
+        else:
+            notes.append(
+                f"recovered in {r['recovery_s']:.1f} s of episode time "
+                f"({r['recovery_wall_s']:.2f} s wall)"
+            )
+    return _with(result, findings, "; ".join(notes) or "no fault recorded")
+
+
+def check_live_arrays(runs: LoopRuns) -> CheckResult:
+    result = CheckResult(
+        "live-arrays",
+        "live device arrays do not grow from attempt to attempt",
+        "do not keep device arrays of a failed attempt in globals, caches or callbacks; let "
+        "them go out of scope so JAX frees them before the next attempt",
+    )
+    verdict = runs.interrupted_verdict
+    if not verdict.completed:
+        return _blocked(result, "interruption", "the loop did not recover")
+    problems = [v for v in verdict.violations if "live device arrays grew" in v]
+    counts = [
+        e["live"]["by_kind"].get("device", 0)
+        for e in runs.interrupted.events
+        if e["kind"] == "attempt_ready"
+    ]
+    if "no-leaks" in verdict.not_judged:
+        return _skip(result, verdict.not_judged["no-leaks"])
+    return _with(
+        result,
+        [Finding("interrupted run", p) for p in problems],
+        f"live device arrays per attempt: {counts}",
+    )
+
+
+LOOP_RUNTIME_CHECKS: dict[str, Callable[[LoopRuns], CheckResult]] = {
+    "data-order": check_data_order,
+    "snapshot-restore": check_snapshot_restore,
+    "checkpoint-restore": check_checkpoint_restore,
+    "compile-time": check_compile_time,
+    "input-wait": check_input_wait,
+    "interruption": check_interruption,
+    "recovery-time": check_recovery_time,
+    "live-arrays": check_live_arrays,
+}
+
+
+def with_loop_rows(
+    adapter_checks: dict[str, Callable[[Any], CheckResult]],
+) -> dict[str, Callable[[Any], CheckResult]]:
+    """Each runtime row runs on the user's loop when the runs are ``LoopRuns``, else on the
+    adapter as before."""
+
+    def row(name: str) -> Callable[[Any], CheckResult]:
+        adapter_check, loop_check = adapter_checks[name], LOOP_RUNTIME_CHECKS[name]
+
+        def run(runs: Any) -> CheckResult:
+            if isinstance(runs, LoopRuns):
+                return loop_check(runs)
+            return adapter_check(runs)
+
+        run.__name__ = getattr(adapter_check, "__name__", name)
+        run.__doc__ = adapter_check.__doc__
+        return run
+
+    return {name: row(name) for name in adapter_checks}
+
+
+# -- helpers -------------------------------------------------------------------------------
+def _restore_row(runs: LoopRuns, result: LoopResult, source: str, row: CheckResult) -> CheckResult:
+    events = result.events
+    restores = [e for e in events if e["kind"] == "restore_end" and e["source"] == source]
+    if not restores:
+        if source == "snapshot" and not runs.interrupted_verdict.completed:
+            return _blocked(row, "interruption", "the loop crashed before it restored")
+        why = _failed(f"{source} run", result)
+        return _with(
+            row,
+            [
+                Finding(
+                    f"{source} restore",
+                    f"no restore from a {source} happened{'; ' + why[0] if why else ''}",
+                )
+            ],
+            "",
+        )
+    saves = [e for e in events if e["kind"] in ("snapshot_save", "checkpoint_save")]
+    findings: list[Finding] = []
+    for r in restores:
+        saved = [
+            s
+            for s in saves
+            if s["seq"] < r["seq"] and s.get("step") == r["step"] and not s.get("skipped")
+        ]
+        if not saved:
+            findings.append(Finding(f"{source} restore", f"restored step {r['step']}, never saved"))
+            continue
+        want = saved[-1]
+        differs = sorted(
+            k
+            for k in set(want["digest"]) | set(r["digest"])
+            if want["digest"].get(k) != r["digest"].get(k)
+        )
+        if differs:
+            findings.append(
+                Finding(
+                    f"{source} restore",
+                    f"restore of step {r['step']} is not bitwise the saved state: leaf "
+                    f"{differs[0]} differs",
+                )
+            )
+    verdict = loop_oracle.judge_loop(events, runs.fault_free.events)
+    findings += [
+        Finding(f"{source} restore", v)
+        for v in verdict.violations
+        if "data iterator" in v or "step counter" in v or "exactly-once" in v
+    ]
+    if not findings:
+        findings += [Finding(f"{source} run", f) for f in _failed(f"{source} run", result)]
+    steps = sorted({r["step"] for r in restores if r["step"] is not None})
+    return _with(
+        row,
+        findings,
+        f"{source} of step {', '.join(map(str, steps))} restored bitwise; the data position "
+        "and step resumed right after it",
+    )
+
+
+def _after_saves(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each completed save, with the episode batch count it came after."""
+    out, batch = [], 0
+    for e in events:
+        if e["kind"] == "batch":
+            batch = e["batch"]
+        elif e["kind"] == "snapshot_save" and not e.get("skipped"):
+            out.append({**e, "batch": batch})
+    return out
+
+
+def _batch_intervals(events: list[dict[str, Any]]) -> list[float]:
+    walls = [e["wall"] for e in events if e["kind"] in ("batch", "run_end")]
+    return [b - a for a, b in itertools.pairwise(walls)]
+
+
+def _last_position(lineage: list[loop_oracle.BatchRecord]) -> int | str:
+    positions = [p for r in lineage for p in r.positions]
+    return positions[-1] if positions else "?"
+
+
+def _failed(what: str, result: LoopResult) -> list[str]:
+    if result.completed:
+        return []
+    end: dict[str, Any] = next((e for e in reversed(result.events) if e["kind"] == "run_end"), {})
+    error = end.get("error") or "no run_end"
+    where = end.get("where")
+    return [f"{what} did not complete: {error}" + (f" (raised at {where})" if where else "")]
+
+
+def _with(row: CheckResult, findings: list[Finding], note: str) -> CheckResult:
+    import dataclasses
+
+    return dataclasses.replace(row, findings=tuple(findings), note=note)
+
+
+def _blocked(row: CheckResult, depends_on: str, why: str) -> CheckResult:
+    import dataclasses
+
+    return dataclasses.replace(row, findings=(), depends_on=depends_on, note=why)
+
+
+def _skip(row: CheckResult, why: str) -> CheckResult:
+    import dataclasses
+
+    return dataclasses.replace(row, findings=(), skipped=why)
+
+
+def _not_observable(row: CheckResult, why: str, runs: LoopRuns) -> CheckResult:
+    """What the loop's run cannot show, the adapter (when given) still can."""
+    if runs.adapter_runs is not None:
+        from pathways_chaos.harness.acceptance.runtime import RUNTIME_CHECKS
+
+        return RUNTIME_CHECKS[row.check](runs.adapter_runs)
+    return _skip(row, f"{why}; pass --acceptance-adapter to check it through an adapter")

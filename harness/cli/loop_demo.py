@@ -1,0 +1,67 @@
+"""``pathways-chaos demo --loop MODULE:FUNC``: a user's own loop, a fault-free run and one
+under faults, judged by the loop oracle; and ``check`` on a loop's log."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+from typing import Any
+
+#: Slices lost and back after two health polls: a pause-and-resume loop recovers too.
+LOOP_DEMO_SCHEDULE = (
+    "data_loss@batch=8:slice=2:repair_after_polls=2,not_found@batch=16:slice=1:repair_after_polls=2"
+)
+
+
+def demo_loop(args: argparse.Namespace, topology: Any) -> int:
+    from pathways_chaos.faults.model import parse_schedule
+    from pathways_chaos.harness.engine.clock import make_clock
+    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
+    from pathways_chaos.harness.engine.loop_episode import load_loop
+    from pathways_chaos.harness.play import play_loop
+
+    loop = load_loop(args.loop)
+    schedule = parse_schedule(args.schedule or LOOP_DEMO_SCHEDULE)
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        FakeCluster(topology, clock=make_clock(args.clock)) as cluster,
+    ):
+        baseline = play_loop(loop, cluster=cluster, checkpoint_dir=Path(tmp) / "fault-free")
+        outcome = play_loop(
+            loop,
+            schedule,
+            baseline=baseline.events,
+            cluster=cluster,
+            log_path=args.log,
+            checkpoint_dir=Path(tmp) / "faulted",
+        )
+    result, verdict = outcome.result, outcome.verdict
+    batches = [e for e in result.events if e["kind"] == "batch"]
+    attempts = [e for e in result.events if e["kind"] == "attempt_start"]
+    print(f"pathways-chaos demo: {topology} fake cluster, loop {args.loop}")
+    print(f"schedule: {schedule.to_text() or '(none)'}")
+    print(
+        f"{len(batches)} batches drawn, {len(verdict.batches)} committed, "
+        f"{len(attempts)} attempts, {'completed' if verdict.completed else 'did not complete'}"
+    )
+    for r in verdict.recoveries:
+        took = "never" if r["recovery_s"] is None else f"{r['recovery_s']:.1f} s"
+        print(f"fault {r['fault']}: recovered {took} (episode clock)")
+    print(verdict.summary())
+    print("SURVIVED" if verdict.ok else "FAILED")
+    if args.log:
+        print(f"event log: {args.log}")
+    return 0 if verdict.ok else 1
+
+
+def check_loop_log(events: list[dict[str, Any]]) -> int:
+    from pathways_chaos.harness.judging.loop_oracle import judge_loop
+
+    verdict = judge_loop(events)
+    print(verdict.summary())
+    return 0 if verdict.ok else 1
+
+
+def is_loop_log(events: list[dict[str, Any]]) -> bool:
+    return any(e["kind"] == "episode_start" and e.get("loop") for e in events)

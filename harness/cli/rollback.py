@@ -1,0 +1,159 @@
+"""``pathways-chaos rollback JOURNAL | --pending``: undo what a crashed run left behind.
+
+Why a command of its own: after a SIGKILL nothing of the run is left but its journal. The
+command finds it (``--pending``: every unfinished journal of the kubeconfig's cluster in the
+journal folder), refuses another cluster's, reports malformed lines by number, and turns every
+problem into one line and a documented exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pathways_chaos.faults.journal import (
+    JOURNAL_DIR_ENV,
+    ClusterIdentity,
+    JournalError,
+    RollbackJournal,
+    default_journal_dir,
+    pending_journals,
+    read_journal,
+    short_error,
+)
+from pathways_chaos.harness.errors import ChaosError
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+#: Exit codes (documented in the README).
+EXIT_OK, EXIT_INCOMPLETE, EXIT_USAGE, EXIT_REFUSED, EXIT_CLUSTER = 0, 1, 2, 3, 4
+
+
+ROLLBACK_EPILOG = """exit codes: 0 everything undone (or nothing to undo); 1 something was
+skipped (a malformed line, an undo that failed: see stderr); 2 bad input (no such journal,
+a folder); 3 refused (the journal belongs to another cluster); 4 the kubeconfig or the cluster
+cannot be reached."""
+
+
+def rollback_main(argv: list[str]) -> int:
+    """``pathways-chaos rollback JOURNAL | --pending``: undo what a crashed run left behind."""
+    parser = argparse.ArgumentParser(
+        prog="pathways-chaos rollback",
+        description="Undo every change recorded in a rollback journal (safe to run twice).",
+        epilog=ROLLBACK_EPILOG,
+    )
+    parser.add_argument("journal", nargs="?", help="path of the JSONL rollback journal")
+    parser.add_argument(
+        "--pending",
+        action="store_true",
+        help="undo every unfinished journal of the current cluster in the journal folder",
+    )
+    parser.add_argument(
+        "--journal-dir",
+        type=Path,
+        default=None,
+        help=f"the journal folder (default ${JOURNAL_DIR_ENV} or $XDG_STATE_HOME/pathways-chaos)",
+    )
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube)")
+    parser.add_argument("--context", help="kubeconfig context (default: its current context)")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print what would be undone, change nothing"
+    )
+    parser.add_argument(
+        "--assume-cluster",
+        action="store_true",
+        help="undo a journal without a cluster header (an old one) against this cluster",
+    )
+    args = parser.parse_args(argv)
+    if bool(args.journal) == bool(args.pending):
+        parser.error("name one JOURNAL, or pass --pending (not both)")
+    try:
+        if args.pending:
+            return _rollback_pending(args)
+        return _rollback_one(args, Path(args.journal))
+    except ChaosError as error:
+        print(f"pathways-chaos rollback: {error}", file=sys.stderr)
+        return error.exit_code
+
+
+def _connect(args: argparse.Namespace) -> ApiClient:
+    """An API client for the kubeconfig, or a one-line ``ChaosError`` (exit 4)."""
+    try:
+        from kubernetes import config
+    except ImportError:
+        raise JournalError(
+            "the kubernetes package is not installed: pip install kubernetes"
+        ) from None
+    try:
+        api = config.new_client_from_config(
+            config_file=args.kubeconfig, context=args.context, persist_config=False
+        )
+    except Exception as error:  # ConfigException, YAML errors, OSError: all one line
+        raise _ClusterUnreachable(
+            f"cannot load the kubeconfig ({type(error).__name__}: "
+            f"{str(error).splitlines()[0] if str(error) else 'unreadable'}): "
+            "pass --kubeconfig FILE and --context NAME"
+        ) from None
+    api.configuration.retries = 0
+    return api
+
+
+class _ClusterUnreachable(ChaosError):
+    exit_code = EXIT_CLUSTER
+
+
+def _identity(api: ApiClient) -> ClusterIdentity:
+    try:
+        return ClusterIdentity.of(api)
+    except Exception as error:
+        raise _ClusterUnreachable(
+            f"cannot read the cluster's identity at {api.configuration.host} "
+            f"({short_error(error)}): check the kubeconfig, the context and the network"
+        ) from None
+
+
+def _rollback_one(args: argparse.Namespace, path: Path) -> int:
+    if not path.exists():
+        raise JournalError(f"no journal at {path}")
+    contents = read_journal(path)
+    for note in contents.notes:
+        print(f"{path}: {note}")
+    for problem in contents.problems:
+        print(f"SKIPPED {path}: {problem}", file=sys.stderr)
+    if not contents.pending():
+        print(f"{path}: nothing to undo")
+        return EXIT_INCOMPLETE if contents.problems else EXIT_OK
+    api = _connect(args)
+    _identity(api)  # unreachable: one line, exit 4, before anything else
+    result = RollbackJournal(path).replay(
+        api, dry_run=args.dry_run, assume_cluster=args.assume_cluster
+    )
+    for line in result.lines:
+        print(line)
+    for error in result.errors:
+        print(f"FAILED {error}", file=sys.stderr)
+    return EXIT_OK if result.ok else EXIT_INCOMPLETE
+
+
+def _rollback_pending(args: argparse.Namespace) -> int:
+    directory = args.journal_dir or default_journal_dir()
+    if not directory.is_dir():
+        print(f"{directory}: no journal folder, nothing to undo")
+        return EXIT_OK
+    api = _connect(args)
+    identity = _identity(api)
+    journals = pending_journals(directory, identity)
+    if not journals:
+        print(f"{directory}: no unfinished journal for cluster {identity.cluster_uid}")
+        return EXIT_OK
+    code = EXIT_OK
+    for path, busy in journals:
+        if busy:
+            print(f"{path}: skipped, {busy} (a live session rolls it back itself)")
+            continue
+        print(f"{path}:")
+        code = max(code, _rollback_one(args, path))
+    return code

@@ -1,0 +1,477 @@
+"""What "survived" means for a user's own loop, from the black-box log alone.
+
+The observer sees batches (data positions, sample ids), snapshot saves and restores, attempts,
+meshes and live arrays, never the loop's step counter except where the loop hands it to the
+Snapshotter. The committed lineage is rebuilt as for the reference trainer: the last
+attempt's batches, back through the restore that started it to the batches drawn before the
+save it restored, and so on. Each judge says whether it applied; one that could not says why
+(``not_judged``), so a verdict never passes on a check that did not run.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from pathways_chaos.harness.engine.recorder import Event
+from pathways_chaos.harness.judging.oracle import REPLAY_ATOL, REPLAY_RTOL, Verdict, recoveries
+
+#: Every judge, in the order the verdict lists them.
+JUDGES = (
+    "completed",
+    "exactly-once",
+    "restore-latest",
+    "resume-step",
+    "meshes",
+    "no-leaks",
+    "step-count",
+    "final-state",
+)
+_LOSS_KINDS = frozenset(
+    {"data_loss", "deadline_exceeded", "not_found", "internal", "slice_loss", "flapping"}
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchRecord:
+    run: int
+    attempt: int
+    batch: int  # drawn in the episode, from 1
+    position: int | None
+    size: int | None
+    ids: tuple[int, ...] | None
+    seq: int
+
+    @property
+    def positions(self) -> list[int]:
+        if self.position is None or self.size is None:
+            return []
+        return list(range(self.position, self.position + self.size))
+
+    def where(self, index: int) -> str:
+        return (
+            f"committed batch {index} (run {self.run} attempt {self.attempt}, batch #{self.batch})"
+        )
+
+
+@dataclasses.dataclass
+class LoopVerdict(Verdict):
+    """The oracle's verdict, plus which judges ran and why the others could not."""
+
+    judged: list[str] = dataclasses.field(default_factory=list)
+    not_judged: dict[str, str] = dataclasses.field(default_factory=dict)
+    batches: list[BatchRecord] = dataclasses.field(default_factory=list)
+
+    def summary(self) -> str:
+        lines = [f"judged: {', '.join(self.judged) or 'nothing'}"]
+        lines += [f"not judged: {name}, because {why}" for name, why in self.not_judged.items()]
+        lines += [f"FAILED: {v}" for v in self.violations]
+        return "\n".join(lines)
+
+
+def judge_loop(events: Sequence[Event], baseline: Sequence[Event] | None = None) -> LoopVerdict:
+    """Judges a loop episode; ``baseline`` is the log of a fault-free run of the same loop."""
+    lineage, problems = committed_batches(events)
+    ends = [e for e in events if e["kind"] == "run_end"]
+    completed = bool(ends) and ends[-1]["status"] == "completed"
+    failed = next((e for e in reversed(ends) if e["status"] == "failed"), None)
+    error = None if failed is None else failed.get("error")
+    base_lineage = committed_batches(baseline)[0] if baseline else None
+    base_end = _last_end(baseline) if baseline else None
+
+    results: dict[str, list[str] | str] = {}  # name -> violations, or why it was not judged
+    results["completed"] = _completed(ends, failed)
+    once = _exactly_once(lineage, base_lineage, completed)
+    results["exactly-once"] = (problems or once) if isinstance(once, str) else problems + once
+    results["restore-latest"] = _restore_latest(events)
+    results["resume-step"] = _resume_step(events)
+    results["meshes"] = _meshes(events)
+    results["no-leaks"] = _no_leaks(events)
+    schedule_kept, why_not = _schedule_kept(lineage, base_lineage)
+    results["step-count"] = _step_count(lineage, base_lineage, completed, schedule_kept)
+    results["final-state"] = (
+        _final_state(ends[-1] if ends else None, base_end, completed) if schedule_kept else why_not
+    )
+    if not completed and "final-state" in results and isinstance(results["final-state"], list):
+        results["final-state"] = "the run did not complete"
+
+    verdict = LoopVerdict(
+        violations=[],
+        completed=completed,
+        lineage=[],
+        wasted_steps=sum(1 for e in events if e["kind"] == "batch") - len(lineage),
+        recoveries=recoveries(events),
+        error=error,
+        batches=lineage,
+    )
+    for name in JUDGES:
+        outcome = results[name]
+        if isinstance(outcome, str):
+            verdict.not_judged[name] = outcome
+        else:
+            verdict.judged.append(name)
+            verdict.violations += outcome
+    return verdict
+
+
+# -- the lineage ---------------------------------------------------------------------------
+def committed_batches(events: Sequence[Event] | None) -> tuple[list[BatchRecord], list[str]]:
+    """The batches the final state is made of, in the order they were trained on."""
+    if not events:
+        return [], []
+    problems: list[str] = []
+    by_attempt: dict[tuple[int, int], list[BatchRecord]] = collections.defaultdict(list)
+    restores: dict[tuple[int, int], Event] = {}
+    saves: list[Event] = []
+    for e in events:
+        key = (e.get("run", 0), e.get("attempt", 0))
+        if e["kind"] == "batch":
+            ids = tuple(e["ids"]) if e.get("ids") is not None else None
+            by_attempt[key].append(
+                BatchRecord(key[0], key[1], e["batch"], e["position"], e["size"], ids, e["seq"])
+            )
+        elif e["kind"] == "restore_end" and key not in by_attempt:
+            restores[key] = e  # a restore before the attempt's first batch starts it
+        elif e["kind"] in ("snapshot_save", "checkpoint_save") and not e.get("skipped"):
+            saves.append(e)
+    if not by_attempt:
+        return [], problems
+    key = max(by_attempt, key=lambda k: by_attempt[k][-1].seq)
+    segments: list[list[BatchRecord]] = []
+    seq_limit: int | None = None
+    seen = set()
+    while key not in seen:
+        seen.add(key)
+        records = by_attempt.get(key, [])
+        if seq_limit is not None:
+            records = [r for r in records if r.seq < seq_limit]
+        segments.append(records)
+        restore = restores.get(key)
+        if restore is None:
+            break
+        kind = "checkpoint_save" if restore["source"] == "checkpoint" else "snapshot_save"
+        earlier = [
+            s
+            for s in saves
+            if s["kind"] == kind and s["step"] == restore["step"] and s["seq"] < restore["seq"]
+        ]
+        if not earlier:
+            problems.append(
+                f"run {key[0]} attempt {key[1]} restored step {restore['step']} that no attempt "
+                "saved"
+            )
+            break
+        save = earlier[-1]
+        key, seq_limit = (save["run"], save["attempt"]), save["seq"]
+    return [r for seg in reversed(segments) for r in seg], problems
+
+
+# -- the judges ------------------------------------------------------------------------------
+def _completed(ends: list[Event], failed: Event | None) -> list[str]:
+    if not ends:
+        return ["the loop never finished a run: no run_end in the log"]
+    if ends[-1]["status"] == "completed":
+        return []
+    if failed is None:
+        return [f"the loop's last run ended {ends[-1]['status']}, not completed"]
+    where = failed.get("where")
+    cause = failed.get("cause")
+    return [
+        f"the loop crashed: {failed.get('error')}"
+        + (f" (caused by {cause})" if cause else "")
+        + (f", raised at {where}" if where else "")
+    ]
+
+
+def _exactly_once(
+    lineage: list[BatchRecord], base: list[BatchRecord] | None, completed: bool
+) -> list[str] | str:
+    if not lineage:
+        return "the loop drew no batch from a grain ElasticIterator"
+    if any(r.position is None for r in lineage):
+        return "the loop's iterator does not report a global position (use ElasticIterator)"
+    problems: list[str] = []
+    consumed = [p for r in lineage for p in r.positions]
+    counted = collections.Counter(consumed)
+    duplicated = sorted(p for p, n in counted.items() if n > 1)
+    skipped = sorted(set(range(max(consumed) + 1)) - set(consumed))
+    if duplicated or skipped:
+        at = _first_batch_with(lineage, set(duplicated) | set(skipped), counted)
+        what = []
+        if duplicated:
+            what.append(f"data positions {_ranges(duplicated)} consumed twice or more")
+        if skipped:
+            what.append(f"positions {_ranges(skipped)} skipped")
+        problems.append(f"exactly-once violated at {at}: {'; '.join(what)}")
+    if base is not None and not problems:
+        want = [p for r in base for p in r.positions]
+        n = min(len(want), len(consumed))
+        if consumed[:n] != want[:n]:
+            i = next(i for i in range(n) if consumed[i] != want[i])
+            problems.append(
+                f"data order differs from the fault-free run at data position index {i}: got "
+                f"{consumed[i : i + 4]}, the fault-free run {want[i : i + 4]}"
+            )
+    ids = [i for r in lineage for i in (r.ids or ())]
+    if not problems and all(r.ids is not None for r in lineage):
+        dup_ids = sorted(i for i, n in collections.Counter(ids).items() if n > 1)
+        if dup_ids:
+            problems.append(f"sample ids {_ranges(dup_ids)} trained on twice")
+    del completed
+    return problems
+
+
+def _restore_latest(events: Sequence[Event]) -> list[str] | str:
+    """An attempt that starts while a snapshot exists (or a run after a preemption
+    checkpoint) restores it before it trains."""
+    problems: list[str] = []
+    applied = False
+    checkpoint_runs: set[int] = set()
+    latest: dict[tuple[int, int], int | None] = {}
+    restored: set[tuple[int, int]] = set()
+    trained: set[tuple[int, int]] = set()
+    for e in events:
+        key = (e.get("run", 0), e.get("attempt", 0))
+        if e["kind"] == "attempt_start":
+            latest[key] = e.get("snapshot_latest")
+        elif e["kind"] == "restore_begin" and key not in trained:
+            restored.add(key)
+            applied = True
+        elif e["kind"] == "checkpoint_save":
+            checkpoint_runs.add(key[0])
+        elif e["kind"] == "batch" and key not in trained:
+            trained.add(key)
+            if key in restored:
+                continue
+            if latest.get(key) is not None:
+                applied = True
+                problems.append(
+                    f"run {key[0]} attempt {key[1]} trained without restoring, though the "
+                    f"snapshot of step {latest[key]} was the latest completed: it started over"
+                )
+            elif key[1] <= 1 and key[0] - 1 in checkpoint_runs:
+                applied = True
+                problems.append(
+                    f"run {key[0]} trained without restoring the checkpoint run {key[0] - 1} "
+                    "wrote on its preemption notice: it started over"
+                )
+    if not applied:
+        return "no attempt started while a snapshot or checkpoint existed"
+    return problems
+
+
+def _resume_step(events: Sequence[Event]) -> list[str] | str:
+    """After restoring step S, the first batch is the one saved with S, and the first save
+    after k more batches carries step S + k (the loop resumed at S + 1)."""
+    problems: list[str] = []
+    applied = False
+    pending: dict[tuple[int, int], Event] = {}
+    first_batch_checked: set[tuple[int, int]] = set()
+    for e in events:
+        key = (e.get("run", 0), e.get("attempt", 0))
+        if e["kind"] == "restore_end" and e.get("step") is not None:
+            pending[key] = e
+        elif e["kind"] == "batch" and key in pending and key not in first_batch_checked:
+            first_batch_checked.add(key)
+            restore = pending[key]
+            saved = restore.get("position")
+            if saved is not None and e["position"] is not None:
+                applied = True
+                if e["position"] != saved:
+                    how = "ahead of" if e["position"] > saved else "behind"
+                    problems.append(
+                        f"run {key[0]} attempt {key[1]} restored step {restore['step']} (data "
+                        f"position {saved}) but drew its first batch at data position "
+                        f"{e['position']}, {how} it: the data iterator was not restored from "
+                        "the snapshot"
+                    )
+        elif e["kind"] in ("snapshot_save", "checkpoint_save") and key in pending:
+            restore = pending.pop(key)
+            k = e["batches_in_attempt"] - restore["batches_in_attempt"]
+            if e.get("step") is None:
+                continue
+            applied = True
+            want = restore["step"] + k
+            if e["step"] != want:
+                problems.append(
+                    f"run {key[0]} attempt {key[1]} restored step {restore['step']}, trained "
+                    f"{k} batches and saved step {e['step']}: it resumed at step "
+                    f"{e['step'] - k + 1}, not step {restore['step'] + 1} (the step counter was "
+                    "not restored from the snapshot)"
+                )
+    if not applied:
+        return "no restore was followed by a batch and a save"
+    return problems
+
+
+def _meshes(events: Sequence[Event]) -> list[str] | str:
+    """No attempt places data on a slice that was lost and that the manager had not
+    (again) made active: a slice lost in the middle of an attempt is that attempt's fault,
+    not its mesh's."""
+    problems: list[str] = []
+    down: dict[int, str] = {}
+    active: set[int] | None = None
+    slices: dict[int, list[int]] = {}
+    reported: set[tuple[int, int]] = set()
+    applied = False
+    for e in events:
+        kind = e["kind"]
+        key = (e.get("run", 0), e.get("attempt", 0))
+        if kind == "run_start":
+            slices = {int(s): ids for s, ids in e["slices"].items()}
+            active = None
+        elif kind == "fault" and "touched" in e:
+            fault = e["fault"]
+            if fault["kind"] in _LOSS_KINDS:
+                down[fault["slice"]] = e["text"]
+            elif fault["kind"] == "repair":
+                down.pop(fault["slice"], None)
+        elif kind in ("attempt_start", "active_slices"):
+            active = set(e.get("active_slices", e.get("slices", [])))
+            for s in active:
+                down.pop(s, None)
+        elif kind == "mesh":
+            applied = True
+            dead = sorted(
+                s for s in set(e["slices"]) & set(down) if active is None or s not in active
+            )
+            if dead and key not in reported:
+                reported.add(key)
+                devices = [d for s in dead for d in slices.get(s, [])]
+                problems.append(
+                    f"run {key[0]} attempt {key[1]} put data on a mesh holding slice "
+                    f"{', '.join(map(str, dead))} (devices {devices}), lost by "
+                    f"{down[dead[0]]} and not back: build each attempt's mesh from the "
+                    "manager's active slices, not jax.devices()"
+                )
+        elif kind == "attempt_ready":
+            gone = [s for s in down if active is None or s not in active]
+            dead_devices = {d for s in gone for d in slices.get(s, [])}
+            on_dead = sorted(dead_devices & set(e["live"]["device_ids"]))
+            if on_dead and key not in reported:
+                reported.add(key)
+                problems.append(
+                    f"run {key[0]} attempt {key[1]}: live arrays have shards on lost devices "
+                    f"{on_dead} when it drew its first batch"
+                )
+    if not applied:
+        return "the loop placed no data on a named-sharding mesh"
+    if len(problems) > 1:
+        return [f"{problems[0]} (and {len(problems) - 1} more attempts)"]
+    return problems
+
+
+def _no_leaks(events: Sequence[Event]) -> list[str] | str:
+    counts = [
+        ((e["run"], e["attempt"]), e["live"]["by_kind"].get("device", 0))
+        for e in events
+        if e["kind"] == "attempt_ready"
+    ]
+    if len(counts) < 2:
+        return "only one attempt ran"
+    first = counts[0][1]
+    for (run, attempt), n in counts[1:]:
+        if n > first:
+            return [
+                f"live device arrays grew from {first} in the first attempt to {n} in run {run} "
+                f"attempt {attempt}: something keeps the failed attempt's arrays alive"
+            ]
+    return []
+
+
+def _schedule_kept(lineage: list[BatchRecord], base: list[BatchRecord] | None) -> tuple[bool, str]:
+    if base is None:
+        return False, "no fault-free run of the same loop to compare with"
+    sizes = [r.size for r in lineage]
+    want = [r.size for r in base]
+    for i, (got, expected) in enumerate(zip(sizes, want, strict=False)):
+        if got != expected:
+            return False, (
+                f"the recovery changed the batch schedule (committed batch {i + 1} holds {got} "
+                f"samples, the fault-free run's {expected}: a batch that scales with the "
+                "slices), so the fault-free run saw different batches"
+            )
+    return True, ""
+
+
+def _step_count(
+    lineage: list[BatchRecord], base: list[BatchRecord] | None, completed: bool, kept: bool
+) -> list[str] | str:
+    if base is None:
+        return "no fault-free run of the same loop to compare with"
+    if not completed:
+        return "the run did not complete"
+    if not kept:
+        got = sum(r.size or 0 for r in lineage)
+        if got == sum(r.size or 0 for r in base):
+            return "the loop is bounded by its data, not its steps, and the batch size changed"
+    if len(lineage) != len(base):
+        extra = len(lineage) - len(base)
+        return [
+            f"{len(lineage)} committed batches where the fault-free run trains {len(base)}: the "
+            f"loop trained {abs(extra)} {'extra' if extra > 0 else 'fewer'} steps"
+        ]
+    return []
+
+
+def _final_state(end: Event | None, base_end: Event | None, completed: bool) -> list[str] | str:
+    if not completed:
+        return "the run did not complete"
+    if end is None or not end.get("final_state"):
+        return "the loop returned no state (return the final train state to have it compared)"
+    if base_end is None or not base_end.get("final_state"):
+        return "the fault-free run returned no state"
+    got, want = end["final_state"], base_end["final_state"]
+    if sorted(got) != sorted(want):
+        return [f"final state leaves {sorted(got)} differ from the fault-free run's {sorted(want)}"]
+    for path in sorted(got):
+        a, b = _array(got[path]), _array(want[path])
+        if a.shape != b.shape:
+            return [f"leaf {path}: shape {a.shape} differs from the fault-free run's {b.shape}"]
+        if not np.allclose(a, b, rtol=REPLAY_RTOL, atol=REPLAY_ATOL):
+            worst = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
+            return [
+                f"final state differs from the fault-free run at leaf {path}: max abs diff "
+                f"{worst:.3g} (tolerance rtol={REPLAY_RTOL}, atol={REPLAY_ATOL})"
+            ]
+    return []
+
+
+# -- helpers ---------------------------------------------------------------------------------
+def _array(leaf: dict[str, Any]) -> np.ndarray:
+    return np.asarray(leaf["values"], dtype=leaf["dtype"]).reshape(leaf["shape"])
+
+
+def _last_end(events: Sequence[Event]) -> Event | None:
+    return next((e for e in reversed(events) if e["kind"] == "run_end"), None)
+
+
+def _first_batch_with(
+    lineage: list[BatchRecord], positions: set[int], counted: collections.Counter[int]
+) -> str:
+    seen: collections.Counter[int] = collections.Counter()
+    for i, r in enumerate(lineage, 1):
+        for p in r.positions:
+            seen[p] += 1
+            if p in positions and (seen[p] > 1 or counted[p] == 0):
+                return r.where(i)
+    for i, r in enumerate(lineage, 1):
+        if r.position is not None and any(p < r.position for p in positions):
+            return r.where(i)
+    return "the end"
+
+
+def _ranges(values: Iterable[int]) -> str:
+    """[1, 2, 3, 7] -> '1..3, 7' (at most six runs shown)."""
+    runs: list[list[int]] = []
+    for v in sorted(values):
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    shown = [f"{a}..{b}" if b > a else str(a) for a, b in runs[:6]]
+    return ", ".join(shown) + (" ..." if len(runs) > 6 else "")

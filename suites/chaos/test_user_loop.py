@@ -1,0 +1,80 @@
+"""The chaos scenarios that apply to any elastic loop, run against yours unchanged.
+
+``pytest -m chaos --chaos-loop=pkg.module:main`` runs them on ``main`` (without the option,
+on the sample loop). Every lost slice comes back after a few health polls, so a loop in
+pause-and-resume mode (which waits for every slice) and one in replica-resize mode (which
+goes on without it, and may take it back) both have a way to recover. Triggers count what
+the observer sees: ``batch=N`` the Nth batch drawn from the loop's grain iterator,
+``save=N`` its Nth Snapshotter save, ``restore=N`` its Nth restore.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.chaos
+
+BACK = "repair_after_polls=3"
+
+
+def _survived(out):
+    assert out.of_kind("fault"), "no fault fired: the loop drew fewer batches than the schedule"
+    out.verdict.raise_if_failed()
+    assert any(e["slice_down"] for e in out.of_kind("error")), "the loop never met the fault"
+
+
+@pytest.mark.parametrize("kind", ["data_loss", "deadline_exceeded", "not_found", "internal"])
+def test_every_slice_down_code(chaos, chaos_loop, kind):
+    out = chaos.run_loop(chaos_loop, f"{kind}@batch=10:slice=1:{BACK}")
+
+    _survived(out)
+    (error, *_) = [e for e in out.of_kind("error") if e["slice_down"]]
+    assert error["message"].startswith(kind.upper())
+
+
+def test_repaired_slice_rejoins(chaos, chaos_loop):
+    # Lost at batch 6, repaired at 15 s on the episode clock (one batch a second), while the
+    # loop trains on without it (resize) or waits for it (pause and resume).
+    out = chaos.run_loop(chaos_loop, "data_loss@batch=6:slice=2,repair@time=15:slice=2")
+
+    _survived(out)
+    last_mesh = out.of_kind("mesh")[-1]
+    assert 2 in last_mesh["slices"], "the repaired slice never came back into the mesh"
+
+
+def test_slice_lost_during_a_save(chaos, chaos_loop):
+    out = chaos.run_loop(chaos_loop, f"data_loss@save=3:slice=2:{BACK}")
+
+    _survived(out)
+
+
+def test_slice_lost_during_a_restore(chaos, chaos_loop):
+    out = chaos.run_loop(
+        chaos_loop, f"data_loss@batch=10:slice=2:{BACK},data_loss@restore=1:slice=1:{BACK}"
+    )
+
+    _survived(out)
+    assert len(out.of_kind("attempt_start")) >= 3
+
+
+def test_flapping_slice(chaos, chaos_loop):
+    out = chaos.run_loop(chaos_loop, "flapping@batch=3:slice=1:times=3:up_accesses=4")
+
+    _survived(out)
+
+
+def test_all_replicas_but_one(chaos, chaos_loop):
+    schedule = ",".join(f"data_loss@batch=10:slice={s}:{BACK}" for s in (1, 2, 3))
+    out = chaos.run_loop(chaos_loop, schedule)
+
+    _survived(out)
+
+
+def test_preemption_suspends_and_resumes(chaos, chaos_loop):
+    out = chaos.run_loop(chaos_loop, "preemption@batch=10")
+
+    (fault,) = out.of_kind("fault")
+    if "raised" in fault:
+        pytest.skip(f"not applicable to this loop: preemption {fault['raised']}")
+    out.verdict.raise_if_failed()
+    assert [e["status"] for e in out.of_kind("run_end")] == ["suspended", "completed"]

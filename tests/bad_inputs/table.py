@@ -1,0 +1,470 @@
+"""Bad and edge inputs a suspicious user tries, each with the one-line answer it must get.
+
+Why a table in its own module: the regression test runs every row, and the bench counts the
+same rows (tried / one-line errors / tracebacks / silent successes), so the figure and the test
+cannot disagree. Each row runs in a new process, exactly as a person would type it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-m", "pathways_chaos.harness.cli.main"]
+PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q"]
+
+CHAOS_TEST = """
+def test_it(chaos):
+    chaos.run({schedule!r}, final_step=6, snapshot_interval=2)
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One bad input: the command, the exit code it must end with, and text its error carries."""
+
+    name: str
+    argv: tuple[str, ...]
+    exit_code: int
+    says: str
+    env: tuple[tuple[str, str], ...] = ()
+    setup: Callable[[Path], None] | None = None
+    pytest_session: bool = False  # a pytest run: its summary lines are allowed around the error
+
+
+def _write(name: str, content: bytes | str) -> Callable[[Path], None]:
+    def setup(folder: Path) -> None:
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+
+    return setup
+
+
+def _all(*setups: Callable[[Path], None]) -> Callable[[Path], None]:
+    def setup(folder: Path) -> None:
+        for one in setups:
+            one(folder)
+
+    return setup
+
+
+def _chaos_test(schedule: str) -> Callable[[Path], None]:
+    return _write("test_user.py", CHAOS_TEST.format(schedule=schedule))
+
+
+PENDING_CHANGE = (
+    '{"journal": 2, "run": "r1", "cluster_uid": "u1", "server": "https://127.0.0.1:1"}\n'
+    '{"seq": 1, "run": "r1", "action": "cordon", "node": "n1", "uid": "x"}\n'
+)
+GARBAGE_KUBECONFIG = "this: [is not: a kubeconfig\n"
+EMPTY_KUBECONFIG = (
+    '{"apiVersion": "v1", "kind": "Config", "current-context": "ctx", '
+    '"contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}], '
+    '"clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}], '
+    '"users": [{"name": "u", "user": {}}]}'
+)
+
+
+def rows() -> list[Row]:
+    demo = (*CLI, "demo", "--steps", "6")
+    pytest_fake = (*PYTEST, "--co")
+    return [
+        # -- fault text: typed and ranged at parse time ------------------------------------
+        Row(
+            "non-numeric slice",
+            (*demo, "--schedule", "data_loss@step=3:slice=abc"),
+            2,
+            "slice='abc' is not a whole number",
+        ),
+        Row(
+            "non-numeric grace",
+            (*demo, "--schedule", "kill_pods@step=3:slice=1:grace=x"),
+            2,
+            "grace='x' is not a whole number",
+        ),
+        Row(
+            "non-numeric seconds",
+            (*demo, "--schedule", "slow_health@step=3:slice=1:seconds=soon"),
+            2,
+            "seconds='soon' is not a number",
+        ),
+        Row("trigger nan", (*demo, "--schedule", "data_loss@step=nan:slice=1"), 2, "never comes"),
+        Row("trigger inf", (*demo, "--schedule", "data_loss@time=inf:slice=1"), 2, "never comes"),
+        Row(
+            "fractional step",
+            (*demo, "--schedule", "data_loss@step=1.5:slice=1"),
+            2,
+            "not a whole number",
+        ),
+        Row(
+            "negative trigger", (*demo, "--schedule", "data_loss@step=-2:slice=1"), 2, "is negative"
+        ),
+        Row(
+            "duplicate parameter",
+            (*demo, "--schedule", "data_loss@step=3:slice=1:slice=2"),
+            2,
+            "given twice",
+        ),
+        Row(
+            "negative duration",
+            (*demo, "--schedule", "slow_health@step=3:slice=1:seconds=-5"),
+            2,
+            "seconds=-5.0 is negative",
+        ),
+        Row(
+            "negative polls",
+            (*demo, "--schedule", "repair@step=3:slice=1:after_polls=-1"),
+            2,
+            "after_polls=-1 is negative",
+        ),
+        Row(
+            "negative slice",
+            (*demo, "--schedule", "data_loss@step=3:slice=-1"),
+            2,
+            "slice=-1 is negative",
+        ),
+        Row(
+            "slice outside topology",
+            (*demo, "--schedule", "data_loss@step=3:slice=9"),
+            2,
+            "slice 9 is outside the cluster's 4 slices",
+        ),
+        Row(
+            "unknown parameter",
+            (*demo, "--schedule", "data_loss@step=3:slcie=1"),
+            2,
+            "unknown parameter(s) slcie",
+        ),
+        Row(
+            "unknown kind", (*demo, "--schedule", "meteor@step=3"), 2, "unknown fault kind 'meteor'"
+        ),
+        Row("no trigger", (*demo, "--schedule", "data_loss"), 2, "has no trigger"),
+        Row(
+            "kubernetes fault on the fake",
+            (*demo, "--schedule", "kill_pods@step=3:slice=1"),
+            2,
+            "needs --cluster",
+        ),
+        Row(
+            "bool parameter",
+            (*demo, "--schedule", "drain_nodes@step=3:slice=1:force=maybe"),
+            2,
+            "not a boolean",
+        ),
+        # -- faults whose trigger never comes: never "survived" ----------------------------
+        Row(
+            "step never reached",
+            (*demo, "--schedule", "data_loss@step=999999999999:slice=1"),
+            1,
+            "fault never fired: data_loss@step=999999999999:slice=1 "
+            "(step=999999999999 > last step 5)",
+        ),
+        Row(
+            "restore never reached",
+            (*demo, "--schedule", "data_loss@restore=99:slice=1"),
+            1,
+            "fault never fired: data_loss@restore=99:slice=1",
+        ),
+        # -- demo, replay, check ------------------------------------------------------------
+        Row("demo --log DIR", (*demo, "--schedule", "", "--log", "."), 2, "is a folder"),
+        Row("demo --slices -1", (*demo, "--slices", "-1"), 2, "num_slices=-1"),
+        Row("demo --slices 5000", (*demo, "--slices", "5000"), 2, "more than the 1024"),
+        Row("demo --steps 0", (*CLI, "demo", "--steps", "0"), 2, "--steps 0"),
+        Row("demo --mode", (*demo, "--mode", "elastic"), 2, "elastic"),
+        Row(
+            "replay --data-size 3",
+            (*CLI, "replay", "--data-size", "3"),
+            2,
+            "--data-size 3 is too small",
+        ),
+        Row(
+            "replay negative poll",
+            (*CLI, "replay", "--poll-interval", "-1"),
+            2,
+            "--poll-interval -1 is negative",
+        ),
+        Row("replay --steps 0", (*CLI, "replay", "--steps", "0"), 2, "--steps 0"),
+        Row(
+            "replay unfired",
+            (*CLI, "replay", "--steps", "4", "--schedule", "data_loss@step=99:slice=1"),
+            1,
+            "fault never fired",
+        ),
+        Row("check missing log", (*CLI, "check", "missing.jsonl"), 2, "No such file"),
+        Row("check a folder", (*CLI, "check", "."), 2, "Is a directory"),
+        Row(
+            "check not a log",
+            (*CLI, "check", "notes.txt"),
+            2,
+            "is not a JSONL event log",
+            setup=_write("notes.txt", "hello\n"),
+        ),
+        # -- rollback -------------------------------------------------------------------------
+        Row(
+            "rollback missing journal",
+            (*CLI, "rollback", "missing.jsonl"),
+            2,
+            "no journal at missing.jsonl",
+        ),
+        Row("rollback a folder", (*CLI, "rollback", "."), 2, "is a folder, not a journal"),
+        Row(
+            "rollback non-UTF-8",
+            (*CLI, "rollback", "j.jsonl"),
+            1,
+            "line 1: not UTF-8",
+            setup=_write("j.jsonl", b"\xff\xfe\x00garbage\n"),
+        ),
+        Row(
+            "rollback line 42",
+            (*CLI, "rollback", "j.jsonl"),
+            1,
+            "line 1: not a journal record (int 42)",
+            setup=_write("j.jsonl", "42\n"),
+        ),
+        Row(
+            "rollback line null",
+            (*CLI, "rollback", "j.jsonl"),
+            1,
+            "line 1: not a journal record",
+            setup=_write("j.jsonl", "null\n"),
+        ),
+        Row(
+            "rollback seq only",
+            (*CLI, "rollback", "j.jsonl"),
+            1,
+            "change #99 has unknown action",
+            setup=_write("j.jsonl", '{"seq": 99}\n'),
+        ),
+        Row(
+            "rollback cut mid-file",
+            (*CLI, "rollback", "j.jsonl"),
+            1,
+            "line 1: not JSON",
+            setup=_write("j.jsonl", '{"seq": 1, "action": "cor\n{"undone": 5}\n'),
+        ),
+        Row(
+            "rollback no kubeconfig",
+            (*CLI, "rollback", "j.jsonl", "--kubeconfig", "missing-kubeconfig"),
+            4,
+            "cannot load the kubeconfig",
+            setup=_write("j.jsonl", PENDING_CHANGE),
+        ),
+        Row(
+            "rollback garbage kubeconfig",
+            (*CLI, "rollback", "j.jsonl", "--kubeconfig", "kc"),
+            4,
+            "cannot load the kubeconfig",
+            setup=_all(_write("j.jsonl", PENDING_CHANGE), _write("kc", GARBAGE_KUBECONFIG)),
+        ),
+        Row(
+            "rollback two modes",
+            (*CLI, "rollback", "j.jsonl", "--pending"),
+            2,
+            "name one JOURNAL, or pass --pending",
+        ),
+        Row("rollback nothing", (*CLI, "rollback"), 2, "name one JOURNAL, or pass --pending"),
+        # -- pytest options: pytest.UsageError in pytest_configure, exit 4 ------------------
+        Row(
+            "--fake-slices -1",
+            (*pytest_fake, "--fake-slices", "-1"),
+            4,
+            "--fake-slices=-1: use a whole number >= 1",
+            pytest_session=True,
+        ),
+        Row(
+            "--fake-slices 0",
+            (*pytest_fake, "--fake-slices", "0"),
+            4,
+            "--fake-slices=0",
+            pytest_session=True,
+        ),
+        Row(
+            "--fake-slices 5000",
+            (*pytest_fake, "--fake-slices", "5000"),
+            4,
+            "more than the 1024",
+            pytest_session=True,
+        ),
+        Row(
+            "PATHWAYS_CHAOS_SLICES=abc",
+            pytest_fake,
+            4,
+            "PATHWAYS_CHAOS_SLICES='abc' is not a whole number",
+            env=(("PATHWAYS_CHAOS_SLICES", "abc"),),
+            pytest_session=True,
+        ),
+        Row(
+            "PATHWAYS_CHAOS_SLICES=0",
+            pytest_fake,
+            4,
+            "PATHWAYS_CHAOS_SLICES=0",
+            env=(("PATHWAYS_CHAOS_SLICES", "0"),),
+            pytest_session=True,
+        ),
+        Row(
+            "--cluster= empty",
+            (*pytest_fake, "--cluster="),
+            4,
+            "--cluster is empty",
+            pytest_session=True,
+        ),
+        Row(
+            "--cluster without --jobset",
+            (*pytest_fake, "--cluster=ctx", "--namespace=ns"),
+            4,
+            "--jobset is missing",
+            pytest_session=True,
+        ),
+        Row(
+            "--chaos-progress-every 0",
+            (*pytest_fake, "--chaos-progress-every", "0"),
+            4,
+            "--chaos-progress-every=0",
+            pytest_session=True,
+        ),
+        Row(
+            "--chaos-allow-namespace bad",
+            (*pytest_fake, "--chaos-allow-namespace", "Bad_NS"),
+            4,
+            "not a Kubernetes namespace name",
+            pytest_session=True,
+        ),
+        Row(
+            "--chaos-journal-dir a file",
+            (*pytest_fake, "--chaos-journal-dir", "afile"),
+            4,
+            "is not a folder",
+            setup=_write("afile", "x"),
+            pytest_session=True,
+        ),
+        Row(
+            "garbage kubeconfig",
+            (*PYTEST, "test_user.py", "--cluster=kc:ctx", "--namespace=ns", "--jobset=js"),
+            4,
+            "is not a valid kubeconfig",
+            setup=_all(_write("kc", GARBAGE_KUBECONFIG), _chaos_test("")),
+            pytest_session=True,
+        ),
+        Row(
+            "unknown context",
+            (*PYTEST, "test_user.py", "--cluster=kc:nope", "--namespace=ns", "--jobset=js"),
+            4,
+            "unknown context 'nope'",
+            setup=_all(_write("kc", EMPTY_KUBECONFIG), _chaos_test("")),
+            pytest_session=True,
+        ),
+        # -- a chaos test's own schedule ------------------------------------------------------
+        Row(
+            "chaos.run kill_pods on the fake",
+            (*PYTEST, "test_user.py"),
+            1,
+            "kill_pods acts on Kubernetes objects and needs --cluster",
+            setup=_chaos_test("kill_pods@step=3:slice=1"),
+            pytest_session=True,
+        ),
+        Row(
+            "chaos.run never fires",
+            (*PYTEST, "test_user.py"),
+            1,
+            "fault never fired: data_loss@step=999:slice=1 (step=999 > last step 5)",
+            setup=_chaos_test("data_loss@step=999:slice=1"),
+            pytest_session=True,
+        ),
+        Row(
+            "chaos.run bad text",
+            (*PYTEST, "test_user.py"),
+            1,
+            "slice='x' is not a whole number",
+            setup=_chaos_test("data_loss@step=3:slice=x"),
+            pytest_session=True,
+        ),
+    ]
+
+
+@dataclasses.dataclass
+class Outcome:
+    row: Row
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def traceback(self) -> bool:
+        text = self.stdout + self.stderr
+        return "Traceback (most recent call last)" in text or "INTERNALERROR" in text
+
+    @property
+    def silent_success(self) -> bool:
+        return self.returncode == 0
+
+    @property
+    def error_lines(self) -> list[str]:
+        """The lines that carry the row's message (a good answer has exactly one)."""
+        return [line for line in (self.stdout + self.stderr).splitlines() if self.row.says in line]
+
+    @property
+    def one_line(self) -> bool:
+        """The exit code expected, no traceback, and the message on exactly one line.
+
+        A CLI's stderr is that line (argparse may print its usage line above it); a pytest run
+        has its summary around it, but says it once (not once per test).
+        """
+        if self.traceback or self.returncode != self.row.exit_code or len(self.error_lines) != 1:
+            return False
+        if self.row.pytest_session:
+            return True
+        stderr = [line for line in self.stderr.splitlines() if line.strip()]
+        stderr = [line for line in stderr if not line.startswith(("usage:", " "))]
+        return len(stderr) <= 1 + sum("SKIPPED" in line for line in stderr)
+
+    def explain(self) -> str:
+        return (
+            f"{self.row.name}: exit {self.returncode} (want {self.row.exit_code}), "
+            f"lines with {self.row.says!r}: {len(self.error_lines)}\n"
+            f"stdout: {self.stdout[-1500:]}\nstderr: {self.stderr[-1500:]}"
+        )
+
+
+def run_row(row: Row, folder: Path) -> Outcome:
+    folder.mkdir(parents=True, exist_ok=True)
+    if row.setup is not None:
+        row.setup(folder)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PATHWAYS_CHAOS_")}
+    env.update(dict(row.env))
+    env["PATHWAYS_CHAOS_JOURNAL_DIR"] = str(folder / "journals")
+    env["PYTHONWARNINGS"] = "ignore"
+    out = subprocess.run(
+        list(row.argv),
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        errors="replace",
+    )
+    return Outcome(row, out.returncode, out.stdout, out.stderr)
+
+
+def run_all(folder: Path, workers: int = 2) -> list[Outcome]:
+    table = rows()
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(lambda ir: run_row(ir[1], folder / f"row-{ir[0]}"), enumerate(table)))
+
+
+def figures(outcomes: list[Outcome]) -> dict[str, int]:
+    return {
+        "bad_inputs_tried": len(outcomes),
+        "one_line_errors": sum(o.one_line for o in outcomes),
+        "tracebacks": sum(o.traceback for o in outcomes),
+        "silent_successes": sum(o.silent_success for o in outcomes),
+    }

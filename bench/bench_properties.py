@@ -5,6 +5,8 @@
   compiles the usual mesh shapes once; also the cold first minute's rate.
 - recompiles per example: the trainer's jit cache misses (``mesh`` events with
   ``recompile``), and real XLA compiles (not served by the compilation cache) per example.
+- first/last 50: the warm rate over the first and the last 50 schedules (no decline: nothing
+  accumulates from episode to episode).
 - ci_profile_wall_s: ``pytest suites/properties`` with the ci profile, in a new process.
 
 Usage: python bench/bench_properties.py [--examples N] [--no-suite] [--out FILE]
@@ -40,14 +42,17 @@ def stateful_rate(examples: int, warmup: int) -> dict[str, Any]:
 
     jax.monitoring.register_event_duration_secs_listener(on_duration)
     episodes: list[float] = []
+    spans: list[tuple[float, float]] = []  # (start, end) of every episode
     real_run_spec = properties.run_spec
 
-    def timed_run_spec(spec: Any) -> Any:
+    def timed_run_spec(spec: Any, **kwargs: Any) -> Any:
         t0 = time.perf_counter()
         try:
-            return real_run_spec(spec)
+            return real_run_spec(spec, **kwargs)
         finally:
-            episodes.append(time.perf_counter() - t0)
+            t1 = time.perf_counter()
+            episodes.append(t1 - t0)
+            spans.append((t0, t1))
 
     properties.run_spec = timed_run_spec  # type: ignore[assignment]
 
@@ -76,7 +81,18 @@ def stateful_rate(examples: int, warmup: int) -> dict[str, Any]:
         )
 
     cold_s, cold_n, cold_compiles, _ = run(warmup)
+    first_warm = len(spans)
     warm_s, warm_n, warm_compiles, warm_counter = run(examples)
+    warm_spans = spans[first_warm:]
+
+    def window_rate(window: list[tuple[float, float]]) -> float | None:
+        if len(window) < 2:
+            return None
+        return round(len(window) / (window[-1][1] - window[0][0]) * 60, 1)
+
+    from pathways_chaos.harness.engine.census import pinned_host_arrays
+    from pathways_chaos.harness.engine.snapshotter_release import live_snapshotter_threads
+
     return {
         "schedules_per_minute_warm": round(warm_n / warm_s * 60, 1),
         "schedules_per_minute_cold": round(cold_n / cold_s * 60, 1),
@@ -88,9 +104,11 @@ def stateful_rate(examples: int, warmup: int) -> dict[str, Any]:
         "xla_compiles_per_example_warm": round(warm_compiles / max(1, warm_n), 2),
         "xla_compiles_per_example_cold": round(cold_compiles / max(1, cold_n), 2),
         "target_schedules_per_minute": 100,
-        "live_snapshotter_threads": sum(
-            1 for t in threading.enumerate() if "_worker" in t.name
-        ),  # orbax 0.12.8's Snapshotter has no close(): one thread and snapshot per episode
+        "schedules_per_minute_first_50": window_rate(warm_spans[:50]),
+        "schedules_per_minute_last_50": window_rate(warm_spans[-50:]),
+        "live_snapshotter_threads_after": live_snapshotter_threads(),  # each one released
+        "pinned_host_arrays_after": pinned_host_arrays(),
+        "threads_after": threading.active_count(),
     }
 
 
@@ -113,7 +131,7 @@ def ci_profile_wall() -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--examples", type=int, default=60)
+    parser.add_argument("--examples", type=int, default=150)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--no-suite", action="store_true")
     parser.add_argument("--out", type=Path, default=None)

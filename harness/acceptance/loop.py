@@ -95,20 +95,12 @@ class AdapterTrainer(ReferenceTrainer):
 
 
 def release_snapshot(snapshotter: Any) -> None:
-    """Drops the Snapshotter's last snapshot once the run is over.
+    """Lets the Snapshotter go once the run is over: the reference trainer's run already does
+    (harness.engine.snapshotter_release, the one workaround for orbax 0.12.8's missing close());
+    kept so an adapter loop that skips it still ends clean. Idempotent."""
+    from pathways_chaos.harness.engine.snapshotter_release import release_snapshotter
 
-    orbax 0.12.8's Snapshotter runs a daemon worker thread that never ends and holds the
-    Snapshotter, so its last snapshot (pinned-host arrays on every slice) would stay alive for
-    the whole process: every later live-array count, in this run's checks or in any other
-    test of the session, would see it. There is no public way to drop it.
-    """
-    if snapshotter is None:
-        return
-    snapshotter.join()
-    lock = getattr(snapshotter, "_lock", None)
-    if lock is not None and hasattr(snapshotter, "_latest_snapshot"):
-        with lock:
-            snapshotter._latest_snapshot = None
+    release_snapshotter(snapshotter)
 
 
 def device_leaves(batch: Any) -> Any:

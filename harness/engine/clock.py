@@ -2,7 +2,10 @@
 
 The fake clock moves only when someone sleeps on it or advances it. ``advance`` returns only
 after every thread it woke (the elastic monitor thread) has finished its poll and is waiting
-again, so a fault schedule on the fake clock plays out the same way on every run.
+again, so a fault schedule on the fake clock plays out the same way on every run. A thread
+started through the clock (``make_thread``; the seams give pathwaysutils' monitor thread this
+way) also holds ``advance`` back until it first waits, so its first deadline is fixed at the
+time it was started, however late the operating system runs it.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 _logger = logging.getLogger(__name__)
 
@@ -34,6 +37,7 @@ class Clock(Protocol):
     def time(self) -> float: ...
     def sleep(self, seconds: float) -> None: ...
     def make_event(self) -> EventLike: ...
+    def make_thread(self, *args: Any, **kwargs: Any) -> threading.Thread: ...
 
 
 class RealClock:
@@ -50,6 +54,9 @@ class RealClock:
     def make_event(self) -> EventLike:
         return threading.Event()
 
+    def make_thread(self, *args: Any, **kwargs: Any) -> threading.Thread:
+        return threading.Thread(*args, **kwargs)
+
 
 class FakeClock:
     """Time that moves only when slept on or advanced."""
@@ -61,6 +68,7 @@ class FakeClock:
         self._cond = threading.Condition()
         self._deadlines: dict[int, float] = {}  # waiting thread id -> deadline
         self._outstanding: set[int] = set()  # woken by advance, not yet waiting again
+        self._starting: set[threading.Thread] = set()  # started here, not yet waiting once
         self._listeners: list[Callable[[float], None]] = []
 
     def time(self) -> float:
@@ -83,11 +91,19 @@ class FakeClock:
             raise ValueError(f"cannot advance a clock by {seconds} s: time only moves forward")
         me = threading.get_ident()
         with self._cond:
+            give_up = time.monotonic() + QUIESCENCE_TIMEOUT_S
+            # A thread started on this clock fixes its first deadline before time moves on.
+            while self._starting - {threading.current_thread()}:
+                left = give_up - time.monotonic()
+                if left <= 0:
+                    _logger.warning("fake clock: threads %s never waited", self._starting)
+                    self._starting.clear()
+                    break
+                self._cond.wait(left)
             self._now += seconds
             woken = {t for t, d in self._deadlines.items() if d <= self._now and t != me}
             self._outstanding |= woken
             self._cond.notify_all()
-            give_up = time.monotonic() + QUIESCENCE_TIMEOUT_S
             while self._outstanding & woken:
                 left = give_up - time.monotonic()
                 if left <= 0:
@@ -102,11 +118,28 @@ class FakeClock:
     def make_event(self) -> EventLike:
         return FakeEvent(self)
 
+    def make_thread(self, *args: Any, **kwargs: Any) -> threading.Thread:
+        """A thread that ``advance`` waits for until it first waits on this clock (or ends)."""
+        return _ClockThread(self, *args, **kwargs)
+
+    def _starts(self, thread: threading.Thread) -> None:
+        with self._cond:
+            self._starting.add(thread)
+
+    def _settled(self, thread: threading.Thread) -> None:
+        with self._cond:
+            if thread in self._starting:
+                self._starting.discard(thread)
+                self._cond.notify_all()
+
     # Used by FakeEvent, under self._cond.
     def _wait_until(self, event: FakeEvent, timeout: float | None) -> bool:
         me = threading.get_ident()
         with self._cond:
             self._arrived(me)
+            if self._starting:
+                self._starting.discard(threading.current_thread())
+                self._cond.notify_all()
             if timeout is None:
                 while not event._flag:
                     self._cond.wait()
@@ -127,6 +160,28 @@ class FakeClock:
         if ident in self._outstanding:
             self._outstanding.discard(ident)
             self._cond.notify_all()
+
+
+class _ClockThread(threading.Thread):
+    """A thread the fake clock knows is coming: it counts as busy until it first waits."""
+
+    def __init__(self, clock: FakeClock, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._clock = clock
+
+    def start(self) -> None:
+        self._clock._starts(self)
+        try:
+            super().start()
+        except BaseException:
+            self._clock._settled(self)
+            raise
+
+    def run(self) -> None:
+        try:
+            super().run()
+        finally:
+            self._clock._settled(self)
 
 
 class FakeEvent:

@@ -60,13 +60,17 @@ def slice_down_error(code: str, slice_index: int, detail: str = "") -> Exception
 
 
 class _DeadSliceResult:
-    """What a health check on a dead slice returns: it fails when waited on."""
+    """What a health check on a dead slice returns: it fails when waited on.
 
-    def __init__(self, error: Exception) -> None:
-        self._error = error
+    Each wait raises a new error: a kept one would hold its traceback, whose frames hold this
+    result and the checker's other results (live arrays), a cycle only a full gc frees.
+    """
+
+    def __init__(self, code: str, slice_index: int, detail: str) -> None:
+        self._args = (code, slice_index, detail)
 
     def block_until_ready(self) -> Any:
-        raise self._error
+        raise slice_down_error(*self._args)
 
 
 class FakeCluster:
@@ -297,10 +301,10 @@ class FakeCluster:
         if delay > 0:
             self.clock.sleep(delay)
             return _DeadSliceResult(
-                slice_down_error("DEADLINE_EXCEEDED", slice_index, f"health check took {delay} s")
+                "DEADLINE_EXCEEDED", slice_index, f"health check took {delay} s"
             )
         if state is SliceState.DOWN:
-            return _DeadSliceResult(slice_down_error(code, slice_index, "health check failed"))
+            return _DeadSliceResult(code, slice_index, "health check failed")
         return self._run_health_computation(devices)
 
     def _run_health_computation(self, devices: Sequence[Any]) -> Any:

@@ -8,10 +8,10 @@ Two seams (see the README) let the real ``Manager`` and ``elastic_retry`` run on
 
 With a fake clock, two more module attributes of the same package are swapped so that its
 waits cost no real time: ``elastic.time`` (``wait_for_slices`` reads ``time.time`` and calls
-``time.sleep``) and ``manager.threading`` (only its ``Event``, which the monitor thread waits
-on between polls). Everything else runs unchanged: ``wait_for_slices``,
-``get_active_slice_indices``, ``validate``, ``is_error_due_to_slice_down``, the monitor thread
-and the retry loop.
+``time.sleep``) and ``manager.threading`` (its ``Event``, which the monitor thread waits on
+between polls, and its ``Thread``, so the clock holds time still until the monitor thread first
+waits). Everything else runs unchanged: ``wait_for_slices``, ``get_active_slice_indices``,
+``validate``, ``is_error_due_to_slice_down``, the monitor thread and the retry loop.
 
 A third, ``JaxDeviceLossSeam``, makes any code (a user's own loop, not only the reference
 trainer) see a lost slice as Pathways shows it: a slice-down ``JaxRuntimeError``.
@@ -43,6 +43,10 @@ class _ThreadingWithClock(types.ModuleType):
 
     def Event(self) -> Any:
         return self._clock.make_event()
+
+    def Thread(self, *args: Any, **kwargs: Any) -> Any:
+        # The monitor thread: the fake clock holds time still until it first waits.
+        return self._clock.make_thread(*args, **kwargs)
 
 
 class _TimeWithClock(types.ModuleType):

@@ -77,6 +77,7 @@ def check(
     violations += check_meshes(events)
     violations += check_progress(events)
     violations += check_no_leaks(events)
+    violations += check_no_pinned_host_leaks(events)
     steps = [e for e in events if e["kind"] == "step"]
     return Verdict(
         violations=violations,
@@ -368,6 +369,28 @@ def check_no_leaks(events: Sequence[Event]) -> list[str]:
                 f"live device arrays grew from {first} in the first attempt to {n} in attempt "
                 f"{attempt}: something keeps the failed attempt's arrays alive"
             ]
+    return []
+
+
+def check_no_pinned_host_leaks(events: Sequence[Event]) -> list[str]:
+    """Pinned-host arrays (a Snapshotter's snapshots) alive at a run's end were alive at its start.
+
+    A run that ends (completed or suspended) has let go of its Snapshotter; one that keeps it
+    keeps its last snapshot, one pinned-host tree per replica, for the rest of the process.
+    Logs without the counts (older logs, other trainers) are not judged.
+    """
+    start: dict[int, int] = {}
+    for e in events:
+        if e["kind"] == "run_start" and "pinned_host" in e:
+            start[e["run"]] = e["pinned_host"]
+        elif e["kind"] == "run_end" and e["status"] != "failed" and e["run"] in start:
+            n = e.get("pinned_host")
+            if n is not None and n > start[e["run"]]:
+                return [
+                    f"pinned-host arrays grew from {start[e['run']]} at the start of run "
+                    f"{e['run']} to {n} at its end: a Snapshotter (or a host copy) outlives the "
+                    "run; release it with harness.engine.snapshotter_release.release_snapshotter"
+                ]
     return []
 
 

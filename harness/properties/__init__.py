@@ -9,6 +9,7 @@ and (for episodes) the replay command that reproduces it.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from pathways_chaos.harness.engine.episode_spec import (
     judge,
     run_spec,
 )
+from pathways_chaos.harness.engine.snapshotter_release import release_snapshotter
 from pathways_chaos.harness.errors import ChaosError
 
 LOSS_KINDS = ("data_loss", "deadline_exceeded", "not_found", "internal")
@@ -72,18 +74,15 @@ def available_devices() -> int:
 
 
 def enable_compilation_cache() -> None:
-    """XLA compiles each mesh shape once per session, not once per example.
+    """XLA compiles each mesh shape once per machine (the persistent cache of
+    ``harness.engine.compilation_cache``), not once per example or per process.
 
-    The trainer still misses its jit cache on every new mesh and records the recompile; only
-    the XLA compilation is served from a cache folder (as a production job's cache would).
+    The trainer still records a mesh new to its run as a recompile; only the XLA compilation
+    is served from the cache (as a production job's cache would).
     """
-    import tempfile
+    from pathways_chaos.harness.engine import compilation_cache
 
-    import jax
-
-    jax.config.update("jax_compilation_cache_dir", tempfile.mkdtemp(prefix="chaos-xla-"))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    compilation_cache.enable()
 
 
 def share_of_profile(share: float, minimum: int = 3) -> Any:
@@ -224,7 +223,7 @@ def check_snapshot_round_trip(case: SnapshotCase, trainer: str = REFERENCE_TRAIN
 
     placer = load_object(trainer, "trainer")(TrainerConfig(), Recorder(None))
     topology = SliceTopology(case.slices, case.devices_per_slice)
-    with FakeCluster(topology) as fake:
+    with FakeCluster(topology) as fake, contextlib.ExitStack() as cleanup:
         mesh = _mesh(fake.devices, case.slices)
         sharding = placer.state_sharding(mesh)
         want = jax.tree.map(_host_bytes, case.tree)
@@ -236,6 +235,7 @@ def check_snapshot_round_trip(case: SnapshotCase, trainer: str = REFERENCE_TRAIN
             fail("snapshot round-trip", [f"{type(error).__name__}: {error}"])
         placed = jax.tree.map(lambda leaf: _place(leaf, sharding), case.tree)
         snapshotter = Snapshotter(replica_axis_index=0)
+        cleanup.callback(release_snapshotter, snapshotter)
         snapshotter.save(case.step, placed)
         snapshotter.join()
         del placed
@@ -320,13 +320,16 @@ def check_save_in_flight(saves: list[tuple[int, bool]]) -> None:
     kept = [step for step, _ in saves if step not in skipped]
     problems = []
     latest = None if snapshotter.latest is None else int(snapshotter.latest.step)
-    if not kept or latest != kept[-1]:
-        problems.append(f"latest is step {latest} after saves {saves} with {skipped} skipped")
-    else:
-        abstract = {"x": jax.ShapeDtypeStruct((64,), jnp.float32, sharding=sharding)}
-        loaded = np.asarray(load_snapshot(snapshotter, abstract)["x"])
-        if loaded.tobytes() != states[latest].tobytes():
-            problems.append(f"load after saves {saves} is not the state of step {latest}")
+    try:
+        if not kept or latest != kept[-1]:
+            problems.append(f"latest is step {latest} after saves {saves} with {skipped} skipped")
+        else:
+            abstract = {"x": jax.ShapeDtypeStruct((64,), jnp.float32, sharding=sharding)}
+            loaded = np.asarray(load_snapshot(snapshotter, abstract)["x"])
+            if loaded.tobytes() != states[latest].tobytes():
+                problems.append(f"load after saves {saves} is not the state of step {latest}")
+    finally:
+        release_snapshotter(snapshotter)
     fail("snapshot round-trip (save in flight)", problems)
 
 

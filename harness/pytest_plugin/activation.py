@@ -74,11 +74,13 @@ def activate(config: pytest.Config) -> None:
         os.environ.setdefault("JAX_PLATFORMS", "proxy")
         os.environ.setdefault("JAX_BACKEND_TARGET", proxy)
         return
+    from pathways_chaos.harness.engine import compilation_cache
     from pathways_chaos.harness.engine.topology import request_cpu_devices
     from pathways_chaos.harness.pytest_plugin.plugin import fake_topology
 
     try:
         request_cpu_devices(fake_topology(config).device_count)
+        compilation_cache.enable()  # every process of the run compiles a mesh's step once
     except ChaosConfigError as error:
         raise pytest.UsageError(f"pathways-chaos: {error}") from None
 

@@ -22,12 +22,23 @@ from typing import Any
 
 import numpy as np
 
+from pathways_chaos.harness.engine.census import Census
+from pathways_chaos.harness.engine.census import live_census as live_census  # re-exported
+from pathways_chaos.harness.engine.executables import CompileCount, jitted_step
 from pathways_chaos.harness.engine.recorder import Recorder
+from pathways_chaos.harness.engine.snapshotter_release import (
+    release_snapshotter,
+    worker_log_frames_cleared,
+)
 from pathways_chaos.harness.errors import ChaosConfigError
 from pathways_chaos.harness.reference import model
 from pathways_chaos.harness.reference.data import SyntheticData
 
 MODES = ("pause_resume", "resize")
+#: Batches read ahead. grain's default (500, on 16 threads) read ~6x what a 100-step run eats
+#: and, on a 2-core runner, each iterator's read-ahead (a failed attempt's abandoned one too)
+#: took the CPU from the steps.
+PREFETCH_BATCHES = 4
 SCALE_UP = ("in_loop", "signal", "off")
 BATCH_POLICIES = ("scaled", "fixed")
 
@@ -116,7 +127,9 @@ class ReferenceTrainer:
         self.run_index = run_index
         self.attempt = 0
         self._jitted: dict[tuple[int, ...], Any] = {}
+        self._compiles = CompileCount()  # what this run compiles, executables shared or not
         self._preempted = threading.Event()
+        self._census = Census()  # a full gc only when a quick count is suspect
 
     # -- the pieces a broken variant overrides -----------------------------------------------
     def active_devices(self, manager: Any) -> list[Any]:
@@ -145,7 +158,10 @@ class ReferenceTrainer:
 
         # One controller: no per-host sharding; the global batch is sharded over the mesh.
         return ElasticIterator(
-            self.config.data.map_dataset(), self.global_batch(manager), grain.sharding.NoSharding()
+            self.config.data.map_dataset(),
+            self.global_batch(manager),
+            grain.sharding.NoSharding(),
+            read_options=grain.ReadOptions(num_threads=2, prefetch_buffer_size=PREFETCH_BATCHES),
         )
 
     def state_sharding(self, mesh: Any) -> Any:
@@ -206,12 +222,14 @@ class ReferenceTrainer:
         manager = manager_lib.Manager(self.devices)
         config.check_fits(manager.total_slice_count)
         snapshotter = Snapshotter(replica_axis_index=0)
+        undo_log_filter = worker_log_frames_cleared()  # a failed snapshot's log keeps no arrays
         self.recorder.emit(
             "run_start",
             run=self.run_index,
             config=config.to_json(),
             slices={str(s): [d.id for d in ds] for s, ds in manager.slice_to_devices.items()},
             active_slices=sorted(manager.active_slice_indices),
+            pinned_host=self._census.pinned_host(),
         )
         retry_policy = (
             manager_lib.ElasticRetryLimit(config.max_attempts) if config.max_attempts else None
@@ -258,6 +276,8 @@ class ReferenceTrainer:
         finally:
             self._restore_preemption_handler(previous)
             manager.close()
+            release_snapshotter(snapshotter)  # its thread and last snapshot end with the run
+            undo_log_filter()
         self.recorder.emit(
             "run_end",
             run=self.run_index,
@@ -265,7 +285,8 @@ class ReferenceTrainer:
             attempts=self.attempt,
             step=result.step,
             final_state=describe_state(result.state),
-            compiles=sum(f._cache_size() for f in self._jitted.values()),
+            compiles=self._compiles.count,
+            pinned_host=self._census.pinned_host(),  # after the Snapshotter's release
         )
         del jax
         return result
@@ -298,7 +319,7 @@ class ReferenceTrainer:
             state, step = jax.device_put(self.init_state(), sharding), 0
         if snap_step is not None:
             emit("restore_end", **ids, source=source, step=snap_step, digest=digest(state))
-        emit("attempt_ready", **ids, reason="attempt", start_step=step, live=live_census())
+        emit("attempt_ready", **ids, reason="attempt", start_step=step, live=self._census())
 
         while step < config.final_step:
             t0 = time.perf_counter()
@@ -346,24 +367,21 @@ class ReferenceTrainer:
                     **ids,
                     reason="scale_up",
                     start_step=step + 1,
-                    live=live_census(),
+                    live=self._census(judged=False),
                 )
             step += 1
         return TrainResult("completed", step, self.attempt, jax.device_get(state))
 
     # -- helpers -----------------------------------------------------------------------------
     def _mesh_and_step(self, manager: Any, reason: str) -> tuple[Any, Any]:
-        import jax
-
         mesh = self.build_mesh(manager)
         key = tuple(d.id for d in mesh.devices.flat)
         # Rows = the first (replica) axis, which the Snapshotter and the oracle take as slices.
         rows = mesh.devices.reshape(mesh.devices.shape[0], -1)
-        recompile = key not in self._jitted
+        recompile = key not in self._jitted  # new to this run: what a real run compiles
         if recompile:
-            self._jitted[key] = jax.jit(
-                self.step_function(), out_shardings=(self.state_sharding(mesh), None)
-            )
+            shared = jitted_step(self.step_function(), self.state_sharding(mesh))
+            self._jitted[key] = self._compiles.counting(key, shared)
         self.recorder.emit(
             "mesh",
             run=self.run_index,
@@ -467,29 +485,6 @@ def describe_state(state: Any) -> dict[str, dict[str, Any]]:
             "values": array.ravel().tolist(),
         }
     return out
-
-
-def live_census() -> dict[str, Any]:
-    """Live arrays by memory kind, and every device they have a shard on.
-
-    Unreachable cycles (an exception's traceback and its frames) are collected first: what
-    is counted is what something still references.
-    """
-    import gc
-
-    import jax
-
-    gc.collect()
-    kinds: dict[str, int] = {}
-    devices: set[int] = set()
-    for array in jax.live_arrays():
-        try:
-            kind = str(array.sharding.memory_kind)
-            devices |= {d.id for d in array.devices()}
-        except RuntimeError:
-            continue
-        kinds[kind] = kinds.get(kind, 0) + 1
-    return {"by_kind": kinds, "device_ids": sorted(devices)}
 
 
 def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:

@@ -80,7 +80,9 @@ def test_a_replicator_that_keeps_failing_fails_the_job(chaos_mtc):
 
 
 def test_recoverable_replicator_errors_are_logged_and_training_continues(chaos_mtc, caplog):
-    with caplog.at_level(logging.ERROR):
+    # orbax logs it through absl's logger, which an in-process CLI run earlier in the same
+    # (xdist) process may have silenced: set that logger's level, not only the root's.
+    with caplog.at_level(logging.ERROR), caplog.at_level(logging.ERROR, logger="absl"):
         out = chaos_mtc.run("replicator_error@step=12:fatal=false")
 
     out.raise_if_failed()

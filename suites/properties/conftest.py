@@ -42,7 +42,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
         from hypothesis import core
 
-        config.option.hypothesis_seed = random.getrandbits(32)
+        # Under pytest-xdist every worker draws from the run's shared id: one seed for all.
+        run_id = getattr(config, "workerinput", {}).get("testrunuid")
+        config.option.hypothesis_seed = int(run_id[:8], 16) if run_id else random.getrandbits(32)
         core.global_force_seed = config.option.hypothesis_seed  # type: ignore[attr-defined]
     from pathways_chaos.harness.properties import enable_compilation_cache
 

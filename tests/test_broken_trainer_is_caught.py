@@ -24,4 +24,4 @@ def test_iterator_restored_from_current_position_fails_the_chaos_suite(pytester)
 def test_a_bad_trainer_option_is_one_line(pytester):
     pytester.makepyfile("import pytest\n@pytest.mark.chaos\ndef test_x(chaos):\n    pass\n")
     result = pytester.runpytest_subprocess("--chaos-trainer=nowhere", "-p", "no:cacheprovider")
-    result.stdout.fnmatch_lines(["*--chaos-trainer='nowhere' cannot be loaded*MODULE:CLASS*"])
+    result.stdout.fnmatch_lines(["*--chaos-trainer='nowhere' cannot be loaded*MODULE:NAME*"])

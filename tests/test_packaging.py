@@ -76,3 +76,18 @@ def test_wheel_holds_the_namespace_and_the_entry_points(tmp_path):
         env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"},
     )
     assert out.stdout.strip().startswith(str(target))
+
+
+def test_every_package_folder_is_in_the_wheel():
+    """A subpackage left out of pyproject's list imports in the repo and fails from a wheel."""
+    import tomllib
+
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = {
+        "pathways_chaos." + str(init.parent.relative_to(ROOT)).replace("/", ".")
+        for top in ("harness", "faults", "fixtures", "suites")
+        for init in (ROOT / top).rglob("__init__.py")
+    }
+    assert found <= listed, f"add to [tool.setuptools] packages: {sorted(found - listed)}"

@@ -109,7 +109,7 @@ def _fixture_names(path: Path) -> set[str]:
 def test_every_fixture_that_runs_jax_wakes_the_plugin():
     from pathways_chaos.harness.pytest_plugin.activation import DEVICE_FIXTURES
 
-    needs_no_devices = {"cluster_connection", "pathways_cluster"}  # Kubernetes / the proxy
+    needs_no_devices = {"cluster_connection", "cluster_journal", "pathways_cluster"}  # Kubernetes
     defined = _fixture_names(ROOT / "fixtures" / "cluster.py") | _fixture_names(
         ROOT / "fixtures" / "chaos.py"
     )

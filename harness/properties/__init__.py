@@ -248,8 +248,12 @@ def check_snapshot_round_trip(case: SnapshotCase, trainer: str = REFERENCE_TRAIN
         if not survivors and not on_device:
             survivors = [0]  # only host values: nothing was on a replica to lose
         elif not survivors:
+            # The target has to live somewhere: device 0, itself lost. Judged here is what the
+            # Snapshotter says of its replicas, so the seam's own refusal of a lost target
+            # (DATA_LOSS, tested with the seam) is lifted for this one load.
             try:
-                load_snapshot(snapshotter, jax.tree.map(_abstract_on_cpu0, case.tree))
+                with fake.unguarded():
+                    load_snapshot(snapshotter, jax.tree.map(_abstract_on_cpu0, case.tree))
             except SnapshotLostError as error:
                 if f"step {case.step}" not in str(error):
                     fail("snapshot round-trip", [f"the lost-snapshot error names no step: {error}"])

@@ -153,6 +153,6 @@ def load_object(spec: str, what: str) -> Any:
         return pkgutil.resolve_name(spec)
     except (ValueError, ImportError, AttributeError) as error:
         raise ChaosConfigError(
-            f"{what} {spec!r} cannot be loaded ({error}): write MODULE:NAME, for example "
+            f"{what}={spec!r} cannot be loaded ({error}): write MODULE:NAME, for example "
             "pathways_chaos.harness.reference.trainer:ReferenceTrainer"
         ) from None

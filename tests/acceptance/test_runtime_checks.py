@@ -270,3 +270,36 @@ def test_the_suite_against_the_pitfall_port_prints_one_failing_row_per_pitfall()
     }
     assert len(rows) == 25 and "2 passed, 23 failed" in table
     assert table.count("fix: ") == 23
+
+
+def test_the_suite_against_the_good_port_passes_every_row():
+    """The plain test run leaves suites/acceptance out (with nothing given it checks nothing);
+    here it runs on the bundled good port, and every row it was given must pass."""
+    port = SAMPLES / "good_port"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(ROOT / "suites" / "acceptance"),
+            f"--acceptance-adapter={port / 'train.py'}:adapter",
+            f"--acceptance-source={port}",
+            f"--acceptance-manifest={port / 'jobset.yaml'}",
+            "--acceptance-params=8e9",
+            "-q",
+            "-p",
+            "no:randomly",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    table = proc.stdout.split("pathways-chaos acceptance checks", 1)[1]
+    statuses = [
+        line.split()[1]
+        for line in table.splitlines()
+        if len(line.split()) > 1 and line.split()[1] in ("PASS", "FAIL", "SKIP", "NOT")
+    ]
+    assert len(statuses) >= 24 and set(statuses) == {"PASS"}, table[-3000:]

@@ -18,8 +18,9 @@ TargetT = TypeVar("TargetT")
 
 #: Trigger kinds: ``step`` fires after that step ran (before it is committed), ``time`` at that
 #: many seconds on the episode clock, ``restore`` on the Nth restore of the run, ``save`` on
-#: the Nth snapshot save, ``attempt`` at the start of the Nth attempt.
-TRIGGER_KINDS = ("step", "time", "restore", "save", "attempt")
+#: the Nth snapshot save, ``attempt`` at the start of the Nth attempt, ``callback`` inside the
+#: Nth call of the trainer's elastic-event callback (``elastic_event``).
+TRIGGER_KINDS = ("step", "time", "restore", "save", "attempt", "callback")
 
 
 class FaultSpecError(ValueError):

@@ -8,6 +8,7 @@ still holds a lost slice raises the slice-down error, which is how Pathways repo
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -24,7 +25,12 @@ ACCESS_EVENTS = frozenset(
     {"step", "snapshot_save", "restore_begin", "restore_end", "attempt_ready", "scale_up"}
 )
 #: Trigger kind -> (event kind it counts, whether the value is a count or a step number).
-_EVENT_TRIGGERS = {"restore": "restore_begin", "save": "snapshot_save", "attempt": "attempt_ready"}
+_EVENT_TRIGGERS = {
+    "restore": "restore_begin",
+    "save": "snapshot_save",
+    "attempt": "attempt_ready",
+    "callback": "elastic_event",
+}
 
 TrainerFactory = Callable[..., ReferenceTrainer]
 
@@ -167,6 +173,11 @@ def run_episode(
             trainer = trainer_factory(
                 config, recorder, devices=cluster.devices, run_index=run_index
             )
+            gate = getattr(cluster, "save_gate", None)
+            if gate is not None:  # slow_save holds this run's saves in flight through it
+                trainer.snapshotter_wrapper = functools.partial(
+                    gate.wrap, recorder=recorder, run=run_index
+                )
             try:
                 results.append(trainer.run())
             except Exception as e:  # the oracle and the test decide what this means

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from pathways_chaos.harness.engine.clock import Clock, FakeClock
+from pathways_chaos.harness.engine.save_gate import SaveGate
 from pathways_chaos.harness.engine.seams import PathwaysCpuSeams
 from pathways_chaos.harness.engine.topology import SliceTopology, cpu_devices
 from pathways_chaos.harness.errors import ChaosConfigError
@@ -82,6 +83,8 @@ class FakeCluster:
         self._lock = threading.RLock()
         self._seams = PathwaysCpuSeams(self.slice_of, self._health_check, self.clock)
         self._poll_listeners: list[Callable[[int], None]] = []
+        self.save_gate = SaveGate(self.clock)  # slow_save holds snapshot saves in flight here
+        self._poll_listeners.append(self.save_gate.on_poll)
 
     # -- context manager -------------------------------------------------------------------
     def __enter__(self) -> FakeCluster:
@@ -96,6 +99,7 @@ class FakeCluster:
 
     def stop(self) -> None:
         self._seams.stop()
+        self.save_gate.reset()
         with self._lock:
             self._slices = [_Slice() for _ in range(self.topology.num_slices)]
 
@@ -158,6 +162,7 @@ class FakeCluster:
             s = self._slices[slice_index]
             s.state, s.code, s.polls = SliceState.DOWN, code, 0
             s.polls_until_repaired = repair_after_polls
+        self.save_gate.slices_lost({d.id for d in self.slice_devices(slice_index)})
         deleted = self._delete_arrays_on(slice_index)
         return [f"slice {slice_index}: down ({code}), {deleted} live arrays deleted"]
 

@@ -182,11 +182,11 @@ def check_exactly_once(
     duplicated = sorted(i for i, n in counted.items() if n > 1)
     missing = sorted((wanted - counted).elements())
     if duplicated or missing:
-        where = _first_step_with(lineage, set(duplicated), set(missing), expected)
+        where, ran_in = _first_step_with(lineage, set(duplicated), set(missing), expected, events)
         problems.append(
             f"exactly-once violated from {where}: duplicated sample ids {duplicated[:20]}"
             f"{' ...' if len(duplicated) > 20 else ''}; missing sample ids {missing[:20]}"
-            f"{' ...' if len(missing) > 20 else ''}"
+            f"{' ...' if len(missing) > 20 else ''}{ran_in}"
         )
     elif consumed != expected:
         for r in lineage:
@@ -204,9 +204,14 @@ def check_exactly_once(
 
 
 def _first_step_with(
-    lineage: Sequence[StepRecord], duplicated: set[int], missing: set[int], expected: list[int]
-) -> str:
-    """The first committed step that eats a duplicate, or whose place a missing id had."""
+    lineage: Sequence[StepRecord],
+    duplicated: set[int],
+    missing: set[int],
+    expected: list[int],
+    events: Sequence[Event],
+) -> tuple[str, str]:
+    """The first committed step that eats a duplicate, or whose place a missing id had, and
+    the run and attempt it ran in."""
     seen: collections.Counter[int] = collections.Counter()
     first_dup = None
     for r in lineage:
@@ -222,9 +227,9 @@ def _first_step_with(
         offset += len(r.ids)
     found = [r for r in (first_dup, first_gap) if r is not None]
     if not found:
-        return "the first step" if not lineage else f"after step {lineage[-1].step}"
+        return ("the first step" if not lineage else f"after step {lineage[-1].step}"), ""
     r = min(found, key=lambda x: x.step)
-    return f"step {r.step} (run {r.run}, attempt {r.attempt})"
+    return f"step {r.step}", f" (step {r.step} ran in {who(events, r.run, r.attempt)})"
 
 
 # -- 2. replay equality --------------------------------------------------------------------

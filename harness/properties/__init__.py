@@ -52,6 +52,8 @@ class ExampleCounter:
     examples: int = 0
     first_failure: int | None = None
     recompiles: list[int] = dataclasses.field(default_factory=list)
+    discarded: int = 0  # examples hypothesis threw away before their episode ran
+    features: list[set[str]] = dataclasses.field(default_factory=list)
 
     def run(self, body: Callable[[], None]) -> None:
         self.examples += 1
@@ -90,6 +92,29 @@ def share_of_profile(share: float, minimum: int = 3) -> Any:
     from hypothesis import settings
 
     return settings(max_examples=max(minimum, int(settings().max_examples * share)))
+
+
+def trainer_under_test(config: Any) -> str:
+    """The trainer the property suites test: ``--chaos-trainer MODULE:CLASS``.
+
+    ``--chaos-loop`` (a user's own loop, issue 10) is the hook for loops that are not a
+    trainer class: the episode bodies here run a trainer class, so until a loop can be wrapped
+    as one, a session with ``--chaos-loop`` stops with a usage error instead of silently testing
+    the reference trainer.
+    """
+    import pytest
+
+    from pathways_chaos.harness.engine.episode_spec import load_trainer
+
+    loop = config.getoption("chaos_loop", None)
+    if loop:
+        raise pytest.UsageError(
+            f"--chaos-loop={loop}: the property suites run trainer classes; test a loop with the "
+            "chaos suite's loop oracle, or give a ReferenceTrainer subclass with --chaos-trainer"
+        )
+    spec = str(config.getoption("chaos_trainer", None) or REFERENCE_TRAINER)
+    load_trainer(spec)  # a bad spec is a one-line error now, not in every example
+    return spec
 
 
 def fail(prop: str, problems: list[str], spec: EpisodeSpec | None = None) -> None:
@@ -494,13 +519,14 @@ def dataset_specs(
 
 def check_dataset_episode(spec: EpisodeSpec, counter: ExampleCounter | None = None) -> None:
     """The ids the committed steps ate are the fault-free order, as a Counter and a sequence."""
-    from pathways_chaos.harness.judging.oracle import committed_lineage
+    from pathways_chaos.harness.judging.oracle import check_batch_sizes, committed_lineage
     from pathways_chaos.harness.reference.data import SyntheticData
 
     events = run_spec(spec).events
     if counter is not None:
         counter.recompiles.append(recompiles(events))
     lineage, problems = committed_lineage(events)
+    problems += check_batch_sizes(events)
     eaten = [i for record in lineage for i in record.ids]
     data = SyntheticData(size=spec.data_size, shuffle=spec.shuffle)
     problems += compare_ids(eaten, data.order(len(eaten)), "committed steps")
@@ -539,7 +565,11 @@ def check_mesh_episode(spec: EpisodeSpec, counter: ExampleCounter | None = None)
     events = run_spec(spec).events
     if counter is not None:
         counter.recompiles.append(recompiles(events))
-    problems = oracle.check_meshes(events) + oracle.check_no_leaks(events)
+    problems = (
+        oracle.check_meshes(events)
+        + oracle.check_scale_up_joins(events)
+        + oracle.check_no_leaks(events)
+    )
     ends = [e for e in events if e["kind"] == "run_end"]
     if not ends or ends[-1]["status"] != "completed":
         problems.append(f"run did not complete: {ends[-1].get('error') if ends else 'no run_end'}")
@@ -550,7 +580,78 @@ def check_mesh_episode(spec: EpisodeSpec, counter: ExampleCounter | None = None)
 STATEFUL_SLICES = 4
 STATEFUL_STEPS = 10
 STATEFUL_MAX_ATTEMPTS = 8
-STATEFUL_MAX_FAULTS = 3
+STATEFUL_MAX_FAULTS = 4
+#: Seconds between the monitor's health polls in stateful episodes (a step is 1 s on the
+#: episode clock): a slice back after 1-3 polls rejoins within the 10-step run, so in-loop
+#: scale-ups happen inside it.
+STATEFUL_POLL_INTERVAL = 1
+
+#: What the figures count per stateful episode (``episode_features``).
+FEATURES = (
+    "loss",
+    "repair",
+    "in-loop scale-up",
+    "mesh shrink",
+    "failure during an in-flight save",
+    "loss during an in-flight save",
+    "callback error",
+)
+
+
+def episode_features(events: list[dict[str, Any]]) -> set[str]:
+    """Which of ``FEATURES`` an episode's log shows (for hypothesis statistics and the bench)."""
+    out: set[str] = set()
+    held: set[tuple[int, int]] = set()
+    last_mesh: int | None = None
+    for e in events:
+        kind = e["kind"]
+        if kind == "fault" and "touched" in e:
+            fault = e["fault"]
+            if "repair_after_polls" in fault:
+                out.add("loss")
+                if held:
+                    out.add("loss during an in-flight save")
+                if fault["repair_after_polls"]:
+                    out.add("repair")
+            elif fault["kind"] == "repair":
+                out.add("repair")
+        elif kind == "fault" and e["fault"]["kind"] == "callback_error":
+            out.add("callback error")
+        elif kind == "save_held":
+            held.add((e.get("run", 0), e["step"]))
+        elif kind in ("save_released", "save_dropped"):
+            held.discard((e.get("run", 0), e["step"]))
+        elif kind == "error" and held:
+            out.add("failure during an in-flight save")
+        elif kind == "scale_up" and e.get("how") == "in_loop":
+            out.add("in-loop scale-up")
+        elif kind == "mesh":
+            n = len(e["slices"])
+            if last_mesh is not None and n < last_mesh:
+                out.add("mesh shrink")
+            last_mesh = n
+        elif kind == "run_start":
+            held.clear()
+    return out
+
+
+def note_features(events: list[dict[str, Any]], counter: ExampleCounter | None) -> None:
+    """Feeds ``--hypothesis-show-statistics`` (and the bench's counter)."""
+    from hypothesis import event
+    from hypothesis.control import currently_in_test_context
+
+    features = episode_features(events)
+    if currently_in_test_context():
+        for name in sorted(features):
+            event(f"episode includes: {name}")
+    if counter is not None:
+        counter.features.append(features)
+
+
+def _in_flight_exception() -> BaseException | None:
+    import sys
+
+    return sys.exc_info()[1]
 
 
 def episode_machine(
@@ -561,10 +662,13 @@ def episode_machine(
     """A state machine whose rules write a fault schedule and whose teardown judges it.
 
     Rules are training steps, faults of every fake-cluster kind at the current step, repairs,
-    preemption (a restart from the persisted checkpoint) and two terminal errors. The model
-    keeps the schedule meaningful (never the last healthy slice; a repair only of a lost one).
-    The oracle judges the one episode the schedule makes: the trainer's loop is one call
-    (and SIGTERM reaches only the main thread), so it runs when the rules are done.
+    slow saves with a failure while the save is in flight, an error in the elastic-event
+    callback, preemption (a restart from the persisted checkpoint) and two terminal errors.
+    The model keeps the schedule meaningful (never the last healthy slice; a repair only of a
+    lost one). The trainer's loop is one call (and SIGTERM reaches only the main thread), so the
+    episode runs in teardown, once the rules are done; an example hypothesis is throwing away
+    (it ran out of data, or a rule failed: an exception is in flight) runs no episode, so no
+    failure is ever reported from an example hypothesis would discard.
     """
 
     class EpisodeMachine(RuleBasedStateMachine):
@@ -581,15 +685,16 @@ def episode_machine(
             self.preemptions = 0
 
         @initialize(
-            mode=st.sampled_from(["resize", "pause_resume"]),
-            scale_up=st.sampled_from(["in_loop", "signal", "off"]),
+            # resize and in-loop scale-up more often: they are where meshes shrink and grow
+            mode=st.sampled_from(["resize", "resize", "resize", "pause_resume"]),
+            scale_up=st.sampled_from(["in_loop", "in_loop", "signal", "off"]),
             interval=st.integers(1, 4),
         )
         def configure(self, mode: str, scale_up: str, interval: int) -> None:
             self.mode, self.scale_up, self.interval = mode, scale_up, interval
 
-        def _can_fault(self) -> bool:
-            return self.open and self.faults < STATEFUL_MAX_FAULTS
+        def _can_fault(self, n: int = 1) -> bool:
+            return self.open and self.faults + n <= STATEFUL_MAX_FAULTS
 
         def _add(self, text: str) -> None:
             self.entries.append(text)
@@ -642,6 +747,39 @@ def episode_machine(
             self._advance(advance)
             self._add(f"raise_error@step={self.step}:code=INTERNAL")
 
+        @precondition(lambda self: self._can_fault(2) and self.step < STATEFUL_STEPS - 2)
+        @rule(
+            advance=st.integers(0, 3),
+            seconds=st.integers(2, 5),
+            data=st.data(),
+            then=st.sampled_from(["internal", "internal", "loss"]),
+        )
+        def failure_during_a_slow_save(
+            self, advance: int, seconds: int, data: st.DataObject, then: str
+        ) -> None:
+            """The next save stays in flight ``seconds``; a failure comes the step after it."""
+            self._advance(advance)
+            self._add(f"slow_save@step={self.step}:seconds={seconds}")
+            saved_at = -(-self.step // self.interval) * self.interval  # the held save's step
+            at = min(saved_at + 1, STATEFUL_STEPS - 1)
+            if then == "loss" and len(self.healthy) > 1:
+                s = data.draw(st.sampled_from(sorted(self.healthy)), label="slice")
+                self.healthy.discard(s)
+                self.step = max(self.step, at)
+                self.lost_at[s] = self.step
+                self._add(f"data_loss@step={at}:slice={s}")
+            else:
+                self._add(f"raise_error@step={at}:code=INTERNAL")
+                self.step = max(self.step, at)
+
+        @precondition(lambda self: self._can_fault(2))
+        @rule(advance=st.integers(0, 4))
+        def error_in_the_elastic_callback(self, advance: int) -> None:
+            """A retried failure whose elastic-event callback meets a slice-down error."""
+            self._advance(advance)
+            self._add(f"raise_error@step={self.step}:code=INTERNAL")
+            self._add("callback_error@callback=1")
+
         @precondition(
             lambda self: self._can_fault() and self.mode == "resize" and self.preemptions < 2
         )
@@ -652,17 +790,21 @@ def episode_machine(
             self._add(f"preemption@step={self.step}")
 
         @precondition(lambda self: self.open)
-        @rule(advance=st.integers(0, 4))
-        def invalid_argument(self, advance: int) -> None:
-            """A user bug that is no lost slice: it must end the run."""
+        @rule(advance=st.integers(0, 4), really=st.integers(0, 3))
+        def invalid_argument(self, advance: int, really: int) -> None:
+            """A user bug that is no lost slice: it must end the run (one draw in four)."""
+            if really:
+                return
             self._advance(advance)
             self.entries.append(f"raise_error@step={self.step}:code=INVALID_ARGUMENT")
             self.expect, self.open = "error:INVALID_ARGUMENT", False
 
         @precondition(lambda self: self.open and not self.entries)
-        @rule(advance=st.integers(0, 4))
-        def host_callback_bug(self, advance: int) -> None:
-            """A Python exception in a host callback: INTERNAL on every attempt."""
+        @rule(advance=st.integers(0, 4), really=st.integers(0, 3))
+        def host_callback_bug(self, advance: int, really: int) -> None:
+            """A Python exception in a host callback: INTERNAL on every attempt (one in four)."""
+            if really:
+                return
             self._advance(advance)
             self.entries.append(f"raise_error@step={self.step}:code=INTERNAL")
             self.entries += [
@@ -692,15 +834,23 @@ def episode_machine(
                 snapshot_interval=self.interval,
                 global_batch=2 * STATEFUL_SLICES,
                 max_attempts=STATEFUL_MAX_ATTEMPTS,
+                poll_interval=STATEFUL_POLL_INTERVAL,
                 expect=self.expect,
                 trainer=trainer,
             )
 
         def teardown(self) -> None:
+            if _in_flight_exception() is not None:
+                # Hypothesis is discarding this example (out of data) or a rule failed: an
+                # episode here would be judged and then thrown away, so none runs.
+                if counter is not None:
+                    counter.discarded += 1
+                return
             spec = self.spec()
 
             def body() -> None:
                 events = run_spec(spec).events
+                note_features(events, counter)
                 if counter is not None:
                     counter.recompiles.append(recompiles(events))
                 fail("end-to-end (stateful)", judge(events, spec), spec)

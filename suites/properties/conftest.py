@@ -71,7 +71,20 @@ def pytest_report_header(config: pytest.Config) -> str:
     how = (
         "derandomized: the same examples every run" if name == "ci" else f"--hypothesis-seed={seed}"
     )
-    return f"pathways-chaos properties: hypothesis profile {name!r}, {how}"
+    trainer = config.getoption("chaos_trainer", None) or "the reference trainer"
+    return f"pathways-chaos properties: hypothesis profile {name!r}, {how}; trainer {trainer}"
+
+
+@pytest.fixture(scope="session")
+def chaos_trainer(pytestconfig: pytest.Config) -> str:
+    """``--chaos-trainer MODULE:CLASS``: the trainer every episode property runs."""
+    from pathways_chaos.harness.errors import ChaosConfigError
+    from pathways_chaos.harness.properties import trainer_under_test
+
+    try:
+        return trainer_under_test(pytestconfig)
+    except ChaosConfigError as error:
+        raise pytest.UsageError(f"--chaos-trainer: {error}") from None
 
 
 @pytest.fixture(scope="session")

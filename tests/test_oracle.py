@@ -197,14 +197,14 @@ def test_a_batch_sized_from_the_total_slice_count_is_named_with_step_and_ids(cle
     nth = [e for e in clean_log if e["kind"] == "step"].index(first_of_attempt_2)
 
     def full_size(e):
-        e["ids"] = list(range(e["ids"][0], e["ids"][0] + 8))
+        e["ids"] = list(range(e["ids"][0], e["ids"][0] + 16))
 
     (problem,) = oracle.check_batch_sizes(tampered(clean_log, "step", full_size, nth=nth))
     start = first_of_attempt_2["ids"][0]
     assert problem == (
-        f"attempt 2: step 6 consumed a global batch of 8 (ids {start}..{start + 7}) on a mesh of "
-        "3 slices [0, 1, 3], which wants 6 (= 8 x 3/4 slices); 8 is the batch for 4 slices: the "
-        "batch was not resized with the mesh"
+        f"attempt 2: step 6 consumed a global batch of 16 (ids {start}..{start + 15}) on a mesh "
+        "of 3 slices [0, 1, 3], which wants 12 (= 16 x 3/4 slices); 16 is the batch for 4 "
+        "slices: the batch was not resized with the mesh"
     )
 
 
@@ -213,7 +213,7 @@ def test_samples_consumed_but_not_trained_are_named(clean_log):
         e["trained"] = 4
 
     (problem,) = oracle.check_batch_sizes(tampered(clean_log, "step", dropped_rows, nth=2))
-    assert problem == "attempt 1: step 2 consumed 8 samples (ids 16..23) but trained on 4: " + (
+    assert problem == "attempt 1: step 2 consumed 16 samples (ids 32..47) but trained on 4: " + (
         "consumed and trained samples must be the same"
     )
 
@@ -233,5 +233,6 @@ def test_a_skipped_range_names_its_step_never_the_end(clean_log):
 
 def test_run_and_attempt_are_named_as_the_log_has_them(clean_log):
     assert oracle.who(clean_log, 1, 2) == "attempt 2"
-    two_runs = [*clean_log, {**clean_log[1], "run": 2}]
+    start = next(e for e in clean_log if e["kind"] == "run_start")
+    two_runs = [*clean_log, {**start, "run": 2}]
     assert oracle.who(two_runs, 2, 1) == "run 2, attempt 1"

@@ -586,6 +586,25 @@ STATEFUL_MAX_FAULTS = 4
 #: scale-ups happen inside it.
 STATEFUL_POLL_INTERVAL = 1
 
+#: The stateful machine's fault scenarios, one drawn per ``fault`` rule: a loss whose slice
+#: stays down (a ``repair`` rule may bring it back), a loss whose slice rejoins after 1-3 polls
+#: (an in-loop scale-up or, in signal mode, a restart), a retried INTERNAL error, a save held in
+#: flight with a failure the step after it, an error in the elastic-event callback, a
+#: preemption (a new run from the persisted checkpoint).
+SCENARIOS = (
+    "loss_then_rejoin",
+    "loss",
+    "failure_during_a_slow_save",
+    "transient_internal_error",
+    "error_in_the_elastic_callback",
+    "preemption",
+)
+
+#: How a stateful episode must end, drawn once per example: completed (six in eight), a
+#: user's INVALID_ARGUMENT that must end the run, or a host-callback bug (INTERNAL on every
+#: attempt) that must exhaust the retry policy.
+ENDINGS = ("completed",) * 6 + ("invalid_argument", "host_callback_bug")
+
 #: What the figures count per stateful episode (``episode_features``).
 FEATURES = (
     "loss",
@@ -661,14 +680,14 @@ def episode_machine(
 ) -> type[RuleBasedStateMachine]:
     """A state machine whose rules write a fault schedule and whose teardown judges it.
 
-    Rules are training steps, faults of every fake-cluster kind at the current step, repairs,
-    slow saves with a failure while the save is in flight, an error in the elastic-event
-    callback, preemption (a restart from the persisted checkpoint) and two terminal errors.
-    The model keeps the schedule meaningful (never the last healthy slice; a repair only of a
-    lost one). The trainer's loop is one call (and SIGTERM reaches only the main thread), so the
-    episode runs in teardown, once the rules are done; an example hypothesis is throwing away
-    (it ran out of data, or a rule failed: an exception is in flight) runs no episode, so no
-    failure is ever reported from an example hypothesis would discard.
+    Rules are fault scenarios (``SCENARIOS``: losses, rejoins, a failure while a save is in
+    flight, an error in the elastic-event callback, preemption) at steps that only move
+    forward, and repairs; the ending (completed or one of two terminal errors) is drawn once,
+    in ``configure``. The model keeps the schedule meaningful (never the last healthy slice;
+    a repair only of a lost one). The trainer's loop is one call (and SIGTERM reaches only
+    the main thread), so the episode runs in teardown, once the rules are done. An example
+    hypothesis is throwing away (it ran out of data, or a rule failed: an exception is in
+    flight) runs no episode, so no failure is reported from an example hypothesis discards.
     """
 
     class EpisodeMachine(RuleBasedStateMachine):
@@ -679,19 +698,28 @@ def episode_machine(
             self.healthy = set(range(STATEFUL_SLICES))
             self.lost_at: dict[int, int] = {}  # slice -> the step it was lost at
             self.faults = 0
-            self.expect = "completed"
             self.open = True
             self.mode, self.scale_up, self.interval = "resize", "in_loop", 2
             self.preemptions = 0
+            self.ending, self.end_at = "completed", STATEFUL_STEPS - 1
 
         @initialize(
             # resize and in-loop scale-up more often: they are where meshes shrink and grow
             mode=st.sampled_from(["resize", "resize", "resize", "pause_resume"]),
             scale_up=st.sampled_from(["in_loop", "in_loop", "signal", "off"]),
             interval=st.integers(1, 4),
+            ending=st.sampled_from(ENDINGS),
+            end_at=st.integers(0, STATEFUL_STEPS - 1),
         )
-        def configure(self, mode: str, scale_up: str, interval: int) -> None:
+        def configure(
+            self, mode: str, scale_up: str, interval: int, ending: str, end_at: int
+        ) -> None:
+            """The run's shape, and how it must end (drawn here, not by a rule: a rule that
+            ends the schedule would be picked as often as every fault together)."""
             self.mode, self.scale_up, self.interval = mode, scale_up, interval
+            self.ending, self.end_at = ending, end_at
+            if ending == "host_callback_bug":
+                self.open = False  # INTERNAL on every attempt: no other fault matters
 
         def _can_fault(self, n: int = 1) -> bool:
             return self.open and self.faults + n <= STATEFUL_MAX_FAULTS
@@ -703,28 +731,66 @@ def episode_machine(
         def _advance(self, steps: int) -> None:
             self.step = min(self.step + steps, STATEFUL_STEPS - 1)
 
-        @precondition(lambda self: self.open and self.step < STATEFUL_STEPS - 1)
-        @rule(steps=st.integers(1, 3))
-        def train(self, steps: int) -> None:
-            self._advance(steps)
-
-        @precondition(lambda self: self._can_fault() and len(self.healthy) > 1)
-        @rule(
-            advance=st.integers(0, 4),
-            data=st.data(),
-            kind=st.sampled_from(LOSS_KINDS),
-            polls=st.integers(0, 3),
-        )
-        def lose_slice(self, advance: int, data: st.DataObject, kind: str, polls: int) -> None:
+        @precondition(lambda self: self._can_fault())
+        @rule(what=st.sampled_from(SCENARIOS), advance=st.integers(0, 2), data=st.data())
+        def fault(self, what: str, advance: int, data: st.DataObject) -> None:
+            """One fault scenario at the current step (``SCENARIOS``, drawn evenly)."""
             self._advance(advance)
+            if what in ("loss", "loss_then_rejoin") and len(self.healthy) < 2:
+                what = "transient_internal_error"
+            if what == "preemption" and (self.mode != "resize" or self.preemptions >= 2):
+                what = "transient_internal_error"
+            if what in ("failure_during_a_slow_save", "error_in_the_elastic_callback") and (
+                not self._can_fault(2) or self.step >= STATEFUL_STEPS - 2
+            ):
+                what = "transient_internal_error"
+            getattr(self, "_" + what)(data)
+
+        def _loss(self, data: st.DataObject, polls: int | None = None) -> None:
             s = data.draw(st.sampled_from(sorted(self.healthy)), label="slice")
+            kind = data.draw(st.sampled_from(LOSS_KINDS), label="kind")
+            if polls is None:
+                polls = data.draw(st.integers(0, 3), label="repair_after_polls")
             if self.mode == "pause_resume":
                 polls = max(polls, 1)  # it waits for every slice: this one must come back
+            # A slice back after some polls is still not counted healthy: another loss before
+            # it is back must not take the last replica of the snapshot with it.
             self.healthy.discard(s)
             if not polls:
                 self.lost_at[s] = self.step
             back = f":repair_after_polls={polls}" if polls else ""
             self._add(f"{kind}@step={self.step}:slice={s}{back}")
+
+        def _loss_then_rejoin(self, data: st.DataObject) -> None:
+            self._loss(data, polls=data.draw(st.integers(1, 3), label="repair_after_polls"))
+
+        def _transient_internal_error(self, data: st.DataObject) -> None:
+            del data
+            self._add(f"raise_error@step={self.step}:code=INTERNAL")
+
+        def _failure_during_a_slow_save(self, data: st.DataObject) -> None:
+            """The next save stays in flight some seconds; a failure comes the step after it."""
+            seconds = data.draw(st.integers(2, 5), label="seconds")
+            self._add(f"slow_save@step={self.step}:seconds={seconds}")
+            saved_at = -(-self.step // self.interval) * self.interval  # the held save's step
+            at = min(saved_at + 1, STATEFUL_STEPS - 1)
+            self.step = max(self.step, at)
+            then = data.draw(st.sampled_from(["internal", "internal", "loss"]), label="then")
+            if then == "loss" and len(self.healthy) > 1:
+                self._loss(data, polls=0)
+            else:
+                self._add(f"raise_error@step={self.step}:code=INTERNAL")
+
+        def _error_in_the_elastic_callback(self, data: st.DataObject) -> None:
+            """A retried failure whose elastic-event callback meets a slice-down error."""
+            del data
+            self._add(f"raise_error@step={self.step}:code=INTERNAL")
+            self._add("callback_error@callback=1")
+
+        def _preemption(self, data: st.DataObject) -> None:
+            del data
+            self.preemptions += 1
+            self._add(f"preemption@step={self.step}")
 
         def _repairable(self) -> list[int]:
             # Not at the step of its loss: see REPAIR_SAME_STEP.
@@ -741,91 +807,37 @@ def episode_machine(
             polls = f":after_polls={after_polls}" if after_polls else ""
             self._add(f"repair@step={self.step}:slice={s}{polls}")
 
-        @precondition(lambda self: self._can_fault())
-        @rule(advance=st.integers(0, 4))
-        def transient_internal_error(self, advance: int) -> None:
-            self._advance(advance)
-            self._add(f"raise_error@step={self.step}:code=INTERNAL")
-
-        @precondition(lambda self: self._can_fault(2) and self.step < STATEFUL_STEPS - 2)
-        @rule(
-            advance=st.integers(0, 3),
-            seconds=st.integers(2, 5),
-            data=st.data(),
-            then=st.sampled_from(["internal", "internal", "loss"]),
-        )
-        def failure_during_a_slow_save(
-            self, advance: int, seconds: int, data: st.DataObject, then: str
-        ) -> None:
-            """The next save stays in flight ``seconds``; a failure comes the step after it."""
-            self._advance(advance)
-            self._add(f"slow_save@step={self.step}:seconds={seconds}")
-            saved_at = -(-self.step // self.interval) * self.interval  # the held save's step
-            at = min(saved_at + 1, STATEFUL_STEPS - 1)
-            if then == "loss" and len(self.healthy) > 1:
-                s = data.draw(st.sampled_from(sorted(self.healthy)), label="slice")
-                self.healthy.discard(s)
-                self.step = max(self.step, at)
-                self.lost_at[s] = self.step
-                self._add(f"data_loss@step={at}:slice={s}")
-            else:
-                self._add(f"raise_error@step={at}:code=INTERNAL")
-                self.step = max(self.step, at)
-
-        @precondition(lambda self: self._can_fault(2))
-        @rule(advance=st.integers(0, 4))
-        def error_in_the_elastic_callback(self, advance: int) -> None:
-            """A retried failure whose elastic-event callback meets a slice-down error."""
-            self._advance(advance)
-            self._add(f"raise_error@step={self.step}:code=INTERNAL")
-            self._add("callback_error@callback=1")
-
-        @precondition(
-            lambda self: self._can_fault() and self.mode == "resize" and self.preemptions < 2
-        )
-        @rule(advance=st.integers(0, 4))
-        def preemption(self, advance: int) -> None:
-            self._advance(advance)
-            self.preemptions += 1
-            self._add(f"preemption@step={self.step}")
-
-        @precondition(lambda self: self.open)
-        @rule(advance=st.integers(0, 4), really=st.integers(0, 3))
-        def invalid_argument(self, advance: int, really: int) -> None:
-            """A user bug that is no lost slice: it must end the run (one draw in four)."""
-            if really:
-                return
-            self._advance(advance)
-            self.entries.append(f"raise_error@step={self.step}:code=INVALID_ARGUMENT")
-            self.expect, self.open = "error:INVALID_ARGUMENT", False
-
-        @precondition(lambda self: self.open and not self.entries)
-        @rule(advance=st.integers(0, 4), really=st.integers(0, 3))
-        def host_callback_bug(self, advance: int, really: int) -> None:
-            """A Python exception in a host callback: INTERNAL on every attempt (one in four)."""
-            if really:
-                return
-            self._advance(advance)
-            self.entries.append(f"raise_error@step={self.step}:code=INTERNAL")
-            self.entries += [
-                f"raise_error@attempt={n}:code=INTERNAL"
-                for n in range(2, STATEFUL_MAX_ATTEMPTS + 2)
-            ]
-            self.expect, self.open = "retries_exhausted", False
-
-        @precondition(lambda self: not self.open)
+        @precondition(lambda self: not self._can_fault())
         @rule()
-        def after_the_end(self) -> None:
-            """Nothing: after a terminal error the schedule is complete."""
+        def done(self) -> None:
+            """Nothing: the schedule has all its faults (or its terminal error)."""
 
         @invariant()
         def schedule_keeps_a_slice(self) -> None:
             # The model's own invariant: the generated schedule never loses every slice.
             assert self.healthy, f"schedule {self.entries} loses every slice"
 
+        def schedule(self) -> tuple[list[str], str]:
+            """The entries and the outcome they must have, with the drawn ending."""
+            if self.ending == "invalid_argument":
+                # A user bug that is no lost slice: it must end the run.
+                bug = f"raise_error@step={self.end_at}:code=INVALID_ARGUMENT"
+                return [*self.entries, bug], "error:INVALID_ARGUMENT"
+            if self.ending == "host_callback_bug":
+                # A Python exception in a host callback: INTERNAL on every attempt.
+                every = [
+                    f"raise_error@attempt={n}:code=INTERNAL"
+                    for n in range(2, STATEFUL_MAX_ATTEMPTS + 2)
+                ]
+                return [f"raise_error@step={self.end_at}:code=INTERNAL", *every], (
+                    "retries_exhausted"
+                )
+            return list(self.entries), "completed"
+
         def spec(self) -> EpisodeSpec:
+            entries, expect = self.schedule()
             return EpisodeSpec(
-                schedule=",".join(self.entries),
+                schedule=",".join(entries),
                 slices=STATEFUL_SLICES,
                 devices_per_slice=devices_per_slice,
                 mode=self.mode,
@@ -835,7 +847,7 @@ def episode_machine(
                 global_batch=2 * STATEFUL_SLICES,
                 max_attempts=STATEFUL_MAX_ATTEMPTS,
                 poll_interval=STATEFUL_POLL_INTERVAL,
-                expect=self.expect,
+                expect=expect,
                 trainer=trainer,
             )
 

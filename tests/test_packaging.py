@@ -15,7 +15,10 @@ def test_editable_install_imports_from_the_repo():
     import pathways_chaos.fixtures.chaos
     import pathways_chaos.harness.pytest_plugin.plugin
 
-    assert Path(pathways_chaos.harness.pytest_plugin.plugin.__file__).parent == ROOT / "harness" / "pytest_plugin"
+    assert (
+        Path(pathways_chaos.harness.pytest_plugin.plugin.__file__).parent
+        == ROOT / "harness" / "pytest_plugin"
+    )
     assert Path(pathways_chaos.faults.model.__file__).parent == ROOT / "faults"
     assert Path(pathways_chaos.fixtures.chaos.__file__).parent == ROOT / "fixtures"
 

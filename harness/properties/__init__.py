@@ -775,7 +775,7 @@ def episode_machine(
             saved_at = -(-self.step // self.interval) * self.interval  # the held save's step
             at = min(saved_at + 1, STATEFUL_STEPS - 1)
             self.step = max(self.step, at)
-            then = data.draw(st.sampled_from(["internal", "internal", "loss"]), label="then")
+            then = data.draw(st.sampled_from(["loss", "internal", "internal"]), label="then")
             if then == "loss" and len(self.healthy) > 1:
                 self._loss(data, polls=0)
             else:
@@ -874,3 +874,41 @@ def episode_machine(
 
     EpisodeMachine.__name__ = EpisodeMachine.__qualname__ = "EpisodeMachine"
     return EpisodeMachine
+
+
+# -- one property, by name, against one trainer (the mutant table and the bench) ------------
+def run_property(caught_by: str, trainer: str, counter: ExampleCounter, settings: Any) -> None:
+    """Runs the property suite ``caught_by`` (snapshot, dataset, mesh or stateful) on
+    ``trainer`` under ``settings``; raises the first ``PropertyFailure``."""
+    from hypothesis import given
+    from hypothesis.stateful import run_state_machine_as_test
+
+    devices = available_devices()
+    if caught_by == "snapshot":
+
+        @settings
+        @given(case=snapshot_cases(max_devices=devices))
+        def snapshot(case: SnapshotCase) -> None:
+            counter.run(lambda: check_snapshot_round_trip(case, trainer))
+
+        snapshot()
+    elif caught_by == "dataset":
+
+        @settings
+        @given(spec=dataset_specs(max_devices=devices, trainer=trainer))
+        def dataset(spec: EpisodeSpec) -> None:
+            counter.run(lambda: check_dataset_episode(spec, counter))
+
+        dataset()
+    elif caught_by == "mesh":
+
+        @settings
+        @given(spec=mesh_specs(max_devices=devices, trainer=trainer))
+        def mesh(spec: EpisodeSpec) -> None:
+            counter.run(lambda: check_mesh_episode(spec, counter))
+
+        mesh()
+    elif caught_by == "stateful":
+        run_state_machine_as_test(episode_machine(trainer, counter), settings=settings)
+    else:
+        raise ValueError(f"no property suite {caught_by!r}: snapshot, dataset, mesh or stateful")

@@ -81,14 +81,14 @@ def test_mutant_is_caught_by_its_property(entry: MutantEntry, record_property):
 
 #: For each blind spot's mutant: what its failure message must say (the step and the cause).
 CAUSES = {
-    "StaleSnapshotRestore": r"attempt \d+ restored snapshot step \d+, but snapshot step \d+ was "
-    r"in flight .* at the failure",
+    "StaleSnapshotRestore": r"attempt \d+ (restored snapshot step \d+|started again from step "
+    r"\d+ with no restore), but snapshot step \d+ was in flight .* at the failure",
     "ScaleUpKeepsOldMesh": r"slices \[\d+\] joined by an in-loop scale-up after step \d+, but "
     r"step \d+ ran on a mesh of slices",
     "IteratorNotCarriedAcrossScaleUp": r"exactly-once violated from step \d+: duplicated",
     "BatchFromTotalSlices": r"step \d+ consumed a global batch of \d+ \(ids \d+\.\.\d+\) on a "
     r"mesh of \d+ slices",
-    "RandomnessNotRestored": r"fault-free one-device run of the same trainer .*Randomness"
+    "RandomnessNotRestored": r"fault-free run of the same trainer .*Randomness.* on one device"
     r".*the first committed step whose loss differs is step \d+",
     "CallbackErrorEscapes": r"run did not complete: JaxRuntimeError: INTERNAL: injected error in "
     r"the elastic-event callback",

@@ -132,7 +132,8 @@ def test_the_replay_says_it_ran_the_same_trainer(clean_log):
         e["final_state"]["['params']['b1']"]["values"][0] += 1e-3
 
     (problem,) = oracle.check(tampered(clean_log, "run_end", nudge)).violations
-    assert "a fault-free one-device run of the same trainer (pathways_chaos" in problem
+    assert "a fault-free run of the same trainer (pathways_chaos" in problem
+    assert "on one device over the committed batches" in problem
     assert "every committed step's loss matches the replay's" in problem
 
 
@@ -236,3 +237,14 @@ def test_run_and_attempt_are_named_as_the_log_has_them(clean_log):
     start = next(e for e in clean_log if e["kind"] == "run_start")
     two_runs = [*clean_log, {**start, "run": 2}]
     assert oracle.who(two_runs, 2, 1) == "run 2, attempt 1"
+
+
+def test_a_trainer_whose_math_depends_on_the_mesh_is_replayed_on_the_run_meshes(clean_log):
+    from pathways_chaos.harness.reference.trainer import ReferenceTrainer
+
+    class PerMesh(ReferenceTrainer):
+        replay_on_one_device = False
+
+    assert oracle.check(clean_log, trainer=PerMesh).violations == []
+    (problem,) = oracle.check(tampered(clean_log, "run_end", _nudge), trainer=PerMesh).violations
+    assert "on the meshes the committed steps ran on over the committed batches" in problem

@@ -43,6 +43,7 @@ class StepRecord:
     ids: tuple[int, ...]
     seq: int
     loss: float | None = None
+    mesh_slices: tuple[int, ...] | None = None
 
 
 @dataclasses.dataclass
@@ -118,7 +119,15 @@ def committed_lineage(events: Sequence[Event]) -> tuple[list[StepRecord], list[s
         key = (e.get("run", 0), e.get("attempt", 0))
         if e["kind"] == "step":
             by_attempt[key].append(
-                StepRecord(key[0], key[1], e["step"], tuple(e["ids"]), e["seq"], e.get("loss"))
+                StepRecord(
+                    key[0],
+                    key[1],
+                    e["step"],
+                    tuple(e["ids"]),
+                    e["seq"],
+                    e.get("loss"),
+                    tuple(e["mesh_slices"]) if e.get("mesh_slices") else None,
+                )
             )
         elif e["kind"] == "restore_end":
             restores[key] = e
@@ -250,10 +259,10 @@ def check_replay(
     cls, why = replay_trainer(start, trainer)
     if cls is not None:
         name = start.get("trainer") or f"{cls.__module__}:{cls.__qualname__}"
-        judge = (
-            f"a fault-free one-device run of the same trainer ({name}) over the committed batches"
+        replayed, losses, where = replay_with_trainer(
+            cls, start["config"], lineage, start.get("slices")
         )
-        replayed, losses = replay_with_trainer(cls, start["config"], lineage)
+        judge = f"a fault-free run of the same trainer ({name}) {where} over the committed batches"
     else:
         judge = f"a one-device replay of the reference model's step ({why})"
         replayed, losses = replay_state(start["config"], lineage)
@@ -286,9 +295,17 @@ def replay_trainer(start: Event, trainer: Any = None) -> tuple[Any, str]:
 
 
 def replay_with_trainer(
-    cls: Any, config: dict[str, Any], lineage: Sequence[StepRecord]
-) -> tuple[dict[str, np.ndarray], list[float]]:
-    """The trainer's own step path (same seeds, same hooks), step after committed step."""
+    cls: Any,
+    config: dict[str, Any],
+    lineage: Sequence[StepRecord],
+    slices: dict[str, list[int]] | None = None,
+) -> tuple[dict[str, np.ndarray], list[float], str]:
+    """The trainer's own step path (same seeds, same hooks), step after committed step.
+
+    On one device, unless the trainer says its math depends on the mesh
+    (``replay_on_one_device = False``): then each step runs on the mesh of the slices it ran
+    on (``mesh_slices``), when this process has those devices. Returns where it ran.
+    """
     import jax
 
     from pathways_chaos.harness.engine.recorder import Recorder
@@ -301,19 +318,37 @@ def replay_with_trainer(
     trainer_config = TrainerConfig(**values)
     device = jax.devices("cpu")[0]
     trainer = cls(trainer_config, Recorder(None), devices=[device], run_index=1)
-    mesh = jax.sharding.Mesh(np.asarray([device], dtype=object).reshape(1, 1), ("replica", "data"))
-    sharding = trainer.state_sharding(mesh)
-    step = jax.jit(trainer.step_function(), out_shardings=(sharding, None))
+    one = jax.sharding.Mesh(np.asarray([device], dtype=object).reshape(1, 1), ("replica", "data"))
+    by_id = {d.id: d for d in jax.devices("cpu")}
+    per_mesh = not getattr(cls, "replay_on_one_device", True) and slices is not None
+    if per_mesh and slices is not None:
+        wanted = {i for ids in slices.values() for i in ids}
+        per_mesh = wanted <= set(by_id) and all(r.mesh_slices for r in lineage)
+
+    def mesh_of(record: StepRecord) -> Any:
+        if not per_mesh or slices is None or not record.mesh_slices:
+            return one
+        rows = [[by_id[i] for i in slices[str(s)]] for s in record.mesh_slices]
+        return jax.sharding.Mesh(np.asarray(rows, dtype=object), ("replica", "data"))
+
+    steps: dict[tuple[int, ...], Any] = {}
     losses: list[float] = []
     with jax.default_device(device):
-        state = jax.device_put(trainer.init_state(), sharding)
+        state = trainer.init_state()
         for record in lineage:
+            mesh = mesh_of(record)
+            key = tuple(d.id for d in mesh.devices.flat)
+            sharding = trainer.state_sharding(mesh)
+            if key not in steps:
+                steps[key] = jax.jit(trainer.step_function(), out_shardings=(sharding, None))
+            state = jax.device_put(state, sharding)
             batch = trainer_config.data.batch(list(record.ids))
             placed = trainer.place_batch(trainer.before_step(record.step, batch), mesh)
-            state, loss = step(state, *placed)
+            state, loss = steps[key](state, *placed)
             losses.append(float(np.asarray(loss).ravel()[0]) if np.size(loss) else 0.0)
         flat = jax.tree_util.tree_flatten_with_path(jax.device_get(state))[0]
-    return {jax.tree_util.keystr(p): np.asarray(v) for p, v in flat}, losses
+    where = "on the meshes the committed steps ran on" if per_mesh else "on one device"
+    return {jax.tree_util.keystr(p): np.asarray(v) for p, v in flat}, losses, where
 
 
 def replay_state(

@@ -153,12 +153,14 @@ def slice_churn(draw: st.DrawFn, slices: int, steps: int, max_events: int = 4) -
         holding = {s for s in healthy if repaired_at.get(s, -REJOIN_MARGIN) + REJOIN_MARGIN <= step}
         # A lost slice is repaired more often than another is lost: rejoins are what rebuild
         # a mesh with more slices, and what a signal-mode scale-up restarts an attempt for.
-        actions = (["lose"] if len(holding) > 1 else []) + (["repair"] * 2 if down else [])
+        actions = (["lose"] if len(healthy) > 1 else []) + (["repair"] * 2 if down else [])
         if not actions:
             continue
         if draw(st.sampled_from(actions)) == "lose":
-            s = draw(st.sampled_from(sorted(holding)))
+            s = draw(st.sampled_from(sorted(healthy)))
             kind = draw(st.sampled_from(LOSS_KINDS))
+            if not holding - {s}:
+                continue  # the same draws, but this loss would take the last replica: dropped
             healthy.discard(s)
             lost_at[s] = step
             entries.append(f"{kind}@step={step}:slice={s}")

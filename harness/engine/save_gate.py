@@ -68,7 +68,8 @@ class SaveGate:
         return gated
 
     def on_poll(self, slice_index: int) -> None:
-        """A health poll (any slice, the monitor thread): counts for ``polls`` holds."""
+        """A health poll of any slice counts for ``polls`` holds (the monitor thread polls the
+        inactive slices every ``poll_interval``; each attempt's wait polls every slice)."""
         del slice_index
         for gated in list(self._wrappers):
             gated.count_poll()
@@ -124,6 +125,7 @@ class GatedSnapshotter:
         )
 
     def join(self) -> None:
+        self.release_if_due()
         held, self._held = self._held, None
         if held is not None:
             # Waiting for the save costs what is left of it on the episode clock.

@@ -133,7 +133,9 @@ def fail(prop: str, problems: list[str], spec: EpisodeSpec | None = None) -> Non
 
 # -- generated fault schedules: slice losses and rejoins ------------------------------------
 @st.composite
-def slice_churn(draw: st.DrawFn, slices: int, steps: int, max_events: int = 4) -> str:
+def slice_churn(
+    draw: st.DrawFn, slices: int, steps: int, max_events: int = 4, rejoins: bool = False
+) -> str:
     """Losses and repairs at non-decreasing steps, never losing the last replica.
 
     A repaired slice holds no snapshot replica until it has rejoined and a snapshot was taken
@@ -161,6 +163,11 @@ def slice_churn(draw: st.DrawFn, slices: int, steps: int, max_events: int = 4) -
             kind = draw(st.sampled_from(LOSS_KINDS))
             if not holding - {s}:
                 continue  # the same draws, but this loss would take the last replica: dropped
+            polls = draw(st.integers(0, 3)) if rejoins else 0
+            if polls:  # back by itself after that many health polls: a rejoin inside the run
+                healthy.discard(s)
+                entries.append(f"{kind}@step={step}:slice={s}:repair_after_polls={polls}")
+                continue
             healthy.discard(s)
             lost_at[s] = step
             entries.append(f"{kind}@step={step}:slice={s}")
@@ -557,11 +564,12 @@ def check_dataset_episode(spec: EpisodeSpec, counter: ExampleCounter | None = No
 # -- 3. mesh rebuild -------------------------------------------------------------------------
 @st.composite
 def mesh_specs(draw: st.DrawFn, max_devices: int, trainer: str = REFERENCE_TRAINER) -> EpisodeSpec:
-    slices = draw(st.integers(1, min(16, max_devices)))
+    """Losses (some rejoining after 1-3 polls, inside the run) and repairs on 2-16 slices."""
+    slices = draw(st.integers(2, min(16, max_devices)))
     per_slice = draw(st.sampled_from([m for m in (1, 2) if slices * m <= max_devices]))
     steps = draw(st.integers(5, 9))
     return EpisodeSpec(
-        schedule=draw(slice_churn(slices, steps, max_events=4)),
+        schedule=draw(slice_churn(slices, steps, max_events=4, rejoins=True)),
         slices=slices,
         devices_per_slice=per_slice,
         # signal: every rejoin restarts the attempt, so what the last one kept is counted

@@ -672,22 +672,31 @@ def check_no_leaks(events: Sequence[Event]) -> list[str]:
     """Device arrays alive when an attempt is ready must not grow from attempt to attempt.
 
     Counted at the start of each retry attempt, not at an in-loop scale-up, where the last
-    step's batch is still (legitimately) in scope.
+    step's batch is still (legitimately) in scope. The census counts the whole process, so
+    arrays an earlier episode left behind may be freed during this one: each attempt is held
+    to the fewest seen at an earlier attempt, not to the first attempt's count.
     """
     counts = [
-        (e["attempt"], e["live"]["by_kind"].get("device", 0))
+        (e.get("run", 0), e["attempt"], e["live"]["by_kind"].get("device", 0))
         for e in events
         if e["kind"] == "attempt_ready" and e.get("reason") == "attempt"
     ]
     if not counts:
         return []
-    first = counts[0][1]
-    for attempt, n in counts[1:]:
-        if n > first:
+    base_run, base_attempt, base = counts[0]
+    for run, attempt, n in counts[1:]:
+        if n > base:
+            where = (
+                "the first attempt"
+                if (base_run, base_attempt) == counts[0][:2]
+                else (who(events, base_run, base_attempt))
+            )
             return [
-                f"live device arrays grew from {first} in the first attempt to {n} in attempt "
-                f"{attempt}: something keeps the failed attempt's arrays alive"
+                f"live device arrays grew from {base} in {where} to {n} in "
+                f"{who(events, run, attempt)}: something keeps the failed attempt's arrays alive"
             ]
+        if n < base:
+            base_run, base_attempt, base = run, attempt, n
     return []
 
 

@@ -664,6 +664,9 @@ def episode_features(events: list[dict[str, Any]]) -> set[str]:
             held.add((e.get("run", 0), e["step"]))
         elif kind in ("save_released", "save_dropped"):
             held.discard((e.get("run", 0), e["step"]))
+            if kind == "save_dropped" and "lost" in e.get("reason", ""):
+                # The gate drops the held save inside the loss, before its fault event.
+                out.add("loss during an in-flight save")
         elif kind == "error" and held:
             out.add("failure during an in-flight save")
         elif kind == "scale_up" and e.get("how") == "in_loop":

@@ -539,8 +539,10 @@ def check_restore_newest(events: Sequence[Event]) -> list[str]:
             at = last_step.get((run, e["attempt"]))
             what = e.get("type", "a scale-up signal") if kind == "error" else "a scale-up signal"
             failure[run] = f"{what} after step {at} in attempt {e['attempt']}"
-        elif kind == "restore_end" and e["source"] == "snapshot":
+        elif kind == "restore_end":
             restored.add((run, e["attempt"]))
+            if e["source"] != "snapshot":
+                continue
             want, how = _newest(complete[run], held[run])
             if want is not None and e["step"] < want:
                 problems.append(

@@ -338,7 +338,10 @@ class ReferenceTrainer:
             lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding),
             jax.eval_shape(self.init_state),
         )
-        checkpoint = self._latest_checkpoint() if self.attempt == 1 else None
+        # Every attempt, not only the first: a retry before this run's first snapshot must go
+        # back to the checkpoint the run resumed from, not to step 0 (found by the stateful
+        # search: preemption@step=0, then a loss at step 1 of the resumed run).
+        checkpoint = self._latest_checkpoint()
         if self.attempt > 1:
             # Even with no snapshot yet: the first save may be the one in flight.
             self.settle_snapshots(snapshotter)

@@ -29,7 +29,7 @@ from pathways_chaos.harness.reference.variants import CORRECT_VARIANTS
 pytest_plugins = ["pytester"]
 
 SEARCH = settings(
-    max_examples=40,
+    max_examples=60,
     deadline=None,
     derandomize=True,
     database=None,

@@ -60,8 +60,17 @@ def pytest_configure(config: pytest.Config) -> None:
 
         config.option.hypothesis_seed = random.getrandbits(32)
         core.global_force_seed = config.option.hypothesis_seed  # type: ignore[attr-defined]
-    from pathways_chaos.harness.properties import enable_compilation_cache
+    from pathways_chaos.harness.errors import ChaosConfigError
+    from pathways_chaos.harness.properties import (
+        enable_compilation_cache,
+        set_session_trainer,
+        trainer_under_test,
+    )
 
+    try:  # the stateful TestCase is built at import, from this choice
+        set_session_trainer(trainer_under_test(config))
+    except ChaosConfigError as error:
+        raise pytest.UsageError(f"--chaos-trainer: {error}") from None
     enable_compilation_cache()  # each mesh shape compiles once per session, not per example
 
 
@@ -78,13 +87,10 @@ def pytest_report_header(config: pytest.Config) -> str:
 @pytest.fixture(scope="session")
 def chaos_trainer(pytestconfig: pytest.Config) -> str:
     """``--chaos-trainer MODULE:CLASS``: the trainer every episode property runs."""
-    from pathways_chaos.harness.errors import ChaosConfigError
-    from pathways_chaos.harness.properties import trainer_under_test
+    del pytestconfig
+    from pathways_chaos.harness.properties import session_trainer
 
-    try:
-        return trainer_under_test(pytestconfig)
-    except ChaosConfigError as error:
-        raise pytest.UsageError(f"--chaos-trainer: {error}") from None
+    return session_trainer()
 
 
 @pytest.fixture(scope="session")

@@ -8,8 +8,13 @@
 - first/last 50: the warm rate over the first and the last 50 schedules (no decline: nothing
   accumulates from episode to episode).
 - ci_profile_wall_s: ``pytest suites/properties`` with the ci profile, in a new process.
+- features: the share of stateful episodes that include each event (a loss, a repair, an
+  in-loop scale-up, a mesh shrink, a failure or a loss while a save is in flight, a callback
+  error), and the examples hypothesis discarded per 100 generated (no episode runs for them).
+- first_failure: for each blind-spot mutant of issue 12, the examples and seconds its named
+  property needed to fail (derandomized, no shrinking).
 
-Usage: python bench/bench_properties.py [--examples N] [--no-suite] [--out FILE]
+Usage: python bench/bench_properties.py [--examples N] [--no-suite] [--no-mutants] [--out FILE]
 """
 
 from __future__ import annotations
@@ -93,7 +98,17 @@ def stateful_rate(examples: int, warmup: int) -> dict[str, Any]:
     from pathways_chaos.harness.engine.census import pinned_host_arrays
     from pathways_chaos.harness.engine.snapshotter_release import live_snapshotter_threads
 
+    episodes_judged = len(warm_counter.features)
+    generated = warm_counter.examples + warm_counter.discarded
+    shares = {
+        name: round(sum(name in f for f in warm_counter.features) / max(1, episodes_judged), 3)
+        for name in properties.FEATURES
+    }
     return {
+        "episodes_judged": episodes_judged,
+        "share_of_episodes_including": shares,
+        "discarded_per_100_examples": round(100 * warm_counter.discarded / max(1, generated), 1),
+        "episodes_run_for_discarded_examples": 0,  # teardown runs none while one is in flight
         "schedules_per_minute_warm": round(warm_n / warm_s * 60, 1),
         "schedules_per_minute_cold": round(cold_n / cold_s * 60, 1),
         "schedules_warm": warm_n,
@@ -110,6 +125,55 @@ def stateful_rate(examples: int, warmup: int) -> dict[str, Any]:
         "pinned_host_arrays_after": pinned_host_arrays(),
         "threads_after": threading.active_count(),
     }
+
+
+def first_failures() -> dict[str, Any]:
+    """Examples and seconds until each blind-spot mutant's property fails (seeded search)."""
+    from hypothesis import HealthCheck, Phase, settings
+
+    from pathways_chaos.harness import properties
+    from pathways_chaos.harness.properties import ExampleCounter, PropertyFailure
+    from pathways_chaos.harness.reference.mutants import CATALOGUE, spec_of
+
+    search = settings(
+        max_examples=40,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        phases=(Phase.generate,),
+        suppress_health_check=list(HealthCheck),
+        stateful_step_count=12,
+    )
+    out: dict[str, Any] = {}
+    for entry in CATALOGUE:
+        if entry.trainer.__name__ not in BLIND_SPOT_MUTANTS:
+            continue
+        counter = ExampleCounter()
+        t0 = time.perf_counter()
+        caught = None
+        try:
+            properties.run_property(entry.caught_by, spec_of(entry.trainer), counter, search)
+        except PropertyFailure as failure:
+            caught = str(failure).splitlines()[1].strip()[:160]
+        out[entry.trainer.__name__] = {
+            "property": entry.caught_by,
+            "judge": entry.judge,
+            "examples_to_first_failure": counter.first_failure,
+            "seconds_to_first_failure": round(time.perf_counter() - t0, 1),
+            "message": caught,
+        }
+    return out
+
+
+#: One mutant per blind spot of issue 12.
+BLIND_SPOT_MUTANTS = (
+    "StaleSnapshotRestore",
+    "ScaleUpKeepsOldMesh",
+    "IteratorNotCarriedAcrossScaleUp",
+    "BatchFromTotalSlices",
+    "RandomnessNotRestored",
+    "CallbackErrorEscapes",
+)
 
 
 def ci_profile_wall() -> dict[str, Any]:
@@ -134,6 +198,7 @@ def main() -> int:
     parser.add_argument("--examples", type=int, default=150)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--no-suite", action="store_true")
+    parser.add_argument("--no-mutants", action="store_true")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
@@ -148,6 +213,8 @@ def main() -> int:
 
     enable_compilation_cache()
     out: dict[str, Any] = {"cores": _cores(), "stateful": stateful_rate(args.examples, args.warmup)}
+    if not args.no_mutants:
+        out["first_failure"] = first_failures()
     if not args.no_suite:
         out.update(ci_profile_wall())
     text = json.dumps(out, indent=2)

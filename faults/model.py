@@ -21,9 +21,10 @@ TargetT = TypeVar("TargetT")
 #: Trigger kinds: ``step`` fires after that step ran (before it is committed), ``time`` at that
 #: many seconds on the episode clock, ``restore`` on the Nth restore of the run, ``save`` on
 #: the Nth snapshot save, ``attempt`` at the start of the Nth attempt, ``batch`` when the Nth
-#: batch has been drawn from the data iterator (counted over the episode, from 1). For a
-#: user's own loop, which has no step events, ``step=N`` means ``batch=N``.
-TRIGGER_KINDS = ("step", "time", "restore", "save", "attempt", "batch")
+#: batch has been drawn from the data iterator (counted over the episode, from 1; for a user's
+#: own loop, which has no step events, ``step=N`` means ``batch=N``), ``callback`` inside the
+#: Nth call of the trainer's elastic-event callback (``elastic_event``).
+TRIGGER_KINDS = ("step", "time", "restore", "save", "attempt", "batch", "callback")
 
 
 class FaultSpecError(ChaosError, ValueError):

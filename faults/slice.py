@@ -160,3 +160,48 @@ class Preemption(Fault["FakeCluster"]):
 
     def describe(self) -> str:
         return "preemption notice (SIGTERM)"
+
+
+@dataclasses.dataclass(frozen=True)
+class SlowSave(Fault["FakeCluster"]):
+    """The next ``saves`` snapshot saves stay in flight for ``seconds`` on the episode clock (or
+    ``polls`` health polls), unless the trainer waits for them; a loss meanwhile drops them."""
+
+    kind = "slow_save"
+    seconds: float = 0.0
+    polls: int = 0
+    saves: int = 1
+
+    def __post_init__(self) -> None:
+        if (self.seconds > 0) == (self.polls > 0) or self.saves < 1:
+            raise FaultSpecError(
+                f"slow_save seconds={self.seconds} polls={self.polls} saves={self.saves}: give "
+                "exactly one of seconds or polls (> 0) and saves >= 1, "
+                "e.g. slow_save@step=3:seconds=4"
+            )
+
+    def inject(self, target: FakeCluster) -> list[str]:
+        gate = getattr(target, "save_gate", None)
+        if gate is None:
+            raise FaultSpecError(
+                f"slow_save needs the in-process fake cluster's save gate; {type(target).__name__} "
+                "has none: run the episode on FakeCluster"
+            )
+        return list(gate.arm(self.seconds, self.polls, self.saves))
+
+    def describe(self) -> str:
+        what = f"{self.seconds:g} s" if self.seconds else f"{self.polls} health polls"
+        return f"the next {self.saves} snapshot save(s) held in flight for {what}"
+
+
+@dataclasses.dataclass(frozen=True)
+class CallbackError(RaiseError):
+    """``code`` raised inside the trainer's elastic-event callback (trigger ``callback=N``: the
+    Nth call), as a callback that touches a lost slice sees it."""
+
+    kind = "callback_error"
+    code: str = "INTERNAL"
+    message: str = "injected error in the elastic-event callback"
+
+    def describe(self) -> str:
+        return f"the elastic-event callback raises {self.code}"

@@ -1,4 +1,9 @@
-"""Hypothesis strategies that generate fault schedules (the property suites draw from these)."""
+"""Hypothesis strategies that generate fault schedules (the property suites draw from these).
+
+Besides single faults they generate the pairs that only matter together: a save held in
+flight (``slow_save``) followed by a loss or a retried error while it is still in flight, and
+a retried error whose elastic-event callback then raises (``callback_error@callback=N``).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ from hypothesis import strategies as st
 
 from pathways_chaos.faults.model import Schedule, ScheduledFault, Trigger
 from pathways_chaos.faults.slice import (
+    CallbackError,
     DataLoss,
     DeadlineExceeded,
     Internal,
@@ -13,6 +19,7 @@ from pathways_chaos.faults.slice import (
     Preemption,
     RaiseError,
     RepairSlice,
+    SlowSave,
 )
 
 _LOSSES = (DataLoss, DeadlineExceeded, NotFound, Internal)
@@ -28,22 +35,68 @@ def slice_faults(num_slices: int) -> st.SearchStrategy[object]:
     )
     repair = st.builds(RepairSlice, slice=slices, after_polls=st.integers(0, 3))
     error = st.builds(RaiseError, code=st.sampled_from(["INTERNAL", "INVALID_ARGUMENT"]))
-    return st.one_of(loss, repair, error, st.just(Preemption()))
+    return st.one_of(
+        loss, repair, error, slow_saves(), st.just(CallbackError()), st.just(Preemption())
+    )
+
+
+def slow_saves() -> st.SearchStrategy[SlowSave]:
+    """A save held for some seconds on the episode clock, or some health polls."""
+    by_time = st.builds(SlowSave, seconds=st.integers(1, 8).map(float))
+    by_polls = st.builds(SlowSave, polls=st.integers(1, 4))
+    return st.one_of(by_time, by_polls)
 
 
 def triggers(max_step: int) -> st.SearchStrategy[Trigger]:
     return st.one_of(
         st.builds(Trigger, st.sampled_from(["step", "batch"]), st.integers(0, max_step)),
-        st.builds(Trigger, st.sampled_from(["restore", "save", "attempt"]), st.integers(1, 4)),
+        st.builds(
+            Trigger, st.sampled_from(["restore", "save", "attempt", "callback"]), st.integers(1, 4)
+        ),
         st.builds(Trigger, st.just("time"), st.integers(0, 10 * max_step)),
     )
+
+
+@st.composite
+def failure_during_a_slow_save(
+    draw: st.DrawFn, num_slices: int, max_step: int
+) -> list[ScheduledFault]:
+    """``slow_save`` at a step, then a loss or a retried INTERNAL one or two steps later."""
+    at = draw(st.integers(0, max(0, max_step - 2)))
+    hold = draw(slow_saves())
+    if draw(st.booleans()):
+        then: object = draw(st.sampled_from(_LOSSES))(slice=draw(st.integers(0, num_slices - 1)))
+    else:
+        then = RaiseError(code="INTERNAL")
+    later = Trigger("step", min(max_step, at + draw(st.integers(1, 2))))
+    return [ScheduledFault(Trigger("step", at), hold), ScheduledFault(later, then)]
+
+
+@st.composite
+def error_in_the_callback(draw: st.DrawFn, max_step: int) -> list[ScheduledFault]:
+    """A retried INTERNAL, and the elastic-event callback it causes raises INTERNAL too."""
+    at = draw(st.integers(0, max_step))
+    nth = draw(st.integers(1, 2))
+    return [
+        ScheduledFault(Trigger("step", at), RaiseError(code="INTERNAL")),
+        ScheduledFault(Trigger("callback", nth), CallbackError()),
+    ]
 
 
 def schedules(
     num_slices: int = 4, max_step: int = 30, max_faults: int = 4
 ) -> st.SearchStrategy[Schedule]:
-    entry = st.builds(ScheduledFault, triggers(max_step), slice_faults(num_slices))
-    return st.lists(entry, max_size=max_faults).map(Schedule.of)
+    entry = st.builds(ScheduledFault, triggers(max_step), slice_faults(num_slices)).map(
+        lambda e: [e]
+    )
+    group = st.one_of(
+        entry,
+        failure_during_a_slow_save(num_slices, max_step),
+        error_in_the_callback(max_step),
+    )
+    return st.lists(group, max_size=max_faults).map(
+        lambda groups: Schedule.of(e for g in groups for e in g)
+    )
 
 
 def loop_faults(num_slices: int) -> st.SearchStrategy[object]:

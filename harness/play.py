@@ -85,7 +85,9 @@ def play(
     # The one-device replay runs on device 0, whatever the episode did to its slice.
     unguarded = getattr(cluster, "unguarded", None)
     with unguarded() if unguarded is not None else contextlib.nullcontext():
-        verdict = oracle.check(result.events, replay=replay, expect_completed=expect_completed)
+        verdict = oracle.check(
+            result.events, replay=replay, expect_completed=expect_completed, trainer=factory
+        )
     return Outcome(result, verdict)
 
 

@@ -58,6 +58,8 @@ def test_the_batch_trigger_has_a_text_form():
         ("data_loss@step=3:slcie=2", "unknown parameter(s) slcie"),
         ("data_loss@step=3:slice", "needs a value"),
         ("data_loss@step=-1", "is negative"),
+        ("slow_save@step=1", "give exactly one of seconds or polls"),
+        ("slow_save@step=1:seconds=2:polls=1", "give exactly one of seconds or polls"),
     ],
 )
 def test_bad_text_is_one_clear_line(text: str, says: str):
@@ -77,5 +79,7 @@ def test_every_slice_fault_kind_is_registered():
         "repair",
         "raise_error",
         "preemption",
+        "slow_save",
+        "callback_error",
     ):
         assert kind in kinds

@@ -8,6 +8,7 @@ still holds a lost slice raises the slice-down error, which is how Pathways repo
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -28,6 +29,7 @@ _EVENT_TRIGGERS = {
     "save": "snapshot_save",
     "attempt": "attempt_ready",
     "batch": "step",  # one batch drawn per step event
+    "callback": "elastic_event",
 }
 
 TrainerFactory = Callable[..., ReferenceTrainer]
@@ -188,6 +190,11 @@ def run_episode(
             trainer = trainer_factory(
                 config, recorder, devices=cluster.devices, run_index=run_index
             )
+            gate = getattr(cluster, "save_gate", None)
+            if gate is not None:  # slow_save holds this run's saves in flight through it
+                trainer.snapshotter_wrapper = functools.partial(
+                    gate.wrap, recorder=recorder, run=run_index
+                )
             try:
                 results.append(trainer.run())
             except Exception as e:  # the oracle and the test decide what this means

@@ -143,15 +143,29 @@ def judge(events: list[dict[str, Any]], spec: EpisodeSpec, verdict: Any = None) 
         return problems + verdict.violations
     if spec.expect == "retries_exhausted":
         if status != "failed" or "ElasticRuntimeError" not in error:
+            cause = last.get("cause")
             problems.append(
                 "an INTERNAL error on every attempt must exhaust the retry policy and fail the "
-                f"run with ElasticRuntimeError; the run ended {status} {error[:120]}".rstrip()
+                f"run with ElasticRuntimeError; the run ended {status} {error[:200]}".rstrip()
+                + (f" (caused by {cause[:200]})" if cause else "")
             )
         return problems + verdict.violations
     code = spec.expect.removeprefix("error:")
-    if status != "failed" or code not in error:
+    if status != "failed":
         problems.append(
-            f"a {code} error is not a lost slice and must end the run; it was retried or "
+            f"{_a(code)} {code} error is not a lost slice and must end the run; it was retried or "
             f"swallowed and the run ended {status}"
         )
+    elif code not in error:
+        cause = last.get("cause")
+        problems.append(
+            f"{_a(code)} {code} error is not a lost slice and must end the run with it; it was "
+            "retried "
+            f"or swallowed: the run ended failed with {error[:200]}"
+            + (f" (caused by {cause[:200]})" if cause else "")
+        )
     return problems + verdict.violations
+
+
+def _a(word: str) -> str:
+    return "an" if word[:1].upper() in "AEIOU" else "a"

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from pathways_chaos.harness.engine.clock import Clock, FakeClock
+from pathways_chaos.harness.engine.save_gate import SaveGate
 from pathways_chaos.harness.engine.seams import JaxDeviceLossSeam, PathwaysCpuSeams
 from pathways_chaos.harness.engine.topology import SliceTopology, cpu_devices
 from pathways_chaos.harness.errors import ChaosConfigError
@@ -92,6 +93,8 @@ class FakeCluster:
         self._lost_devices: dict[int, Callable[[], BaseException]] = {}
         self._device_seam = JaxDeviceLossSeam(self._lost_devices)
         self._poll_listeners: list[Callable[[int], None]] = []
+        self.save_gate = SaveGate(self.clock)  # slow_save holds snapshot saves in flight here
+        self._poll_listeners.append(self.save_gate.on_poll)
 
     # -- context manager -------------------------------------------------------------------
     def __enter__(self) -> FakeCluster:
@@ -112,6 +115,7 @@ class FakeCluster:
     def stop(self) -> None:
         self._device_seam.stop()
         self._seams.stop()
+        self.save_gate.reset()
         with self._lock:
             self._slices = [_Slice() for _ in range(self.topology.num_slices)]
             self._lost_devices.clear()
@@ -171,6 +175,8 @@ class FakeCluster:
                 f"{code!r} is not a slice-down error: use one of {', '.join(SLICE_DOWN_CODES)} "
                 "(raise_error injects other errors)"
             )
+        # Before the device-loss seam knows: a held save's arrays are still readable here.
+        self.save_gate.slices_lost({d.id for d in self.slice_devices(slice_index)})
         with self._lock:
             s = self._slices[slice_index]
             s.state, s.code, s.polls = SliceState.DOWN, code, 0

@@ -2,7 +2,13 @@
 
 The committed lineage is rebuilt from the log: the last attempt's steps, back through the
 restore that started it to the attempt that saved that snapshot, and so on. Every check names
-the first step, sample id or leaf that breaks it.
+the first step, sample id or leaf that breaks it, and the run and attempt it happened in.
+
+Each check is a function of the event log alone (``check_*``), so other judges (the loop
+oracle for users' own loops) reuse them one by one. The replay runs a fault-free, one-device
+pass of the same trainer class over the committed batches (its own ``init_state``,
+``before_step``, ``place_batch`` and ``step_function``); only when the trainer cannot be
+rebuilt does it fall back to the reference model's step, and every replay message says which.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ class StepRecord:
     step: int
     ids: tuple[int, ...]
     seq: int
+    loss: float | None = None
+    mesh_slices: tuple[int, ...] | None = None
 
 
 @dataclasses.dataclass
@@ -58,9 +66,13 @@ class Verdict:
 
 
 def check(
-    events: Sequence[Event], *, replay: bool = True, expect_completed: bool = True
+    events: Sequence[Event],
+    *,
+    replay: bool = True,
+    expect_completed: bool = True,
+    trainer: Any = None,
 ) -> Verdict:
-    """Runs oracle checks 1-6 over a log."""
+    """Runs every oracle check over a log; ``trainer`` (a class) overrides the log's for replay."""
     violations: list[str] = []
     lineage, lineage_problems = committed_lineage(events)
     violations += lineage_problems
@@ -72,10 +84,13 @@ def check(
 
     violations += check_exactly_once(events, lineage, completed)
     if replay and completed:
-        violations += check_replay(events, lineage)
+        violations += check_replay(events, lineage, trainer)
     violations += check_snapshot_round_trips(events)
     violations += check_meshes(events)
+    violations += check_scale_up_joins(events)
+    violations += check_batch_sizes(events)
     violations += check_progress(events)
+    violations += check_restore_newest(events)
     violations += check_no_leaks(events)
     violations += check_no_pinned_host_leaks(events)
     steps = [e for e in events if e["kind"] == "step"]
@@ -105,7 +120,17 @@ def committed_lineage(events: Sequence[Event]) -> tuple[list[StepRecord], list[s
     for e in events:
         key = (e.get("run", 0), e.get("attempt", 0))
         if e["kind"] == "step":
-            by_attempt[key].append(StepRecord(key[0], key[1], e["step"], tuple(e["ids"]), e["seq"]))
+            by_attempt[key].append(
+                StepRecord(
+                    key[0],
+                    key[1],
+                    e["step"],
+                    tuple(e["ids"]),
+                    e["seq"],
+                    e.get("loss"),
+                    tuple(e["mesh_slices"]) if e.get("mesh_slices") else None,
+                )
+            )
         elif e["kind"] == "restore_end":
             restores[key] = e
         elif e["kind"] in ("snapshot_save", "checkpoint_save"):
@@ -131,7 +156,7 @@ def committed_lineage(events: Sequence[Event]) -> tuple[list[StepRecord], list[s
         earlier = [s for s in earlier if s["seq"] < restore["seq"]]
         if not earlier:
             problems.append(
-                f"attempt {key[1]} restored step {restore['step']} that no attempt saved"
+                f"{who(events, *key)} restored step {restore['step']} that no attempt saved"
             )
             break
         save = earlier[-1]
@@ -139,9 +164,11 @@ def committed_lineage(events: Sequence[Event]) -> tuple[list[StepRecord], list[s
     lineage = [r for seg in reversed(segments) for r in seg]
     for prev, nxt in itertools.pairwise(lineage):
         if nxt.step != prev.step + 1:
+            what = "repeated" if nxt.step <= prev.step else "skipped"
             problems.append(
-                f"committed steps are not consecutive: step {prev.step} is followed by "
-                f"step {nxt.step} (attempt {nxt.attempt})"
+                f"committed steps are not consecutive ({what}): step {prev.step} "
+                f"({who(events, prev.run, prev.attempt)}) is followed by step {nxt.step} "
+                f"({who(events, nxt.run, nxt.attempt)})"
             )
             break
     if lineage and lineage[0].step != 0:
@@ -166,11 +193,11 @@ def check_exactly_once(
     duplicated = sorted(i for i, n in counted.items() if n > 1)
     missing = sorted((wanted - counted).elements())
     if duplicated or missing:
-        where = _first_step_with(lineage, set(duplicated) | set(missing), counted)
+        where, ran_in = _first_step_with(lineage, set(duplicated), set(missing), expected, events)
         problems.append(
-            f"exactly-once violated from step {where}: duplicated sample ids {duplicated[:20]}"
+            f"exactly-once violated from {where}: duplicated sample ids {duplicated[:20]}"
             f"{' ...' if len(duplicated) > 20 else ''}; missing sample ids {missing[:20]}"
-            f"{' ...' if len(missing) > 20 else ''}"
+            f"{' ...' if len(missing) > 20 else ''}{ran_in}"
         )
     elif consumed != expected:
         for r in lineage:
@@ -188,32 +215,148 @@ def check_exactly_once(
 
 
 def _first_step_with(
-    lineage: Sequence[StepRecord], ids: set[int], counted: collections.Counter[int]
-) -> int | str:
+    lineage: Sequence[StepRecord],
+    duplicated: set[int],
+    missing: set[int],
+    expected: list[int],
+    events: Sequence[Event],
+) -> tuple[str, str]:
+    """The first committed step that eats a duplicate, or whose place a missing id had, and
+    the run and attempt it ran in."""
     seen: collections.Counter[int] = collections.Counter()
+    first_dup = None
     for r in lineage:
         for i in r.ids:
             seen[i] += 1
-            if i in ids and seen[i] > 1:
-                return r.step
+            if i in duplicated and seen[i] > 1 and first_dup is None:
+                first_dup = r
+    offset, first_gap = 0, None
     for r in lineage:
-        if ids & set(r.ids):
-            return r.step
-    return "the end" if lineage else "step 0"
+        if missing & set(expected[offset : offset + len(r.ids)]):
+            first_gap = r
+            break
+        offset += len(r.ids)
+    found = [r for r in (first_dup, first_gap) if r is not None]
+    if not found:
+        return ("the first step" if not lineage else f"after step {lineage[-1].step}"), ""
+    r = min(found, key=lambda x: x.step)
+    return f"step {r.step}", f" (step {r.step} ran in {who(events, r.run, r.attempt)})"
 
 
 # -- 2. replay equality --------------------------------------------------------------------
-def check_replay(events: Sequence[Event], lineage: Sequence[StepRecord]) -> list[str]:
+#: Loss tolerance when locating the first step where the run and the replay part ways (a
+#: locator only: the verdict is the final state's comparison).
+LOSS_RTOL = 1e-4
+LOSS_ATOL = 1e-6
+
+
+def check_replay(
+    events: Sequence[Event], lineage: Sequence[StepRecord], trainer: Any = None
+) -> list[str]:
     """Replays the committed batches on one device, with no faults, and compares."""
     final = next((e for e in reversed(events) if e["kind"] == "run_end"), None)
     start = _run_start(events)
     if final is None or start is None or "final_state" not in final:
         return ["replay impossible: the log has no final state"]
-    replayed = replay_state(start["config"], lineage)
-    return compare_state(final["final_state"], replayed)
+    cls, why = replay_trainer(start, trainer)
+    if cls is not None:
+        name = start.get("trainer") or f"{cls.__module__}:{cls.__qualname__}"
+        replayed, losses, where = replay_with_trainer(
+            cls, start["config"], lineage, start.get("slices")
+        )
+        judge = f"a fault-free run of the same trainer ({name}) {where} over the committed batches"
+    else:
+        judge = f"a one-device replay of the reference model's step ({why})"
+        replayed, losses = replay_state(start["config"], lineage)
+    problems = compare_state(final["final_state"], replayed, judge)
+    if problems:
+        problems[0] += _first_divergence(lineage, losses)
+    return problems
 
 
-def replay_state(config: dict[str, Any], lineage: Sequence[StepRecord]) -> dict[str, np.ndarray]:
+def replay_trainer(start: Event, trainer: Any = None) -> tuple[Any, str]:
+    """The trainer class to replay with, or None and why the model's step stands in."""
+    from pathways_chaos.harness.reference.trainer import ReferenceTrainer
+
+    if trainer is None:
+        spec = start.get("trainer")
+        if not spec:
+            return None, "the log names no trainer"
+        module_name, _, attr = str(spec).partition(":")
+        try:
+            import importlib
+
+            trainer = importlib.import_module(module_name)
+            for part in attr.split("."):
+                trainer = getattr(trainer, part)
+        except (ImportError, AttributeError) as error:
+            return None, f"trainer {spec} cannot be imported: {error}"
+    if not (isinstance(trainer, type) and issubclass(trainer, ReferenceTrainer)):
+        return None, f"{trainer!r} is not a ReferenceTrainer subclass"
+    return trainer, ""
+
+
+def replay_with_trainer(
+    cls: Any,
+    config: dict[str, Any],
+    lineage: Sequence[StepRecord],
+    slices: dict[str, list[int]] | None = None,
+) -> tuple[dict[str, np.ndarray], list[float], str]:
+    """The trainer's own step path (same seeds, same hooks), step after committed step.
+
+    On one device, unless the trainer says its math depends on the mesh
+    (``replay_on_one_device = False``): then each step runs on the mesh of the slices it ran
+    on (``mesh_slices``), when this process has those devices. Returns where it ran.
+    """
+    import jax
+
+    from pathways_chaos.harness.engine.recorder import Recorder
+    from pathways_chaos.harness.reference.data import SyntheticData
+    from pathways_chaos.harness.reference.trainer import TrainerConfig
+
+    fields = {f.name for f in dataclasses.fields(TrainerConfig)}
+    values = {k: v for k, v in config.items() if k in fields}
+    values["data"] = SyntheticData(**config["data"])
+    trainer_config = TrainerConfig(**values)
+    device = jax.devices("cpu")[0]
+    trainer = cls(trainer_config, Recorder(None), devices=[device], run_index=1)
+    one = jax.sharding.Mesh(np.asarray([device], dtype=object).reshape(1, 1), ("replica", "data"))
+    by_id = {d.id: d for d in jax.devices("cpu")}
+    per_mesh = not getattr(cls, "replay_on_one_device", True) and slices is not None
+    if per_mesh and slices is not None:
+        wanted = {i for ids in slices.values() for i in ids}
+        per_mesh = wanted <= set(by_id) and all(r.mesh_slices for r in lineage)
+
+    def mesh_of(record: StepRecord) -> Any:
+        if not per_mesh or slices is None or not record.mesh_slices:
+            return one
+        rows = [[by_id[i] for i in slices[str(s)]] for s in record.mesh_slices]
+        return jax.sharding.Mesh(np.asarray(rows, dtype=object), ("replica", "data"))
+
+    steps: dict[tuple[int, ...], Any] = {}
+    losses: list[float] = []
+    with jax.default_device(device):
+        state = trainer.init_state()
+        for record in lineage:
+            mesh = mesh_of(record)
+            key = tuple(d.id for d in mesh.devices.flat)
+            sharding = trainer.state_sharding(mesh)
+            if key not in steps:
+                steps[key] = jax.jit(trainer.step_function(), out_shardings=(sharding, None))
+            state = jax.device_put(state, sharding)
+            batch = trainer_config.data.batch(list(record.ids))
+            placed = trainer.place_batch(trainer.before_step(record.step, batch), mesh)
+            state, loss = steps[key](state, *placed)
+            losses.append(float(np.asarray(loss).ravel()[0]) if np.size(loss) else 0.0)
+        flat = jax.tree_util.tree_flatten_with_path(jax.device_get(state))[0]
+    where = "on the meshes the committed steps ran on" if per_mesh else "on one device"
+    return {jax.tree_util.keystr(p): np.asarray(v) for p, v in flat}, losses, where
+
+
+def replay_state(
+    config: dict[str, Any], lineage: Sequence[StepRecord]
+) -> tuple[dict[str, np.ndarray], list[float]]:
+    """The reference model's step over the committed batches (no trainer to replay)."""
     import functools
 
     import jax
@@ -224,16 +367,35 @@ def replay_state(config: dict[str, Any], lineage: Sequence[StepRecord]) -> dict[
     data = SyntheticData(**config["data"])
     device = jax.devices("cpu")[0]
     step = jax.jit(functools.partial(model.train_step, lr=config["lr"], beta=config["beta"]))
+    losses: list[float] = []
     with jax.default_device(device):
         state = model.init_state(config["seed"])
         for record in lineage:
             batch = data.batch(list(record.ids))
-            state, _ = step(state, batch["x"], batch["y"])
+            state, loss = step(state, batch["x"], batch["y"])
+            losses.append(float(loss))
         flat = jax.tree_util.tree_flatten_with_path(jax.device_get(state))[0]
-    return {jax.tree_util.keystr(p): np.asarray(v) for p, v in flat}
+    return {jax.tree_util.keystr(p): np.asarray(v) for p, v in flat}, losses
 
 
-def compare_state(final: dict[str, Any], replayed: dict[str, np.ndarray]) -> list[str]:
+def _first_divergence(lineage: Sequence[StepRecord], losses: Sequence[float]) -> str:
+    for record, want in zip(lineage, losses, strict=False):
+        if record.loss is None:
+            return ""
+        if not np.isclose(record.loss, want, rtol=LOSS_RTOL, atol=LOSS_ATOL):
+            return (
+                f"; the first committed step whose loss differs is step {record.step} "
+                f"(run {record.run}, attempt {record.attempt}): {record.loss:.6g}, "
+                f"replay {want:.6g}"
+            )
+    return "; every committed step's loss matches the replay's: the final update differs"
+
+
+def compare_state(
+    final: dict[str, Any],
+    replayed: dict[str, np.ndarray],
+    judge: str = "a one-device replay of the committed batches",
+) -> list[str]:
     if sorted(final) != sorted(replayed):
         return [f"final state leaves {sorted(final)} differ from the replay's {sorted(replayed)}"]
     for path in sorted(final):
@@ -246,7 +408,7 @@ def compare_state(final: dict[str, Any], replayed: dict[str, np.ndarray]) -> lis
         if not np.allclose(got, want, rtol=REPLAY_RTOL, atol=REPLAY_ATOL):
             worst = float(np.max(np.abs(got - want)))
             return [
-                f"final state differs from a one-device replay of the committed batches at leaf "
+                f"final state differs from {judge} at leaf "
                 f"{path}: max abs diff {worst:.3g} "
                 f"(tolerance rtol={REPLAY_RTOL}, atol={REPLAY_ATOL})"
             ]
@@ -269,7 +431,8 @@ def check_snapshot_round_trips(events: Sequence[Event]) -> list[str]:
         for leaf in sorted(set(want) | set(got)):
             if want.get(leaf) != got.get(leaf):
                 problems.append(
-                    f"restore of step {e['step']} in attempt {e['attempt']} is not bitwise the "
+                    f"restore of step {e['step']} in {who(events, e['run'], e['attempt'])} is "
+                    "not bitwise the "
                     f"saved state: leaf {leaf} differs"
                 )
                 break
@@ -336,16 +499,176 @@ def check_progress(events: Sequence[Event]) -> list[str]:
             restored[key] = e["step"]
             if last_saved is not None and e["step"] > last_saved:
                 problems.append(
-                    f"attempt {key[1]} restored step {e['step']}, newer than any snapshot saved"
+                    f"{who(events, *key)} restored step {e['step']}, newer than any snapshot saved"
                 )
         elif e["kind"] == "attempt_ready" and key in restored and e.get("start_step") is not None:
             want = restored.pop(key) + 1
             if e["start_step"] != want:
                 problems.append(
-                    f"attempt {key[1]} resumed at step {e['start_step']} after restoring step "
+                    f"{who(events, *key)} resumed at step {e['start_step']} after restoring step "
                     f"{want - 1}: it must resume at step {want}"
                 )
     return problems
+
+
+# -- 7. a restore takes the newest snapshot ---------------------------------------------------
+def check_restore_newest(events: Sequence[Event]) -> list[str]:
+    """Each restore comes from the newest snapshot complete at the failure, or in flight then.
+
+    Complete: a ``snapshot_complete`` (or the save gate's ``save_released``) before the
+    restore. In flight: a ``save_held`` not dropped (its slice lost) before the restore; a
+    trainer must wait for it. An attempt that starts from step 0 while a snapshot exists
+    violates it too.
+    """
+    problems: list[str] = []
+    complete: dict[int, set[int]] = collections.defaultdict(set)
+    held: dict[int, dict[int, Event]] = collections.defaultdict(dict)
+    failure: dict[int, str] = {}
+    last_step: dict[tuple[int, int], int] = {}
+    restored: set[tuple[int, int]] = set()
+    for e in events:
+        kind, run = e["kind"], e.get("run", 0)
+        if kind == "step":
+            last_step[(run, e["attempt"])] = e["step"]
+        elif kind in ("snapshot_complete", "save_released"):
+            complete[run].add(e["step"])
+            held[run].pop(e["step"], None)
+        elif kind == "save_held":
+            held[run][e["step"]] = e
+        elif kind == "save_dropped":
+            held[run].pop(e["step"], None)
+        elif kind == "error" or (kind == "scale_up" and e.get("how") == "signal"):
+            at = last_step.get((run, e["attempt"]))
+            what = e.get("type", "a scale-up signal") if kind == "error" else "a scale-up signal"
+            failure[run] = f"{what} after step {at} in attempt {e['attempt']}"
+        elif kind == "restore_end":
+            restored.add((run, e["attempt"]))
+            if e["source"] != "snapshot":
+                continue
+            want, how = _newest(complete[run], held[run])
+            if want is not None and e["step"] < want:
+                problems.append(
+                    f"{who(events, run, e['attempt'])} restored snapshot step {e['step']}, but "
+                    f"snapshot step {want} was {how} at the failure "
+                    f"({failure.get(run, 'unknown')}): a restore must wait for the save in "
+                    f"flight and take the newest snapshot"
+                )
+        elif kind == "attempt_ready" and e.get("reason") == "attempt" and e["attempt"] > 1:
+            if (run, e["attempt"]) in restored:
+                continue
+            want, how = _newest(complete[run], held[run])
+            if want is not None:
+                problems.append(
+                    f"{who(events, run, e['attempt'])} started again from step "
+                    f"{e.get('start_step')} with no restore, but snapshot step {want} was {how} "
+                    f"at the failure ({failure.get(run, 'unknown')})"
+                )
+    return problems
+
+
+def _newest(complete: set[int], held: dict[int, Event]) -> tuple[int | None, str]:
+    best_complete = max(complete, default=None)
+    best_held = max(held, default=None)
+    if best_held is not None and (best_complete is None or best_held > best_complete):
+        since = held[best_held].get("since")
+        return best_held, f"in flight (held since t={since}, on no lost slice)"
+    return best_complete, "complete"
+
+
+# -- 8. a scale-up joins every slice ---------------------------------------------------------
+def check_scale_up_joins(events: Sequence[Event]) -> list[str]:
+    """After an in-loop scale-up the next step runs on a mesh holding every slice that joined,
+    and every step runs on the attempt's active slices (``mesh_slices`` of the step events)."""
+    problems: list[str] = []
+    active: dict[tuple[int, int], set[int]] = {}
+    joined: dict[tuple[int, int], tuple[set[int], int]] = {}
+    reported: set[tuple[int, int]] = set()
+    for e in events:
+        kind = e["kind"]
+        key = (e.get("run", 0), e.get("attempt", 0))
+        if kind == "attempt_start":
+            active[key] = set(e["active_slices"])
+        elif kind == "scale_up" and e.get("how") == "in_loop":
+            active[key] = active.get(key, set()) | set(e["joining"])
+            joined[key] = (set(e["joining"]), e["step"])
+        elif kind == "step" and "mesh_slices" in e and key not in reported:
+            on = set(e["mesh_slices"])
+            if key in joined:
+                joining, after = joined.pop(key)
+                if not joining <= on:
+                    reported.add(key)
+                    problems.append(
+                        f"{who(events, *key)}: slices {sorted(joining - on)} joined by an in-loop "
+                        f"scale-up after step {after}, but step {e['step']} ran on a mesh of "
+                        f"slices {sorted(on)}: the mesh was not rebuilt with the joining slices"
+                    )
+                    continue
+            if key in active and on != active[key]:
+                reported.add(key)
+                problems.append(
+                    f"{who(events, *key)}: step {e['step']} ran on a mesh of slices {sorted(on)}, "
+                    f"not the active slices {sorted(active[key])}"
+                )
+    return problems
+
+
+# -- 9. the batch follows the mesh -----------------------------------------------------------
+def check_batch_sizes(events: Sequence[Event]) -> list[str]:
+    """Each step's global batch is sized for its mesh, and what it trained is what it consumed.
+
+    ``batch='scaled'``: global_batch x active/total slices; ``'fixed'``: global_batch.
+    """
+    start = _run_start(events)
+    if start is None or "batch" not in start.get("config", {}):
+        return []
+    config = start["config"]
+    total = len(start.get("slices", {})) or 1
+    problems: list[str] = []
+    reported: set[tuple[int, int]] = set()
+    for e in events:
+        if e["kind"] != "step" or "mesh_slices" not in e:
+            continue
+        key = (e.get("run", 0), e.get("attempt", 0))
+        if key in reported:
+            continue
+        n = len(e["mesh_slices"])
+        want = (
+            config["global_batch"]
+            if config["batch"] == "fixed"
+            else config["global_batch"] * n // total
+        )
+        ids = list(e["ids"])
+        span = f"ids {ids[0]}..{ids[-1]}" if ids else "no ids"
+        if len(ids) != want:
+            reported.add(key)
+            why = (
+                f"= {config['global_batch']} x {n}/{total} slices"
+                if config["batch"] == "scaled"
+                else "batch='fixed'"
+            )
+            sized_for = (
+                f"; {len(ids)} is the batch for {len(ids) * total // config['global_batch']} slices"
+                if config["batch"] == "scaled" and len(ids) * total % config["global_batch"] == 0
+                else ""
+            )
+            problems.append(
+                f"{who(events, *key)}: step {e['step']} consumed a global batch of {len(ids)} "
+                f"({span}) on a mesh of {n} slices {e['mesh_slices']}, which wants {want} "
+                f"({why}){sized_for}: the batch was not resized with the mesh"
+            )
+        elif e.get("trained") is not None and e["trained"] != len(ids):
+            reported.add(key)
+            problems.append(
+                f"{who(events, *key)}: step {e['step']} consumed {len(ids)} samples ({span}) "
+                f"but trained on {e['trained']}: consumed and trained samples must be the same"
+            )
+    return problems
+
+
+def who(events: Sequence[Event], run: int, attempt: int) -> str:
+    """ "attempt N", or "run R, attempt N" when the log holds more than one run."""
+    runs = {e["run"] for e in events if e["kind"] == "run_start"}
+    return f"run {run}, attempt {attempt}" if len(runs) > 1 else f"attempt {attempt}"
 
 
 # -- 6. no leaks ---------------------------------------------------------------------------
@@ -353,22 +676,31 @@ def check_no_leaks(events: Sequence[Event]) -> list[str]:
     """Device arrays alive when an attempt is ready must not grow from attempt to attempt.
 
     Counted at the start of each retry attempt, not at an in-loop scale-up, where the last
-    step's batch is still (legitimately) in scope.
+    step's batch is still (legitimately) in scope. The census counts the whole process, so
+    arrays an earlier episode left behind may be freed during this one: each attempt is held
+    to the fewest seen at an earlier attempt, not to the first attempt's count.
     """
     counts = [
-        (e["attempt"], e["live"]["by_kind"].get("device", 0))
+        (e.get("run", 0), e["attempt"], e["live"]["by_kind"].get("device", 0))
         for e in events
         if e["kind"] == "attempt_ready" and e.get("reason") == "attempt"
     ]
     if not counts:
         return []
-    first = counts[0][1]
-    for attempt, n in counts[1:]:
-        if n > first:
+    base_run, base_attempt, base = counts[0]
+    for run, attempt, n in counts[1:]:
+        if n > base:
+            where = (
+                "the first attempt"
+                if (base_run, base_attempt) == counts[0][:2]
+                else (who(events, base_run, base_attempt))
+            )
             return [
-                f"live device arrays grew from {first} in the first attempt to {n} in attempt "
-                f"{attempt}: something keeps the failed attempt's arrays alive"
+                f"live device arrays grew from {base} in {where} to {n} in "
+                f"{who(events, run, attempt)}: something keeps the failed attempt's arrays alive"
             ]
+        if n < base:
+            base_run, base_attempt, base = run, attempt, n
     return []
 
 

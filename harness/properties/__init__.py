@@ -21,7 +21,6 @@ from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
     invariant,
-    precondition,
     rule,
 )
 
@@ -44,6 +43,11 @@ LOSS_KINDS = ("data_loss", "deadline_exceeded", "not_found", "internal")
 REPAIR_SAME_STEP = "data_loss@step=2:slice=0,repair@step=2:slice=0"
 
 
+#: Steps after its repair before a rejoined slice may be the last one holding a replica: it
+#: rejoins at the next poll and is in a snapshot by the next interval (at most 4 here).
+REJOIN_MARGIN = 6
+
+
 class PropertyFailure(ChaosError, AssertionError):
     """A property does not hold; the message says which, and how to reproduce it."""
 
@@ -55,6 +59,8 @@ class ExampleCounter:
     examples: int = 0
     first_failure: int | None = None
     recompiles: list[int] = dataclasses.field(default_factory=list)
+    discarded: int = 0  # examples hypothesis threw away before their episode ran
+    features: list[set[str]] = dataclasses.field(default_factory=list)
 
     def run(self, body: Callable[[], None]) -> None:
         self.examples += 1
@@ -92,6 +98,41 @@ def share_of_profile(share: float, minimum: int = 3) -> Any:
     return settings(max_examples=max(minimum, int(settings().max_examples * share)))
 
 
+_SESSION_TRAINER: list[str] = []
+
+
+def session_trainer() -> str:
+    """The trainer suites/properties' conftest chose for this session (``--chaos-trainer``)."""
+    return _SESSION_TRAINER[-1] if _SESSION_TRAINER else REFERENCE_TRAINER
+
+
+def set_session_trainer(spec: str) -> None:
+    _SESSION_TRAINER[:] = [spec]
+
+
+def trainer_under_test(config: Any) -> str:
+    """The trainer the property suites test: ``--chaos-trainer MODULE:CLASS``.
+
+    ``--chaos-loop`` (a user's own loop, issue 10) is the hook for loops that are not a
+    trainer class: the episode bodies here run a trainer class, so until a loop can be wrapped
+    as one, a session with ``--chaos-loop`` stops with a usage error instead of silently testing
+    the reference trainer.
+    """
+    import pytest
+
+    from pathways_chaos.harness.play import load_object
+
+    loop = config.getoption("chaos_loop", None)
+    if loop:
+        raise pytest.UsageError(
+            f"--chaos-loop={loop}: the property suites run trainer classes; test a loop with the "
+            "chaos suite's loop oracle, or give a ReferenceTrainer subclass with --chaos-trainer"
+        )
+    spec = str(config.getoption("chaos_trainer", None) or REFERENCE_TRAINER)
+    load_object(spec, "--chaos-trainer")  # a bad spec is a one-line error now, not in every example
+    return spec
+
+
 def fail(prop: str, problems: list[str], spec: EpisodeSpec | None = None) -> None:
     if not problems:
         return
@@ -103,9 +144,18 @@ def fail(prop: str, problems: list[str], spec: EpisodeSpec | None = None) -> Non
 
 # -- generated fault schedules: slice losses and rejoins ------------------------------------
 @st.composite
-def slice_churn(draw: st.DrawFn, slices: int, steps: int, max_events: int = 4) -> str:
-    """Losses and repairs at non-decreasing steps, never losing the last healthy slice."""
+def slice_churn(
+    draw: st.DrawFn, slices: int, steps: int, max_events: int = 4, rejoins: bool = False
+) -> str:
+    """Losses and repairs at non-decreasing steps, never losing the last replica.
+
+    A repaired slice holds no snapshot replica until it has rejoined and a snapshot was taken
+    on it: it counts towards "another slice is healthy" only ``REJOIN_MARGIN`` steps after its
+    repair (found: data_loss of slice 1, repair of 1 and loss of 0 at step 4 lost every
+    replica of the step-3 snapshot, which lived on slice 0 alone).
+    """
     healthy, lost_at = set(range(slices)), dict[int, int]()
+    repaired_at: dict[int, int] = {}
     entries: list[str] = []
     step = 0
     for _ in range(draw(st.integers(0, max_events))):
@@ -113,6 +163,7 @@ def slice_churn(draw: st.DrawFn, slices: int, steps: int, max_events: int = 4) -
         # A repair at the very step of the loss would land before the trainer touches the
         # slice: see REPAIR_SAME_STEP.
         down = {s for s, at in lost_at.items() if at < step}
+        holding = {s for s in healthy if repaired_at.get(s, -REJOIN_MARGIN) + REJOIN_MARGIN <= step}
         # A lost slice is repaired more often than another is lost: rejoins are what rebuild
         # a mesh with more slices, and what a signal-mode scale-up restarts an attempt for.
         actions = (["lose"] if len(healthy) > 1 else []) + (["repair"] * 2 if down else [])
@@ -121,6 +172,13 @@ def slice_churn(draw: st.DrawFn, slices: int, steps: int, max_events: int = 4) -
         if draw(st.sampled_from(actions)) == "lose":
             s = draw(st.sampled_from(sorted(healthy)))
             kind = draw(st.sampled_from(LOSS_KINDS))
+            if not holding - {s}:
+                continue  # the same draws, but this loss would take the last replica: dropped
+            polls = draw(st.integers(0, 3)) if rejoins else 0
+            if polls:  # back by itself after that many health polls: a rejoin inside the run
+                healthy.discard(s)
+                entries.append(f"{kind}@step={step}:slice={s}:repair_after_polls={polls}")
+                continue
             healthy.discard(s)
             lost_at[s] = step
             entries.append(f"{kind}@step={step}:slice={s}")
@@ -128,6 +186,7 @@ def slice_churn(draw: st.DrawFn, slices: int, steps: int, max_events: int = 4) -
             s = draw(st.sampled_from(sorted(down)))
             del lost_at[s]
             healthy.add(s)
+            repaired_at[s] = step
             entries.append(f"repair@step={step}:slice={s}")
     return ",".join(entries)
 
@@ -502,13 +561,14 @@ def dataset_specs(
 
 def check_dataset_episode(spec: EpisodeSpec, counter: ExampleCounter | None = None) -> None:
     """The ids the committed steps ate are the fault-free order, as a Counter and a sequence."""
-    from pathways_chaos.harness.judging.oracle import committed_lineage
+    from pathways_chaos.harness.judging.oracle import check_batch_sizes, committed_lineage
     from pathways_chaos.harness.reference.data import SyntheticData
 
     events = run_spec(spec, replay=False).events
     if counter is not None:
         counter.recompiles.append(recompiles(events))
     lineage, problems = committed_lineage(events)
+    problems += check_batch_sizes(events)
     eaten = [i for record in lineage for i in record.ids]
     data = SyntheticData(size=spec.data_size, shuffle=spec.shuffle)
     problems += compare_ids(eaten, data.order(len(eaten)), "committed steps")
@@ -523,11 +583,12 @@ def check_dataset_episode(spec: EpisodeSpec, counter: ExampleCounter | None = No
 # -- 3. mesh rebuild -------------------------------------------------------------------------
 @st.composite
 def mesh_specs(draw: st.DrawFn, max_devices: int, trainer: str = REFERENCE_TRAINER) -> EpisodeSpec:
-    slices = draw(st.integers(1, min(16, max_devices)))
+    """Losses (some rejoining after 1-3 polls, inside the run) and repairs on 2-16 slices."""
+    slices = draw(st.integers(2, min(16, max_devices)))
     per_slice = draw(st.sampled_from([m for m in (1, 2) if slices * m <= max_devices]))
     steps = draw(st.integers(5, 9))
     return EpisodeSpec(
-        schedule=draw(slice_churn(slices, steps, max_events=4)),
+        schedule=draw(slice_churn(slices, steps, max_events=4, rejoins=True)),
         slices=slices,
         devices_per_slice=per_slice,
         # signal: every rejoin restarts the attempt, so what the last one kept is counted
@@ -547,7 +608,11 @@ def check_mesh_episode(spec: EpisodeSpec, counter: ExampleCounter | None = None)
     events = run_spec(spec, replay=False).events
     if counter is not None:
         counter.recompiles.append(recompiles(events))
-    problems = oracle.check_meshes(events) + oracle.check_no_leaks(events)
+    problems = (
+        oracle.check_meshes(events)
+        + oracle.check_scale_up_joins(events)
+        + oracle.check_no_leaks(events)
+    )
     ends = [e for e in events if e["kind"] == "run_end"]
     if not ends or ends[-1]["status"] != "completed":
         problems.append(f"run did not complete: {ends[-1].get('error') if ends else 'no run_end'}")
@@ -558,7 +623,102 @@ def check_mesh_episode(spec: EpisodeSpec, counter: ExampleCounter | None = None)
 STATEFUL_SLICES = 4
 STATEFUL_STEPS = 10
 STATEFUL_MAX_ATTEMPTS = 8
-STATEFUL_MAX_FAULTS = 3
+STATEFUL_MAX_FAULTS = 4
+#: Seconds between the monitor's health polls in stateful episodes (a step is 1 s on the
+#: episode clock): a slice back after 1-3 polls rejoins within the 10-step run, so in-loop
+#: scale-ups happen inside it.
+STATEFUL_POLL_INTERVAL = 1
+
+#: The stateful machine's fault scenarios, one drawn per ``fault`` rule: a loss whose slice
+#: stays down (a later ``repair`` scenario may bring it back), a loss whose slice rejoins
+#: after 1-3 polls
+#: (an in-loop scale-up or, in signal mode, a restart), a retried INTERNAL error, a save held in
+#: flight with a failure the step after it, an error in the elastic-event callback, a
+#: preemption (a new run from the persisted checkpoint).
+SCENARIOS = (
+    "loss_then_rejoin",
+    "repair",
+    "loss",
+    "failure_during_a_slow_save",
+    "transient_internal_error",
+    "error_in_the_elastic_callback",
+    "preemption",
+)
+
+#: How a stateful episode must end, drawn once per example: completed (six in eight), a
+#: user's INVALID_ARGUMENT that must end the run, or a host-callback bug (INTERNAL on every
+#: attempt) that must exhaust the retry policy.
+ENDINGS = ("completed",) * 6 + ("invalid_argument", "host_callback_bug")
+
+#: What the figures count per stateful episode (``episode_features``).
+FEATURES = (
+    "loss",
+    "repair",
+    "in-loop scale-up",
+    "mesh shrink",
+    "failure during an in-flight save",
+    "loss during an in-flight save",
+    "callback error",
+)
+
+
+def episode_features(events: list[dict[str, Any]]) -> set[str]:
+    """Which of ``FEATURES`` an episode's log shows (for hypothesis statistics and the bench)."""
+    out: set[str] = set()
+    held: set[tuple[int, int]] = set()
+    last_mesh: int | None = None
+    for e in events:
+        kind = e["kind"]
+        if kind == "fault" and "touched" in e:
+            fault = e["fault"]
+            if "repair_after_polls" in fault:
+                out.add("loss")
+                if held:
+                    out.add("loss during an in-flight save")
+                if fault["repair_after_polls"]:
+                    out.add("repair")
+            elif fault["kind"] == "repair":
+                out.add("repair")
+        elif kind == "fault" and e["fault"]["kind"] == "callback_error":
+            out.add("callback error")
+        elif kind == "save_held":
+            held.add((e.get("run", 0), e["step"]))
+        elif kind in ("save_released", "save_dropped"):
+            held.discard((e.get("run", 0), e["step"]))
+            if kind == "save_dropped" and "lost" in e.get("reason", ""):
+                # The gate drops the held save inside the loss, before its fault event.
+                out.add("loss during an in-flight save")
+        elif kind == "error" and held:
+            out.add("failure during an in-flight save")
+        elif kind == "scale_up" and e.get("how") == "in_loop":
+            out.add("in-loop scale-up")
+        elif kind == "mesh":
+            n = len(e["slices"])
+            if last_mesh is not None and n < last_mesh:
+                out.add("mesh shrink")
+            last_mesh = n
+        elif kind == "run_start":
+            held.clear()
+    return out
+
+
+def note_features(events: list[dict[str, Any]], counter: ExampleCounter | None) -> None:
+    """Feeds ``--hypothesis-show-statistics`` (and the bench's counter)."""
+    from hypothesis import event
+    from hypothesis.control import currently_in_test_context
+
+    features = episode_features(events)
+    if currently_in_test_context():
+        for name in sorted(features):
+            event(f"episode includes: {name}")
+    if counter is not None:
+        counter.features.append(features)
+
+
+def _in_flight_exception() -> BaseException | None:
+    import sys
+
+    return sys.exc_info()[1]
 
 
 def episode_machine(
@@ -568,11 +728,14 @@ def episode_machine(
 ) -> type[RuleBasedStateMachine]:
     """A state machine whose rules write a fault schedule and whose teardown judges it.
 
-    Rules are training steps, faults of every fake-cluster kind at the current step, repairs,
-    preemption (a restart from the persisted checkpoint) and two terminal errors. The model
-    keeps the schedule meaningful (never the last healthy slice; a repair only of a lost one).
-    The oracle judges the one episode the schedule makes: the trainer's loop is one call
-    (and SIGTERM reaches only the main thread), so it runs when the rules are done.
+    Rules are fault scenarios (``SCENARIOS``: losses, rejoins, a failure while a save is in
+    flight, an error in the elastic-event callback, preemption) at steps that only move
+    forward, and repairs; the ending (completed or one of two terminal errors) is drawn once,
+    in ``configure``. The model keeps the schedule meaningful (never the last healthy slice;
+    a repair only of a lost one). The trainer's loop is one call (and SIGTERM reaches only
+    the main thread), so the episode runs in teardown, once the rules are done. An example
+    hypothesis is throwing away (it ran out of data, or a rule failed: an exception is in
+    flight) runs no episode, so no failure is reported from an example hypothesis discards.
     """
 
     class EpisodeMachine(RuleBasedStateMachine):
@@ -583,21 +746,31 @@ def episode_machine(
             self.healthy = set(range(STATEFUL_SLICES))
             self.lost_at: dict[int, int] = {}  # slice -> the step it was lost at
             self.faults = 0
-            self.expect = "completed"
             self.open = True
             self.mode, self.scale_up, self.interval = "resize", "in_loop", 2
             self.preemptions = 0
+            self.ending, self.end_at = "completed", STATEFUL_STEPS - 1
 
         @initialize(
-            mode=st.sampled_from(["resize", "pause_resume"]),
-            scale_up=st.sampled_from(["in_loop", "signal", "off"]),
+            # resize and in-loop scale-up more often: they are where meshes shrink and grow
+            mode=st.sampled_from(["resize", "resize", "resize", "pause_resume"]),
+            scale_up=st.sampled_from(["in_loop", "in_loop", "signal", "off"]),
             interval=st.integers(1, 4),
+            ending=st.sampled_from(ENDINGS),
+            end_at=st.integers(0, STATEFUL_STEPS - 1),
         )
-        def configure(self, mode: str, scale_up: str, interval: int) -> None:
+        def configure(
+            self, mode: str, scale_up: str, interval: int, ending: str, end_at: int
+        ) -> None:
+            """The run's shape, and how it must end (drawn here, not by a rule: a rule that
+            ends the schedule would be picked as often as every fault together)."""
             self.mode, self.scale_up, self.interval = mode, scale_up, interval
+            self.ending, self.end_at = ending, end_at
+            if ending == "host_callback_bug":
+                self.open = False  # INTERNAL on every attempt: no other fault matters
 
-        def _can_fault(self) -> bool:
-            return self.open and self.faults < STATEFUL_MAX_FAULTS
+        def _can_fault(self, n: int = 1) -> bool:
+            return self.open and self.faults + n <= STATEFUL_MAX_FAULTS
 
         def _add(self, text: str) -> None:
             self.entries.append(text)
@@ -606,92 +779,113 @@ def episode_machine(
         def _advance(self, steps: int) -> None:
             self.step = min(self.step + steps, STATEFUL_STEPS - 1)
 
-        @precondition(lambda self: self.open and self.step < STATEFUL_STEPS - 1)
-        @rule(steps=st.integers(1, 3))
-        def train(self, steps: int) -> None:
-            self._advance(steps)
-
-        @precondition(lambda self: self._can_fault() and len(self.healthy) > 1)
-        @rule(
-            advance=st.integers(0, 4),
-            data=st.data(),
-            kind=st.sampled_from(LOSS_KINDS),
-            polls=st.integers(0, 3),
-        )
-        def lose_slice(self, advance: int, data: st.DataObject, kind: str, polls: int) -> None:
+        # One rule, with no precondition: hypothesis draws a rule, then retries while the rule
+        # it drew is disabled, and gives the whole example up after a few (39% of examples
+        # were invalid so); and a no-op rule, the "simplest", was drawn more than any fault.
+        @rule(what=st.sampled_from(SCENARIOS), advance=st.integers(0, 2), data=st.data())
+        def fault(self, what: str, advance: int, data: st.DataObject) -> None:
+            """One fault scenario at the current step (``SCENARIOS``, drawn evenly)."""
+            if not self._can_fault():
+                return
             self._advance(advance)
+            if what in ("loss", "loss_then_rejoin", "repair") and len(self.healthy) < 2:
+                what = "transient_internal_error"
+            if what == "preemption" and (self.mode != "resize" or self.preemptions >= 2):
+                what = "transient_internal_error"
+            if what in ("failure_during_a_slow_save", "error_in_the_elastic_callback") and (
+                not self._can_fault(2) or self.step >= STATEFUL_STEPS - 2
+            ):
+                what = "transient_internal_error"
+            getattr(self, "_" + what)(data)
+
+        def _loss(self, data: st.DataObject, polls: int | None = None) -> None:
             s = data.draw(st.sampled_from(sorted(self.healthy)), label="slice")
+            kind = data.draw(st.sampled_from(LOSS_KINDS), label="kind")
+            if polls is None:
+                polls = data.draw(st.integers(0, 3), label="repair_after_polls")
             if self.mode == "pause_resume":
                 polls = max(polls, 1)  # it waits for every slice: this one must come back
+            # A slice back after some polls is still not counted healthy: another loss before
+            # it is back must not take the last replica of the snapshot with it.
             self.healthy.discard(s)
             if not polls:
                 self.lost_at[s] = self.step
             back = f":repair_after_polls={polls}" if polls else ""
             self._add(f"{kind}@step={self.step}:slice={s}{back}")
 
+        def _loss_then_rejoin(self, data: st.DataObject) -> None:
+            self._loss(data, polls=data.draw(st.integers(1, 3), label="repair_after_polls"))
+
+        def _transient_internal_error(self, data: st.DataObject) -> None:
+            del data
+            self._add(f"raise_error@step={self.step}:code=INTERNAL")
+
+        def _failure_during_a_slow_save(self, data: st.DataObject) -> None:
+            """The next save stays in flight some seconds; a failure comes the step after it."""
+            seconds = data.draw(st.integers(2, 5), label="seconds")
+            self._add(f"slow_save@step={self.step}:seconds={seconds}")
+            saved_at = -(-self.step // self.interval) * self.interval  # the held save's step
+            at = min(saved_at + 1, STATEFUL_STEPS - 1)
+            self.step = max(self.step, at)
+            then = data.draw(st.sampled_from(["loss", "internal", "internal"]), label="then")
+            if then == "loss" and len(self.healthy) > 1:
+                self._loss(data, polls=0)
+            else:
+                self._add(f"raise_error@step={self.step}:code=INTERNAL")
+
+        def _error_in_the_elastic_callback(self, data: st.DataObject) -> None:
+            """A retried failure whose elastic-event callback meets a slice-down error."""
+            del data
+            self._add(f"raise_error@step={self.step}:code=INTERNAL")
+            self._add("callback_error@callback=1")
+
+        def _preemption(self, data: st.DataObject) -> None:
+            del data
+            self.preemptions += 1
+            self._add(f"preemption@step={self.step}")
+
         def _repairable(self) -> list[int]:
             # Not at the step of its loss: see REPAIR_SAME_STEP.
             return sorted(s for s, at in self.lost_at.items() if at < self.step)
 
-        @precondition(lambda self: self._can_fault() and bool(self._repairable()))
-        @rule(data=st.data(), after_polls=st.integers(0, 2))
-        def repair(self, data: st.DataObject, after_polls: int) -> None:
-            if self.step < STATEFUL_STEPS - 1:
-                self._advance(data.draw(st.integers(0, 2), label="advance"))
+        def _repair(self, data: st.DataObject) -> None:
+            """A slice lost for good comes back (a loss instead, when none is down)."""
+            if not self._repairable():
+                self._loss(data)
+                return
             s = data.draw(st.sampled_from(self._repairable()), label="slice")
+            after_polls = data.draw(st.integers(0, 2), label="after_polls")
             del self.lost_at[s]
             self.healthy.add(s)
             polls = f":after_polls={after_polls}" if after_polls else ""
             self._add(f"repair@step={self.step}:slice={s}{polls}")
-
-        @precondition(lambda self: self._can_fault())
-        @rule(advance=st.integers(0, 4))
-        def transient_internal_error(self, advance: int) -> None:
-            self._advance(advance)
-            self._add(f"raise_error@step={self.step}:code=INTERNAL")
-
-        @precondition(
-            lambda self: self._can_fault() and self.mode == "resize" and self.preemptions < 2
-        )
-        @rule(advance=st.integers(0, 4))
-        def preemption(self, advance: int) -> None:
-            self._advance(advance)
-            self.preemptions += 1
-            self._add(f"preemption@step={self.step}")
-
-        @precondition(lambda self: self.open)
-        @rule(advance=st.integers(0, 4))
-        def invalid_argument(self, advance: int) -> None:
-            """A user bug that is no lost slice: it must end the run."""
-            self._advance(advance)
-            self.entries.append(f"raise_error@step={self.step}:code=INVALID_ARGUMENT")
-            self.expect, self.open = "error:INVALID_ARGUMENT", False
-
-        @precondition(lambda self: self.open and not self.entries)
-        @rule(advance=st.integers(0, 4))
-        def host_callback_bug(self, advance: int) -> None:
-            """A Python exception in a host callback: INTERNAL on every attempt."""
-            self._advance(advance)
-            self.entries.append(f"raise_error@step={self.step}:code=INTERNAL")
-            self.entries += [
-                f"raise_error@attempt={n}:code=INTERNAL"
-                for n in range(2, STATEFUL_MAX_ATTEMPTS + 2)
-            ]
-            self.expect, self.open = "retries_exhausted", False
-
-        @precondition(lambda self: not self.open)
-        @rule()
-        def after_the_end(self) -> None:
-            """Nothing: after a terminal error the schedule is complete."""
 
         @invariant()
         def schedule_keeps_a_slice(self) -> None:
             # The model's own invariant: the generated schedule never loses every slice.
             assert self.healthy, f"schedule {self.entries} loses every slice"
 
+        def schedule(self) -> tuple[list[str], str]:
+            """The entries and the outcome they must have, with the drawn ending."""
+            if self.ending == "invalid_argument":
+                # A user bug that is no lost slice: it must end the run.
+                bug = f"raise_error@step={self.end_at}:code=INVALID_ARGUMENT"
+                return [*self.entries, bug], "error:INVALID_ARGUMENT"
+            if self.ending == "host_callback_bug":
+                # A Python exception in a host callback: INTERNAL on every attempt.
+                every = [
+                    f"raise_error@attempt={n}:code=INTERNAL"
+                    for n in range(2, STATEFUL_MAX_ATTEMPTS + 2)
+                ]
+                return [f"raise_error@step={self.end_at}:code=INTERNAL", *every], (
+                    "retries_exhausted"
+                )
+            return list(self.entries), "completed"
+
         def spec(self) -> EpisodeSpec:
+            entries, expect = self.schedule()
             return EpisodeSpec(
-                schedule=",".join(self.entries),
+                schedule=",".join(entries),
                 slices=STATEFUL_SLICES,
                 devices_per_slice=devices_per_slice,
                 mode=self.mode,
@@ -700,16 +894,24 @@ def episode_machine(
                 snapshot_interval=self.interval,
                 global_batch=2 * STATEFUL_SLICES,
                 max_attempts=STATEFUL_MAX_ATTEMPTS,
-                expect=self.expect,
+                poll_interval=STATEFUL_POLL_INTERVAL,
+                expect=expect,
                 trainer=trainer,
             )
 
         def teardown(self) -> None:
+            if _in_flight_exception() is not None:
+                # Hypothesis is discarding this example (out of data) or a rule failed: an
+                # episode here would be judged and then thrown away, so none runs.
+                if counter is not None:
+                    counter.discarded += 1
+                return
             spec = self.spec()
 
             def body() -> None:
                 outcome = run_spec(spec)
                 events = outcome.events
+                note_features(events, counter)
                 if counter is not None:
                     counter.recompiles.append(recompiles(events))
                 fail("end-to-end (stateful)", judge(events, spec, outcome.verdict), spec)
@@ -721,3 +923,41 @@ def episode_machine(
 
     EpisodeMachine.__name__ = EpisodeMachine.__qualname__ = "EpisodeMachine"
     return EpisodeMachine
+
+
+# -- one property, by name, against one trainer (the mutant table and the bench) ------------
+def run_property(caught_by: str, trainer: str, counter: ExampleCounter, settings: Any) -> None:
+    """Runs the property suite ``caught_by`` (snapshot, dataset, mesh or stateful) on
+    ``trainer`` under ``settings``; raises the first ``PropertyFailure``."""
+    from hypothesis import given
+    from hypothesis.stateful import run_state_machine_as_test
+
+    devices = available_devices()
+    if caught_by == "snapshot":
+
+        @settings
+        @given(case=snapshot_cases(max_devices=devices))
+        def snapshot(case: SnapshotCase) -> None:
+            counter.run(lambda: check_snapshot_round_trip(case, trainer))
+
+        snapshot()
+    elif caught_by == "dataset":
+
+        @settings
+        @given(spec=dataset_specs(max_devices=devices, trainer=trainer))
+        def dataset(spec: EpisodeSpec) -> None:
+            counter.run(lambda: check_dataset_episode(spec, counter))
+
+        dataset()
+    elif caught_by == "mesh":
+
+        @settings
+        @given(spec=mesh_specs(max_devices=devices, trainer=trainer))
+        def mesh(spec: EpisodeSpec) -> None:
+            counter.run(lambda: check_mesh_episode(spec, counter))
+
+        mesh()
+    elif caught_by == "stateful":
+        run_state_machine_as_test(episode_machine(trainer, counter), settings=settings)
+    else:
+        raise ValueError(f"no property suite {caught_by!r}: snapshot, dataset, mesh or stateful")

@@ -182,7 +182,7 @@ class MtcTrainer(ReferenceTrainer):
         all_devices = [d for s in sorted(slices) for d in slices[s]]
         manager = _AllSlices(slices)
         emit("attempt_start", **ids, active_slices=sorted(slices))
-        mesh, step_fn = self._mesh_and_step(manager, "attempt")
+        mesh, step_fn = self.mesh_and_step(manager, "attempt")
         iterator = self.make_iterator(manager)
         sharding = self.state_sharding(mesh)
 

@@ -1,7 +1,10 @@
 """Deliberately broken trainers: each a real bug, each one a property must catch.
 
-Every mutant overrides as little of ``ReferenceTrainer`` as its bug needs. ``CATALOGUE`` says
-which property suite catches which mutant; tests/test_mutants.py holds it to that.
+Every mutant overrides as little of ``ReferenceTrainer`` as its bug needs, through its public
+seams only (``make_snapshotter``, ``on_elastic_event``, ``before_step``, ``build_mesh`` /
+``mesh_and_step``, ``settle_snapshots`` / ``restore_snapshot``, ``train_attempt`` and the data
+and placement methods). ``CATALOGUE`` says which property suite catches which mutant and which
+judge inside it speaks; tests/test_mutants.py holds it to that.
 """
 
 from __future__ import annotations
@@ -138,8 +141,8 @@ class FailedAttemptArraysKept(ReferenceTrainer):
     error) stays alive in every later attempt.
     """
 
-    def _mesh_and_step(self, manager: Any, reason: str) -> tuple[Any, Any]:
-        mesh, step_fn = super()._mesh_and_step(manager, reason)
+    def mesh_and_step(self, manager: Any, reason: str) -> tuple[Any, Any]:
+        mesh, step_fn = super().mesh_and_step(manager, reason)
         history: dict[int, Any] = self.__dict__.setdefault("_history", {})
 
         def step_into_history(state: Any, x: Any, y: Any) -> Any:
@@ -153,12 +156,12 @@ class FailedAttemptArraysKept(ReferenceTrainer):
 class NonSliceDownErrorsRetried(ReferenceTrainer):
     """Catches every error and re-raises it as a retryable one ("retry on anything")."""
 
-    def _attempt(self, manager: Any, snapshotter: Any) -> Any:
+    def train_attempt(self, manager: Any, snapshotter: Any) -> Any:
         import jax
         from pathwaysutils.elastic import elastic
 
         try:
-            return super()._attempt(manager, snapshotter)
+            return super().train_attempt(manager, snapshotter)
         except jax.errors.JaxRuntimeError as error:
             if elastic.is_error_due_to_slice_down(error, log_traceback=False):
                 raise
@@ -168,8 +171,8 @@ class NonSliceDownErrorsRetried(ReferenceTrainer):
 class SnapshotBeforeUpdate(ReferenceTrainer):
     """Snapshots the state the step started from, labelled with the step: one update is lost."""
 
-    def _mesh_and_step(self, manager: Any, reason: str) -> tuple[Any, Any]:
-        mesh, step_fn = super()._mesh_and_step(manager, reason)
+    def mesh_and_step(self, manager: Any, reason: str) -> tuple[Any, Any]:
+        mesh, step_fn = super().mesh_and_step(manager, reason)
 
         def step_keeping_input(state: Any, x: Any, y: Any) -> Any:
             import jax
@@ -201,26 +204,180 @@ class UnlimitedRetries(ReferenceTrainer):
         )
 
 
+class StaleSnapshotRestore(ReferenceTrainer):
+    """Restores without waiting for the save in flight: ``latest`` is still the one before.
+
+    Invisible while saves finish at once; a ``slow_save`` and a failure meanwhile show it.
+    """
+
+    def settle_snapshots(self, snapshotter: Any) -> None:
+        """Nothing: the bug."""
+
+
+class ScaleUpKeepsOldMesh(ReferenceTrainer):
+    """Takes the joining slices into the manager's active set but keeps the old mesh and step."""
+
+    _last: tuple[Any, Any] | None = None
+
+    def mesh_and_step(self, manager: Any, reason: str) -> tuple[Any, Any]:
+        if reason == "scale_up" and self._last is not None:
+            return self._last
+        self._last = super().mesh_and_step(manager, reason)
+        return self._last
+
+
+class IteratorNotCarriedAcrossScaleUp(ReferenceTrainer):
+    """Rebuilds the data iterator for the grown mesh from the dataset's start (an in-loop
+    scale-up only: a retry restores it from the snapshot)."""
+
+    _scaling = False
+
+    def mesh_and_step(self, manager: Any, reason: str) -> tuple[Any, Any]:
+        self._scaling = reason == "scale_up"
+        return super().mesh_and_step(manager, reason)
+
+    def make_iterator(self, manager: Any) -> Any:
+        iterator = super().make_iterator(manager)
+        return _StateIgnoringIterator(iterator) if self._scaling else iterator
+
+
+class _StateIgnoringIterator:
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._inner)
+
+    def get_state(self) -> Any:
+        return self._inner.get_state()
+
+    def set_state(self, state: Any) -> None:
+        del state  # the bug: the position is not carried over
+
+
+class BatchFromTotalSlices(ReferenceTrainer):
+    """Sizes the global batch from the total slice count, not the active one: after a shrink
+    each step still eats the full-size batch."""
+
+    def global_batch(self, manager: Any) -> int:
+        if self.config.batch == "fixed":
+            return self.config.global_batch
+        per_slice = self.config.global_batch // manager.total_slice_count
+        return per_slice * manager.total_slice_count
+
+
+class RandomnessNotRestored(ReferenceTrainer):
+    """Input noise (a dropout-like augmentation) from a generator kept on the trainer, not in
+    the snapshot: after a recovery it does not rewind with the state."""
+
+    def before_step(self, step: int, batch: Any) -> Any:
+        import numpy as np
+
+        rng = self.__dict__.setdefault("_rng", np.random.default_rng(self.config.seed))
+        noise = rng.normal(0, 0.1, batch["x"].shape).astype(batch["x"].dtype)
+        return {**batch, "x": batch["x"] + noise}
+
+
+class CallbackErrorEscapes(ReferenceTrainer):
+    """Its elastic-event callback touches the devices and lets a slice-down error escape,
+    which ends ``elastic_retry`` instead of retrying."""
+
+    def on_elastic_event(self) -> None:
+        self.recorder.emit("elastic_event", run=self.run_index, attempt=self.attempt)
+
+
 @dataclasses.dataclass(frozen=True)
 class MutantEntry:
     trainer: type[ReferenceTrainer]
     bug: str
     caught_by: str  # the property suite: snapshot, dataset, mesh or stateful
+    judge: str = ""  # which check inside it speaks
 
 
 CATALOGUE: tuple[MutantEntry, ...] = (
-    MutantEntry(IteratorRestoredFromCurrentPosition, "data iterator not restored", "dataset"),
-    MutantEntry(PerHostIteratorState, "per-host batch count saved as position", "dataset"),
-    MutantEntry(DataShardByProcessIndex, "data shard chosen by jax.process_index()", "dataset"),
-    MutantEntry(ResumeAtSnapshotStep, "resumes at the snapshot's step, not step + 1", "dataset"),
-    MutantEntry(MeshFromAllDevices, "mesh from jax.devices(), not the active slices", "mesh"),
-    MutantEntry(MeshBuiltOnce, "mesh built once, outside the retry loop", "mesh"),
-    MutantEntry(JoiningSlicesAppended, "mesh rows in join order, not slice order", "mesh"),
-    MutantEntry(FailedAttemptArraysKept, "failed attempts' arrays kept alive", "mesh"),
-    MutantEntry(StateShardedAlongReplicaAxis, "state sharded along the replica axis", "snapshot"),
-    MutantEntry(NonSliceDownErrorsRetried, "non-slice-down errors retried", "stateful"),
-    MutantEntry(SnapshotBeforeUpdate, "snapshot of the state before the step's update", "stateful"),
-    MutantEntry(UnlimitedRetries, "unlimited retries meet a host-callback INTERNAL", "stateful"),
+    MutantEntry(
+        IteratorRestoredFromCurrentPosition, "data iterator not restored", "dataset", "exactly-once"
+    ),
+    MutantEntry(
+        PerHostIteratorState, "per-host batch count saved as position", "dataset", "exactly-once"
+    ),
+    MutantEntry(
+        DataShardByProcessIndex,
+        "data shard chosen by jax.process_index()",
+        "dataset",
+        "exactly-once",
+    ),
+    MutantEntry(
+        ResumeAtSnapshotStep,
+        "resumes at the snapshot's step, not step + 1",
+        "dataset",
+        "exactly-once",
+    ),
+    MutantEntry(
+        BatchFromTotalSlices,
+        "global batch sized from the total slice count",
+        "dataset",
+        "batch follows the mesh",
+    ),
+    MutantEntry(
+        MeshFromAllDevices, "mesh from jax.devices(), not the active slices", "mesh", "mesh rebuild"
+    ),
+    MutantEntry(MeshBuiltOnce, "mesh built once, outside the retry loop", "mesh", "mesh rebuild"),
+    MutantEntry(
+        JoiningSlicesAppended, "mesh rows in join order, not slice order", "mesh", "mesh rebuild"
+    ),
+    MutantEntry(FailedAttemptArraysKept, "failed attempts' arrays kept alive", "mesh", "no leaks"),
+    MutantEntry(
+        ScaleUpKeepsOldMesh, "in-loop scale-up keeps the old mesh", "mesh", "scale-up joins"
+    ),
+    MutantEntry(
+        StateShardedAlongReplicaAxis,
+        "state sharded along the replica axis",
+        "snapshot",
+        "round-trip",
+    ),
+    MutantEntry(
+        NonSliceDownErrorsRetried, "non-slice-down errors retried", "stateful", "expected outcome"
+    ),
+    MutantEntry(
+        SnapshotBeforeUpdate,
+        "snapshot of the state before the step's update",
+        "stateful",
+        "snapshot round-trip",
+    ),
+    MutantEntry(
+        UnlimitedRetries,
+        "unlimited retries meet a host-callback INTERNAL",
+        "stateful",
+        "retry bound",
+    ),
+    MutantEntry(
+        StaleSnapshotRestore,
+        "restore without waiting for the save in flight",
+        "stateful",
+        "newest restore",
+    ),
+    MutantEntry(
+        IteratorNotCarriedAcrossScaleUp,
+        "iterator restarted at an in-loop scale-up",
+        "stateful",
+        "exactly-once",
+    ),
+    MutantEntry(
+        RandomnessNotRestored,
+        "randomness kept outside the snapshot",
+        "stateful",
+        "replay (same trainer)",
+    ),
+    MutantEntry(
+        CallbackErrorEscapes,
+        "elastic-event callback lets a slice-down error escape",
+        "stateful",
+        "run outcome",
+    ),
 )
 
 

@@ -4,6 +4,11 @@
 ``ElasticIterator``. It knows nothing about the fake cluster: it is given devices (or takes
 ``jax.devices()``) and a recorder, and runs unchanged on a real Pathways cluster. Each step of
 the recovery is a method, so a deliberately broken variant is a subclass overriding one.
+
+Public seams, where a recovery bug lives: ``make_snapshotter`` (the Snapshotter factory),
+``on_elastic_event`` (the callback ``elastic_retry`` calls after a failure), ``before_step``
+(the per-step hook), ``build_mesh`` / ``mesh_and_step`` (the mesh builder), ``settle_snapshots``
+and ``restore_snapshot`` (the restore step) and ``train_attempt`` (one attempt).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import threading
 import time
 import traceback
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -130,8 +135,49 @@ class ReferenceTrainer:
         self._compiles = CompileCount()  # what this run compiles, executables shared or not
         self._preempted = threading.Event()
         self._census = Census()  # a full gc only when a quick count is suspect
+        #: Set by the harness before ``run()``: wraps what ``make_snapshotter`` made (the fake
+        #: cluster's save gate holds saves in flight through it). Identity by default.
+        self.snapshotter_wrapper: Callable[[Any], Any] | None = None
+        self._noted_snapshot: int | None = None
 
     # -- the pieces a broken variant overrides -----------------------------------------------
+    def make_snapshotter(self) -> Any:
+        """The Snapshotter factory: one per run, kept across the run's attempts."""
+        from orbax.checkpoint.experimental.v1.training.pathways import Snapshotter
+
+        return Snapshotter(replica_axis_index=0)
+
+    def on_elastic_event(self) -> None:
+        """``elastic_retry``'s callback after a slice-down error or a scale-up signal.
+
+        It runs inside pathwaysutils' error handler, so anything it raises ends the retry loop:
+        a slice-down error met here (touching a lost slice) is recorded, not raised.
+        """
+        from pathwaysutils.elastic import elastic
+
+        try:
+            self.recorder.emit("elastic_event", run=self.run_index, attempt=self.attempt)
+        except Exception as error:
+            if not elastic.is_error_due_to_slice_down(error, log_traceback=False):
+                raise
+            self.recorder.emit(
+                "elastic_event_error",
+                run=self.run_index,
+                attempt=self.attempt,
+                type=type(error).__name__,
+                message=str(error)[:300],
+            )
+            traceback.clear_frames(error.__traceback__)
+
+    def before_step(self, step: int, batch: Any) -> Any:
+        """The per-step hook: the batch the step trains on (the replay calls it too)."""
+        del step
+        return batch
+
+    def settle_snapshots(self, snapshotter: Any) -> None:
+        """Before a restore: wait for the save in flight, so the newest snapshot is restored."""
+        snapshotter.join()
+
     def active_devices(self, manager: Any) -> list[Any]:
         """pathwaysutils 0.1.13 has no ``Manager.active_devices``: derive it, in slice order."""
         return [
@@ -214,18 +260,20 @@ class ReferenceTrainer:
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> TrainResult:
         import jax
-        from orbax.checkpoint.experimental.v1.training.pathways import Snapshotter
         from pathwaysutils.elastic import elastic
         from pathwaysutils.elastic import manager as manager_lib
 
         config = self.config
         manager = manager_lib.Manager(self.devices)
         config.check_fits(manager.total_slice_count)
-        snapshotter = Snapshotter(replica_axis_index=0)
+        made = self.make_snapshotter()  # released at the end, whatever wraps it meanwhile
+        snapshotter = made if self.snapshotter_wrapper is None else self.snapshotter_wrapper(made)
         undo_log_filter = worker_log_frames_cleared()  # a failed snapshot's log keeps no arrays
+        cls = type(self)
         self.recorder.emit(
             "run_start",
             run=self.run_index,
+            trainer=f"{cls.__module__}:{cls.__qualname__}",
             config=config.to_json(),
             slices={str(s): [d.id for d in ds] for s, ds in manager.slice_to_devices.items()},
             active_slices=sorted(manager.active_slice_indices),
@@ -240,11 +288,12 @@ class ReferenceTrainer:
             poll_interval=config.poll_interval,
             timeout=config.timeout,
             retry_policy=retry_policy,
+            on_elastic_event_callback=self.on_elastic_event,
         )
         def run_training_loop() -> TrainResult:
             self.attempt += 1
             try:
-                return self._attempt(manager, snapshotter)
+                return self.train_attempt(manager, snapshotter)
             except Exception as error:
                 self.recorder.emit(
                     "error",
@@ -263,6 +312,7 @@ class ReferenceTrainer:
         try:
             result = run_training_loop()
             snapshotter.join()
+            self._note_snapshots(snapshotter)
         except BaseException as error:
             self.recorder.emit(
                 "run_end",
@@ -276,7 +326,7 @@ class ReferenceTrainer:
         finally:
             self._restore_preemption_handler(previous)
             manager.close()
-            release_snapshotter(snapshotter)  # its thread and last snapshot end with the run
+            release_snapshotter(made)  # its thread and last snapshot end with the run
             undo_log_filter()
         self.recorder.emit(
             "run_end",
@@ -291,22 +341,32 @@ class ReferenceTrainer:
         del jax
         return result
 
+    def train_attempt(self, manager: Any, snapshotter: Any) -> TrainResult:
+        """One attempt of the elastic loop (what ``elastic_retry`` retries)."""
+        return self._attempt(manager, snapshotter)
+
     def _attempt(self, manager: Any, snapshotter: Any) -> TrainResult:
         import jax
 
         config, emit = self.config, self.recorder.emit
         ids = {"run": self.run_index, "attempt": self.attempt}
         emit("attempt_start", **ids, active_slices=sorted(manager.active_slice_indices))
-        mesh, step_fn = self._mesh_and_step(manager, "attempt")
+        mesh, step_fn = self.mesh_and_step(manager, "attempt")
         iterator = self.make_iterator(manager)
         sharding = self.state_sharding(mesh)
         abstract = jax.tree.map(
             lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding),
             jax.eval_shape(self.init_state),
         )
-        checkpoint = self._latest_checkpoint() if self.attempt == 1 else None
+        # Every attempt, not only the first: a retry before this run's first snapshot must go
+        # back to the checkpoint the run resumed from, not to step 0 (found by the stateful
+        # search: preemption@step=0, then a loss at step 1 of the resumed run).
+        checkpoint = self._latest_checkpoint()
+        if self.attempt > 1:
+            # Even with no snapshot yet: the first save may be the one in flight.
+            self.settle_snapshots(snapshotter)
+        self._note_snapshots(snapshotter)
         if snapshotter.latest is not None:
-            snapshotter.join()
             source, snap_step = "snapshot", snapshotter.latest.step
             emit("restore_begin", **ids, source=source, step=snap_step)
             state, step = self.restore_snapshot(snapshotter, abstract, iterator)
@@ -321,22 +381,28 @@ class ReferenceTrainer:
             emit("restore_end", **ids, source=source, step=snap_step, digest=digest(state))
         emit("attempt_ready", **ids, reason="attempt", start_step=step, live=self._census())
 
+        mesh_slices = _slices_of(manager, mesh)
         while step < config.final_step:
             t0 = time.perf_counter()
             batch = next(iterator)
             t1 = time.perf_counter()
-            state, loss = step_fn(state, *self.place_batch(batch, mesh))
+            consumed = self.batch_ids(batch)
+            placed = self.place_batch(self.before_step(step, batch), mesh)
+            state, loss = step_fn(state, *placed)
             loss_value = float(np.asarray(loss).ravel()[0]) if np.size(loss) else 0.0
             emit(
                 "step",
                 **ids,
                 step=step,
-                ids=self.batch_ids(batch),
+                ids=consumed,
                 loss=loss_value,
                 input_s=round(t1 - t0, 6),
                 step_s=round(time.perf_counter() - t1, 6),
+                mesh_slices=mesh_slices,
+                trained=_rows(placed),
             )
-            del batch
+            del batch, placed
+            self._note_snapshots(snapshotter)
             if step % config.snapshot_interval == 0:
                 snapshotter.save(step, self.snapshot_payload(state, step, iterator))
                 emit("snapshot_save", **ids, step=step, digest=digest(state))
@@ -348,8 +414,9 @@ class ReferenceTrainer:
                     # Snapshot this very step so the restart wastes nothing.
                     snapshotter.join()
                     snapshotter.save(step, self.snapshot_payload(state, step, iterator))
-                    snapshotter.join()
                     emit("snapshot_save", **ids, step=step, digest=digest(state))
+                    snapshotter.join()
+                    self._note_snapshots(snapshotter)
                     emit("scale_up", **ids, how="signal", joining=joining, step=step)
                     self.keep_failed_attempt(state)
                     from pathwaysutils.elastic import manager as manager_lib
@@ -358,7 +425,8 @@ class ReferenceTrainer:
                 manager.active_slice_indices |= manager.available_inactive_slices
                 emit("scale_up", **ids, how="in_loop", joining=joining, step=step)
                 iterator_state = iterator.get_state()
-                mesh, step_fn = self._mesh_and_step(manager, "scale_up")
+                mesh, step_fn = self.mesh_and_step(manager, "scale_up")
+                mesh_slices = _slices_of(manager, mesh)
                 iterator = self.make_iterator(manager)
                 iterator.set_state(iterator_state)
                 state = jax.device_put(state, self.state_sharding(mesh))
@@ -373,7 +441,22 @@ class ReferenceTrainer:
         return TrainResult("completed", step, self.attempt, jax.device_get(state))
 
     # -- helpers -----------------------------------------------------------------------------
-    def _mesh_and_step(self, manager: Any, reason: str) -> tuple[Any, Any]:
+    def _note_snapshots(self, snapshotter: Any) -> None:
+        """Logs ``snapshot_complete`` when the Snapshotter's newest complete snapshot changes.
+
+        Read from ``latest`` in the trainer's thread, so a completion is logged at the next step
+        boundary, join or restore at the latest: never earlier than it happened.
+        """
+        latest = getattr(snapshotter, "latest", None)
+        step = None if latest is None else int(latest.step)
+        if step is not None and step != self._noted_snapshot:
+            self.recorder.emit(
+                "snapshot_complete", run=self.run_index, attempt=self.attempt, step=step
+            )
+        self._noted_snapshot = step
+
+    def mesh_and_step(self, manager: Any, reason: str) -> tuple[Any, Any]:
+        """The mesh builder seam: the mesh of the active slices and the step jitted for it."""
         mesh = self.build_mesh(manager)
         key = tuple(d.id for d in mesh.devices.flat)
         # Rows = the first (replica) axis, which the Snapshotter and the oracle take as slices.
@@ -450,6 +533,17 @@ class ReferenceTrainer:
             )
         iterator.set_state(restored["iterator_state"])
         return restored["state"], int(restored["step"]) + 1
+
+
+def _slices_of(manager: Any, mesh: Any) -> list[int]:
+    """The slices a mesh's devices are on: what each step event says it ran on."""
+    return sorted({manager_slice(manager, d) for d in mesh.devices.flat})
+
+
+def _rows(placed: Sequence[Any]) -> int | None:
+    """Rows of the first placed batch argument: how many samples the step trained on."""
+    shape = getattr(placed[0], "shape", None) if placed else None
+    return int(shape[0]) if shape else None
 
 
 def manager_slice(manager: Any, device: Any) -> int:

@@ -19,8 +19,9 @@ def test_elastic_iterator_across_shard_count_changes(run):
 
 
 @properties.share_of_profile(0.5)
-@given(spec=properties.dataset_specs(max_devices=DEVICES))
-def test_trainer_eats_every_sample_once_in_order_across_resizes(spec):
+@given(data=st.data())
+def test_trainer_eats_every_sample_once_in_order_across_resizes(chaos_trainer, data):
+    spec = data.draw(properties.dataset_specs(max_devices=DEVICES, trainer=chaos_trainer))
     properties.check_dataset_episode(spec)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hypothesis import given
+from hypothesis import strategies as st
 
 from pathways_chaos.harness import properties
 
@@ -12,6 +13,7 @@ DEVICES = properties.available_devices()
 
 
 @properties.share_of_profile(0.5)
-@given(spec=properties.mesh_specs(max_devices=DEVICES))
-def test_mesh_holds_exactly_the_active_slices_in_order(spec):
+@given(data=st.data())
+def test_mesh_holds_exactly_the_active_slices_in_order(chaos_trainer, data):
+    spec = data.draw(properties.mesh_specs(max_devices=DEVICES, trainer=chaos_trainer))
     properties.check_mesh_episode(spec)

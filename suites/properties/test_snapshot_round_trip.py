@@ -14,8 +14,8 @@ DEVICES = properties.available_devices()  # larger meshes: --fake-slices
 
 @properties.share_of_profile(4)  # no episode: a save and a load, ~30 ms
 @given(case=properties.snapshot_cases(max_devices=DEVICES))
-def test_snapshot_round_trip_after_losing_replicas(case):
-    properties.check_snapshot_round_trip(case)
+def test_snapshot_round_trip_after_losing_replicas(chaos_trainer, case):
+    properties.check_snapshot_round_trip(case, chaos_trainer)
 
 
 @properties.share_of_profile(0.5)

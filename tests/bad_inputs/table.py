@@ -439,7 +439,13 @@ def run_row(row: Row, folder: Path) -> Outcome:
     folder.mkdir(parents=True, exist_ok=True)
     if row.setup is not None:
         row.setup(folder)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PATHWAYS_CHAOS_")}
+    # Without CI: with CI set, pytest's short summary repeats every failure's line, and each
+    # row counts the lines that carry its message.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PATHWAYS_CHAOS_") and k not in ("CI", "BUILD_NUMBER")
+    }
     env.update(dict(row.env))
     env["PATHWAYS_CHAOS_JOURNAL_DIR"] = str(folder / "journals")
     env["PYTHONWARNINGS"] = "ignore"

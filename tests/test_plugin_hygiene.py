@@ -109,7 +109,13 @@ def _fixture_names(path: Path) -> set[str]:
 def test_every_fixture_that_runs_jax_wakes_the_plugin():
     from pathways_chaos.harness.pytest_plugin.activation import DEVICE_FIXTURES
 
-    needs_no_devices = {"cluster_connection", "cluster_journal", "pathways_cluster"}  # Kubernetes
+    # Kubernetes connections, and the name of the trainer under test: no JAX in them
+    needs_no_devices = {
+        "cluster_connection",
+        "cluster_journal",
+        "pathways_cluster",
+        "chaos_trainer",
+    }
     defined = _fixture_names(ROOT / "fixtures" / "cluster.py") | _fixture_names(
         ROOT / "fixtures" / "chaos.py"
     )

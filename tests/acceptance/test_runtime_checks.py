@@ -233,9 +233,9 @@ def test_bad_adapter_fields_are_refused():
         RuntimeRuns(reference_adapter(), topology=SliceTopology(1, 8))
 
 
-def test_the_suite_against_the_pitfall_port_prints_one_failing_row_per_pitfall():
-    port = SAMPLES / "pitfall_port"
-    proc = subprocess.run(
+def _run_suite_on(port: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """The acceptance suite on a sample port: its adapter, source and manifest."""
+    return subprocess.run(
         [
             sys.executable,
             "-m",
@@ -244,6 +244,7 @@ def test_the_suite_against_the_pitfall_port_prints_one_failing_row_per_pitfall()
             f"--acceptance-adapter={port / 'train.py'}:adapter",
             f"--acceptance-source={port}",
             f"--acceptance-manifest={port / 'jobset.yaml'}",
+            *extra,
             "-q",
             "-p",
             "no:randomly",
@@ -253,6 +254,10 @@ def test_the_suite_against_the_pitfall_port_prints_one_failing_row_per_pitfall()
         text=True,
         timeout=300,
     )
+
+
+def test_the_suite_against_the_pitfall_port_prints_one_failing_row_per_pitfall():
+    proc = _run_suite_on(SAMPLES / "pitfall_port")
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
     # The table runs from its banner to its own closing count (with CI set, pytest's summary
     # after it repeats every failure message, fix lines included).
@@ -275,26 +280,7 @@ def test_the_suite_against_the_pitfall_port_prints_one_failing_row_per_pitfall()
 def test_the_suite_against_the_good_port_passes_every_row():
     """The plain test run leaves suites/acceptance out (with nothing given it checks nothing);
     here it runs on the bundled good port, and every row it was given must pass."""
-    port = SAMPLES / "good_port"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            str(ROOT / "suites" / "acceptance"),
-            f"--acceptance-adapter={port / 'train.py'}:adapter",
-            f"--acceptance-source={port}",
-            f"--acceptance-manifest={port / 'jobset.yaml'}",
-            "--acceptance-params=8e9",
-            "-q",
-            "-p",
-            "no:randomly",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = _run_suite_on(SAMPLES / "good_port", "--acceptance-params=8e9")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     table = proc.stdout.split("pathways-chaos acceptance checks", 1)[1]
     statuses = [

@@ -19,11 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pathways_chaos.harness.acceptance.recovery_time import recovery_findings
+from pathways_chaos.harness.acceptance.recovery_time import recovery_findings, runtime_topology
 from pathways_chaos.harness.acceptance.table import CheckResult, Finding
 from pathways_chaos.harness.engine.loop_episode import LoopResult, loop_name
 from pathways_chaos.harness.engine.topology import SliceTopology
-from pathways_chaos.harness.errors import ChaosConfigError
 from pathways_chaos.harness.judging import loop_oracle
 
 MAX_INPUT_WAIT_RATIO = 1.0
@@ -42,12 +41,7 @@ class LoopRuns:
         adapter_runs: Any = None,
         recovery_budget_s: float = RECOVERY_BUDGET_S,
     ) -> None:
-        topology = topology or SliceTopology(4, 2)
-        if topology.num_slices < 2:
-            raise ChaosConfigError(
-                f"the runtime checks lose a slice, so they need >= 2 fake slices, not "
-                f"{topology}: pass --fake-slices 2 or more"
-            )
+        topology = runtime_topology(topology)
         self.loop = loop
         self.name = loop_name(loop)
         self.topology = topology

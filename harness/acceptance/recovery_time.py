@@ -1,4 +1,5 @@
-"""How long each fault took to recover from, judged against the budget of the recovery-time row.
+"""The interrupted run both runtime-row families share: the fake cluster it runs on, and how
+long each fault took to recover from, judged against the recovery-time row's budget.
 
 Shared by the adapter's and the user loop's runtime rows, read from the oracle's timings.
 """
@@ -7,6 +8,8 @@ from __future__ import annotations
 
 from pathways_chaos.harness.acceptance.table import Finding
 from pathways_chaos.harness.engine.recorder import Event
+from pathways_chaos.harness.engine.topology import SliceTopology
+from pathways_chaos.harness.errors import ChaosConfigError
 from pathways_chaos.harness.judging import oracle
 
 
@@ -39,3 +42,14 @@ def recovery_findings(
                 f"({r['recovery_wall_s']:.2f} s wall)" + (f" in {mode} mode" if mode else "")
             )
     return findings, notes
+
+
+def runtime_topology(topology: SliceTopology | None) -> SliceTopology:
+    """The fake cluster of the runtime rows (4x2 by default); they lose a slice, so >= 2."""
+    topology = topology or SliceTopology(4, 2)
+    if topology.num_slices < 2:
+        raise ChaosConfigError(
+            f"the runtime checks lose a slice, so they need >= 2 fake slices, not "
+            f"{topology}: pass --fake-slices 2 or more"
+        )
+    return topology

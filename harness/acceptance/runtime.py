@@ -26,12 +26,11 @@ from pathways_chaos.harness.acceptance.loop import (
     trainer_config,
 )
 from pathways_chaos.harness.acceptance.loop_runtime import with_loop_rows
-from pathways_chaos.harness.acceptance.recovery_time import recovery_findings
+from pathways_chaos.harness.acceptance.recovery_time import recovery_findings, runtime_topology
 from pathways_chaos.harness.acceptance.table import CheckResult, Finding
 from pathways_chaos.harness.engine.episode import EpisodeResult
 from pathways_chaos.harness.engine.recorder import Event
 from pathways_chaos.harness.engine.topology import SliceTopology
-from pathways_chaos.harness.errors import ChaosConfigError
 from pathways_chaos.harness.judging import oracle
 
 #: The loader is the bottleneck when the device waits on it at least as long as it computes.
@@ -51,12 +50,7 @@ class RuntimeRuns:
         workdir: str | Path | None = None,
         recovery_budget_s: float = RECOVERY_BUDGET_S,
     ) -> None:
-        topology = topology or SliceTopology(4, 2)
-        if topology.num_slices < 2:
-            raise ChaosConfigError(
-                f"the runtime checks lose a slice, so they need >= 2 fake slices, not "
-                f"{topology}: pass --fake-slices 2 or more"
-            )
+        topology = runtime_topology(topology)
         self.adapter = adapter
         self.topology = topology
         self.recovery_budget_s = recovery_budget_s

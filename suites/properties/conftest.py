@@ -21,7 +21,9 @@ for _name, _examples in PROFILES.items():
         deadline=None,  # an episode compiles on a new mesh; wall time is the bench's business
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
         derandomize=_name == "ci",  # CI is reproducible run to run; dev/nightly explore
-        phases=tuple(Phase),
+        # ci reports a failure once shrunk; hypothesis's explain phase (which lines only
+        # failing runs reached) replays the shrunk episode ~200 times, doubling the wait.
+        phases=tuple(p for p in Phase if _name != "ci" or p is not Phase.explain),
         print_blob=True,
         stateful_step_count=12,
     )

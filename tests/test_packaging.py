@@ -23,15 +23,8 @@ def test_editable_install_imports_from_the_repo():
     assert Path(pathways_chaos.fixtures.chaos.__file__).parent == ROOT / "fixtures"
 
 
-def test_wheel_holds_the_namespace_and_the_entry_points(tmp_path):
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(ROOT)],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    (wheel,) = tmp_path.glob("pathways_chaos-*.whl")
+def test_wheel_holds_the_namespace_and_the_entry_points(tmp_path, project_wheel):
+    wheel = project_wheel
     names = zipfile.ZipFile(wheel).namelist()
     for module in (
         "harness/pytest_plugin/plugin.py",

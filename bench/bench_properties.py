@@ -20,6 +20,7 @@ Usage: python bench/bench_properties.py [--examples N] [--no-suite] [--no-mutant
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
@@ -50,7 +51,10 @@ def stateful_rate(examples: int, warmup: int) -> dict[str, Any]:
     spans: list[tuple[float, float]] = []  # (start, end) of every episode
     real_run_spec = properties.run_spec
 
+    played: list[tuple[Any, dict[str, Any]]] = []  # every schedule, to replay the same ones
+
     def timed_run_spec(spec: Any, **kwargs: Any) -> Any:
+        played.append((spec, kwargs))
         t0 = time.perf_counter()
         try:
             return real_run_spec(spec, **kwargs)
@@ -90,6 +94,22 @@ def stateful_rate(examples: int, warmup: int) -> dict[str, Any]:
     warm_s, warm_n, warm_compiles, warm_counter = run(examples)
     warm_spans = spans[first_warm:]
 
+    # Decline, free of the schedule mix: the same 50 schedules, timed before and after another
+    # `examples` of search in the same process (caches, threads, snapshots and memory all grow
+    # there if anything leaks).
+    same = played[first_warm : first_warm + 50]
+
+    def replay_rate() -> float:
+        t0 = time.perf_counter()
+        for spec, kwargs in same:
+            with contextlib.suppress(Exception):  # a failing schedule costs its time, too
+                real_run_spec(spec, **kwargs)
+        return round(len(same) / (time.perf_counter() - t0) * 60, 1)
+
+    same_before = replay_rate()
+    run(examples)
+    same_after = replay_rate()
+
     def window_rate(window: list[tuple[float, float]]) -> float | None:
         if len(window) < 2:
             return None
@@ -121,6 +141,9 @@ def stateful_rate(examples: int, warmup: int) -> dict[str, Any]:
         "target_schedules_per_minute": 100,
         "schedules_per_minute_first_50": window_rate(warm_spans[:50]),
         "schedules_per_minute_last_50": window_rate(warm_spans[-50:]),
+        "same_50_schedules_per_minute_before": same_before,
+        "same_50_schedules_per_minute_after_another_run": same_after,
+        "schedules_between_the_two_replays": examples,
         "live_snapshotter_threads_after": live_snapshotter_threads(),  # each one released
         "pinned_host_arrays_after": pinned_host_arrays(),
         "threads_after": threading.active_count(),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,14 +15,25 @@ ROOT = Path(__file__).parents[1]
 
 @pytest.fixture(scope="session")
 def project_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The project built as a wheel, once per test process (two tests read it)."""
-    folder = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(folder), str(ROOT)],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    (wheel,) = folder.glob("pathways_chaos-*.whl")
+    """The project built as a wheel once per run, shared by pytest-xdist workers.
+
+    Two builds of one source tree at once collide in setuptools' in-tree build folder, so the
+    first worker builds under a lock and the others take its wheel.
+    """
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder = shared / "project-wheel"
+    with open(shared / "project-wheel.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        built = sorted(folder.glob("pathways_chaos-*.whl"))
+        if not built:
+            out = subprocess.run(
+                [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(folder), ROOT],
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+            built = sorted(folder.glob("pathways_chaos-*.whl"))
+    (wheel,) = built
     return wheel

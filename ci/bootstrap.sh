@@ -76,6 +76,10 @@ if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import sys; sys.exit(sys.
     echo "bootstrap.sh: reused the cached venv $entry"
   else
     rm -rf .venv
+    if [ -d "$entry" ]; then  # a cached venv that did not work: build it again
+      echo "bootstrap.sh: the cached venv $entry did not work; installing from scratch"
+      rm -rf "$entry"
+    fi
     echo "bootstrap.sh: creating .venv with $py"
     "$py" -m venv .venv
     .venv/bin/python -m pip install -q --upgrade pip

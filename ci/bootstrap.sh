@@ -76,7 +76,7 @@ if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import sys; sys.exit(sys.
     echo "bootstrap.sh: reused the cached venv $entry"
   else
     rm -rf .venv
-    if [ -d "$entry" ]; then  # a cached venv that did not work: build it again
+    if [ "${PATHWAYS_CHAOS_NO_VENV_CACHE:-}" != 1 ] && [ -d "$entry" ]; then  # it did not work
       echo "bootstrap.sh: the cached venv $entry did not work; installing from scratch"
       rm -rf "$entry"
     fi

@@ -35,6 +35,7 @@ def _timed(command: list[str], cwd: Path) -> dict[str, Any]:
         "pytest_s": float(pytest_s.group(1)) if pytest_s else None,
         "summary": summary[-1].strip("= ") if summary else out.stdout[-300:],
         "exit": out.returncode,
+        "failures": [line for line in out.stdout.splitlines() if line.startswith("FAILED")],
         "load_avg_start_end": [list(load_start), list(os.getloadavg())],
     }
 

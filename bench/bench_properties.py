@@ -152,21 +152,11 @@ def stateful_rate(examples: int, warmup: int) -> dict[str, Any]:
 
 def first_failures() -> dict[str, Any]:
     """Examples and seconds until each blind-spot mutant's property fails (seeded search)."""
-    from hypothesis import HealthCheck, Phase, settings
-
     from pathways_chaos.harness import properties
     from pathways_chaos.harness.properties import ExampleCounter, PropertyFailure
     from pathways_chaos.harness.reference.mutants import CATALOGUE, spec_of
 
-    search = settings(
-        max_examples=40,
-        deadline=None,
-        derandomize=True,
-        database=None,
-        phases=(Phase.generate,),
-        suppress_health_check=list(HealthCheck),
-        stateful_step_count=12,
-    )
+    search = properties.mutant_search(max_examples=40)
     out: dict[str, Any] = {}
     for entry in CATALOGUE:
         if entry.trainer.__name__ not in BLIND_SPOT_MUTANTS:

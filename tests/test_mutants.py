@@ -13,7 +13,7 @@ import re
 import shlex
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from pathways_chaos.harness import properties
@@ -28,15 +28,7 @@ from pathways_chaos.harness.reference.variants import CORRECT_VARIANTS
 
 pytest_plugins = ["pytester"]
 
-SEARCH = settings(
-    max_examples=60,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    phases=(Phase.generate,),
-    suppress_health_check=list(HealthCheck),
-    stateful_step_count=12,
-)
+SEARCH = properties.mutant_search(max_examples=60)
 
 
 def run_property(entry: MutantEntry, counter: ExampleCounter) -> None:

@@ -926,6 +926,22 @@ def episode_machine(
 
 
 # -- one property, by name, against one trainer (the mutant table and the bench) ------------
+def mutant_search(max_examples: int) -> Any:
+    """The seeded search each mutant must be caught within: reproducible (derandomized, no
+    database), generation only (the table and the bench want the first failure, not a shrink)."""
+    from hypothesis import HealthCheck, Phase, settings
+
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        phases=(Phase.generate,),
+        suppress_health_check=list(HealthCheck),
+        stateful_step_count=12,
+    )
+
+
 def run_property(caught_by: str, trainer: str, counter: ExampleCounter, settings: Any) -> None:
     """Runs the property suite ``caught_by`` (snapshot, dataset, mesh or stateful) on
     ``trainer`` under ``settings``; raises the first ``PropertyFailure``."""

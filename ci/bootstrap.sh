@@ -71,12 +71,14 @@ if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import sys; sys.exit(sys.
   py="$(find_python)" || { echo "bootstrap.sh: no Python >= 3.12 found (install python3.12 or pyenv install 3.12)" >&2; exit 1; }
   key="$( { cat pyproject.toml; "$py" -VV; echo "$py"; } | sha256sum | cut -c1-16)"
   entry="$CACHE/venvs/$key"
+  use_cache=1
+  [ "${PATHWAYS_CHAOS_NO_VENV_CACHE:-}" = 1 ] && use_cache=0
   rm -rf .venv
-  if [ "${PATHWAYS_CHAOS_NO_VENV_CACHE:-}" != 1 ] && restore_cached_venv "$entry"; then
+  if [ "$use_cache" = 1 ] && restore_cached_venv "$entry"; then
     echo "bootstrap.sh: reused the cached venv $entry"
   else
     rm -rf .venv
-    if [ "${PATHWAYS_CHAOS_NO_VENV_CACHE:-}" != 1 ] && [ -d "$entry" ]; then  # it did not work
+    if [ "$use_cache" = 1 ] && [ -d "$entry" ]; then  # it did not work: build it again
       echo "bootstrap.sh: the cached venv $entry did not work; installing from scratch"
       rm -rf "$entry"
     fi
@@ -85,7 +87,7 @@ if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import sys; sys.exit(sys.
     .venv/bin/python -m pip install -q --upgrade pip
     .venv/bin/python -m pip install -q -e '.[dev]'
     check_install
-    [ "${PATHWAYS_CHAOS_NO_VENV_CACHE:-}" = 1 ] || save_venv_to_cache "$entry"
+    [ "$use_cache" = 0 ] || save_venv_to_cache "$entry"
   fi
 else
   .venv/bin/python -m pip install -q -e '.[dev]'  # an existing venv: bring it up to pyproject

@@ -37,3 +37,25 @@ def project_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
             built = sorted(folder.glob("pathways_chaos-*.whl"))
     (wheel,) = built
     return wheel
+
+
+@pytest.fixture
+def late_snapshotter_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loaded machine, made certain: every Orbax Snapshotter made while it is active has a
+    worker thread that takes each save 0.2 s late, far longer than the steps between saves.
+    Unless a save is finished before training goes on, the next is skipped as "busy"."""
+    import queue
+    import time
+    import types
+
+    from orbax.checkpoint.experimental.v1._src.training.pathways import snapshotter
+
+    class LateQueue(queue.Queue):  # type: ignore[type-arg]
+        def get(self, block: bool = True, timeout: float | None = None) -> object:
+            with self.not_empty:
+                while not self._qsize():
+                    self.not_empty.wait()
+            time.sleep(0.2)
+            return super().get(block, timeout)
+
+    monkeypatch.setattr(snapshotter, "queue", types.SimpleNamespace(Queue=LateQueue))

@@ -48,6 +48,19 @@ def test_pause_resume_survives_every_slice_down_code(chaos, code):
     assert out.of_kind("restore_end")[0]["step"] == 8
 
 
+def test_a_late_snapshotter_thread_skips_none_of_the_loops_saves_on_the_fake(
+    chaos, late_snapshotter_thread
+):
+    out = chaos.run_loop(
+        user_loop.pause_resume, "data_loss@batch=12:slice=2:repair_after_polls=3", baseline=False
+    )
+
+    out.verdict.raise_if_failed()
+    saves = out.of_kind("snapshot_save")
+    assert saves and not [s["step"] for s in saves if s["skipped"]]
+    assert out.of_kind("restore_end")[0]["step"] == 8
+
+
 def test_a_fixed_batch_survives_a_resize_and_is_compared_with_the_fault_free_run(chaos):
     out = chaos.run_loop(user_loop.main, "data_loss@batch=12:slice=0", batch="fixed")
 

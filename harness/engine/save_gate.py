@@ -1,6 +1,10 @@
 """Snapshot saves held in flight on the episode clock: the ``slow_save`` fault's mechanism.
 
-On CPU a Snapshotter save finishes at once, so no failure ever meets a save in flight. The
+On CPU a Snapshotter save's copy takes microseconds, so on the fake a save is made to finish
+before the trainer goes on: the gate waits for it (the Snapshotter's public ``join``). Otherwise
+the OS would decide: on a loaded machine the Snapshotter's worker thread may not run for several
+steps, and the next save is skipped as "busy" (seen in CI: a restore from step 0, not 10). How
+long a save stays in flight is the episode clock's to say, through ``slow_save``. The
 gate wraps the trainer's Snapshotter (``ReferenceTrainer.snapshotter_wrapper``): once armed, the
 next save is held (not yet handed to the real Snapshotter, so ``latest`` and ``load`` still see
 the previous snapshot) until its seconds on the episode clock or its health polls have passed,
@@ -111,6 +115,7 @@ class GatedSnapshotter:
         arm = self._gate.take()
         if arm is None:
             self.inner.save(step, state)
+            self.inner.join()  # finished now, not when the worker thread is next scheduled
             return
         now = self._gate.clock.time()
         until = now + arm.seconds if arm.seconds else None

@@ -200,8 +200,10 @@ class LoopObserver:
         self._snapshotters.append(snap)
 
     def _save(self, original: Callable[..., Any], snap: Any, step: int, state: Any) -> Any:
-        skipped = snap._queue.full()  # the Snapshotter skips a save while one is in flight
         digests = digest(state)
+        # The Snapshotter skips a save while the last is not yet taken by its worker thread;
+        # read just before the call, so that thread has no time to take it in between.
+        skipped = snap._queue.full()
         out = original(snap, step, state)
         if self._finish_saves:
             snap.join()

@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def stateful_rate(examples: int, warmup: int) -> dict[str, Any]:
     import jax
-    from hypothesis import HealthCheck, Phase, settings
+    from hypothesis import settings
     from hypothesis.stateful import run_state_machine_as_test
 
     from pathways_chaos.harness import properties
@@ -72,15 +72,8 @@ def stateful_rate(examples: int, warmup: int) -> dict[str, Any]:
         t0 = time.perf_counter()
         run_state_machine_as_test(
             machine,
-            settings=settings(
-                max_examples=n,
-                deadline=None,
-                database=None,
-                derandomize=False,
-                phases=(Phase.generate,),
-                suppress_health_check=list(HealthCheck),
-                stateful_step_count=12,
-            ),
+            # The mutant table's search, unseeded: throughput over fresh schedules.
+            settings=settings(properties.mutant_search(max_examples=n), derandomize=False),
         )
         return (
             time.perf_counter() - t0,

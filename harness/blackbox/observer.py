@@ -61,10 +61,9 @@ class LoopObserver:
         self._saved: list[tuple[Any, str, Any]] = []
         self._slice_of: dict[int, int] = {}
         self._main = threading.get_ident()
-        # On the fake, a save finishes before the loop goes on, as the reference trainer's do
-        # (harness/engine/save_gate.py): whether a save is skipped as "busy" is then the
-        # loop's doing, not the OS scheduler's.
-        self._finish_saves = getattr(cluster, "save_gate", None) is not None
+        # The fake's: it finishes each save before the loop goes on, as the reference
+        # trainer's; real devices have none, and their saves stay asynchronous.
+        self._save_gate = getattr(cluster, "save_gate", None)
 
     # -- the episode's side --------------------------------------------------------------------
     def begin_run(self, run: int, loop: str) -> None:
@@ -205,8 +204,8 @@ class LoopObserver:
         # read just before the call, so that thread has no time to take it in between.
         skipped = snap._queue.full()
         out = original(snap, step, state)
-        if self._finish_saves:
-            snap.join()
+        if self._save_gate is not None:
+            self._save_gate.finish(snap)
         self.recorder.emit(
             "snapshot_save",
             **self._ids(),

@@ -1,10 +1,8 @@
 """Snapshot saves held in flight on the episode clock: the ``slow_save`` fault's mechanism.
 
-On CPU a Snapshotter save's copy takes microseconds, so on the fake a save is made to finish
-before the trainer goes on: the gate waits for it (the Snapshotter's public ``join``). Otherwise
-the OS would decide: on a loaded machine the Snapshotter's worker thread may not run for several
-steps, and the next save is skipped as "busy" (seen in CI: a restore from step 0, not 10). How
-long a save stays in flight is the episode clock's to say, through ``slow_save``. The
+On CPU a Snapshotter save's copy takes microseconds, so on the fake every save is finished
+before training goes on (``SaveGate.finish``, for the reference trainer and a watched user loop
+alike); how long a save stays in flight is the episode clock's to say, through ``slow_save``. The
 gate wraps the trainer's Snapshotter (``ReferenceTrainer.snapshotter_wrapper``): once armed, the
 next save is held (not yet handed to the real Snapshotter, so ``latest`` and ``load`` still see
 the previous snapshot) until its seconds on the episode clock or its health polls have passed,
@@ -62,6 +60,15 @@ class SaveGate:
         what = f"{seconds} s on the episode clock" if seconds else f"{polls} health polls"
         return [f"the next {saves} snapshot save(s) held in flight for {what}"]
 
+    def finish(self, snapshotter: Any) -> None:
+        """Waits for a save just handed to the Snapshotter (its public ``join``).
+
+        Otherwise the OS would decide: on a loaded machine the Snapshotter's worker thread may
+        not run for several steps, and the next save is skipped as "busy" (seen in CI: a
+        restore from step 0, not 10).
+        """
+        snapshotter.join()
+
     def take(self) -> _Arm | None:
         with self._lock:
             return self._arms.pop(0) if self._arms else None
@@ -115,7 +122,7 @@ class GatedSnapshotter:
         arm = self._gate.take()
         if arm is None:
             self.inner.save(step, state)
-            self.inner.join()  # finished now, not when the worker thread is next scheduled
+            self._gate.finish(self.inner)
             return
         now = self._gate.clock.time()
         until = now + arm.seconds if arm.seconds else None

@@ -193,6 +193,8 @@ class JaxDeviceLossSeam:
         self._saved: list[tuple[Any, str, Any]] = []
         #: Called with each sharding new data is placed on (the black-box recorder's meshes).
         self.placement_listeners: list[Callable[[Any], None]] = []
+        #: Called with each slice-down error raised to the workload (before it is raised).
+        self.error_listeners: list[Callable[[BaseException], None]] = []
 
     @property
     def installed(self) -> bool:
@@ -221,6 +223,7 @@ class JaxDeviceLossSeam:
             )
         lost = self._lost
         listeners = self.placement_listeners
+        error_listeners = self.error_listeners
         check_if_deleted = jax_array.ArrayImpl._check_if_deleted
         array_block = jax_array.ArrayImpl.block_until_ready
         shard_args = pxla.shard_args
@@ -232,7 +235,10 @@ class JaxDeviceLossSeam:
                 for device in devices:
                     make_error = lost.get(device.id)
                     if make_error is not None:
-                        raise make_error()
+                        error = make_error()
+                        for listener in error_listeners:
+                            listener(error)
+                        raise error
 
         def checked_if_deleted(self: Any) -> None:
             if lost:

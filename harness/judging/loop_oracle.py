@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from pathways_chaos.harness.engine.recorder import Event
+from pathways_chaos.harness.judging import lineage as chain_checks
 from pathways_chaos.harness.judging.oracle import REPLAY_ATOL, REPLAY_RTOL, Verdict, recoveries
 
 #: Every judge, in the order the verdict lists them.
@@ -26,7 +27,12 @@ JUDGES = (
     "exactly-once",
     "restore-latest",
     "resume-step",
+    "snapshot-pairs",
+    "restore-used",
+    "restore-shapes",
+    "errors-handled",
     "meshes",
+    "scale-up",
     "no-leaks",
     "step-count",
     "final-state",
@@ -83,12 +89,32 @@ def judge_loop(events: Sequence[Event], baseline: Sequence[Event] | None = None)
     base_lineage = committed_batches(baseline)[0] if baseline else None
     base_end = _last_end(baseline) if baseline else None
 
+    chain = chain_checks.follow(events) if completed else None
+    base_chain = chain_checks.follow(baseline) if baseline else None
     results: dict[str, list[str] | str] = {}  # name -> violations, or why it was not judged
     results["completed"] = _completed(ends, failed)
-    once = _exactly_once(lineage, base_lineage, completed)
-    results["exactly-once"] = (problems or once) if isinstance(once, str) else problems + once
+    if chain is not None and chain.followed:
+        results["exactly-once"] = chain_checks.trained_once_in_order(
+            chain, base_chain if base_chain is not None and base_chain.followed else None
+        )
+    else:
+        once = _exactly_once(lineage, base_lineage, completed)
+        results["exactly-once"] = (problems or once) if isinstance(once, str) else problems + once
     results["restore-latest"] = _restore_latest(events)
     results["resume-step"] = _resume_step(events)
+    broken = (
+        "the run did not complete"
+        if chain is None
+        else f"the chain of trained steps breaks: {chain.why_not}"
+    )
+    if chain is not None and chain.followed:
+        results["snapshot-pairs"] = chain_checks.snapshots_consistent(chain)
+        results["restore-used"] = chain_checks.restores_used(chain)
+        results["scale-up"] = chain_checks.rejoined_slices_used(chain, events)
+    else:
+        results["snapshot-pairs"] = results["restore-used"] = results["scale-up"] = broken
+    results["restore-shapes"] = chain_checks.restored_shapes(events)
+    results["errors-handled"] = chain_checks.errors_handled(events)
     results["meshes"] = _meshes(events)
     results["no-leaks"] = _no_leaks(events)
     schedule_kept, why_not = _schedule_kept(lineage, base_lineage)

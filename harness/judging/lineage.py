@@ -233,9 +233,16 @@ def trained_once_in_order(chain: Chain, base: Chain | None) -> list[str]:
     counted = collections.Counter(samples)
     twice = sorted(s for s, n in counted.items() if n > 1)
     if twice:
-        holders = [d.label() for d in trained if set(d.samples) & set(twice)]
+        seen: set[int] = set()
+        again = []
+        for d in trained:
+            if seen & set(d.samples):
+                again.append(d.label())
+            seen |= set(d.samples)
+        more = f" and {len(again) - 3} more" if len(again) > 3 else ""
         problems.append(
-            f"{what} {_ranges(twice)} were trained twice or more: by {', '.join(holders[:4])}"
+            f"{what} {_ranges(twice)} were trained twice or more: the state was trained on "
+            f"them again by {', '.join(again[:3])}{more}"
         )
     if base is None or not base.followed:
         return problems

@@ -101,7 +101,7 @@ def judge_loop(events: Sequence[Event], baseline: Sequence[Event] | None = None)
         once = _exactly_once(lineage, base_lineage, completed)
         results["exactly-once"] = (problems or once) if isinstance(once, str) else problems + once
     results["restore-latest"] = _restore_latest(events)
-    results["resume-step"] = _resume_step(events)
+    results["resume-step"] = _resume_step(events, chain)
     broken = (
         "the run did not complete"
         if chain is None
@@ -216,37 +216,44 @@ def _completed(ends: list[Event], failed: Event | None) -> list[str]:
 def _exactly_once(
     lineage: list[BatchRecord], base: list[BatchRecord] | None, completed: bool
 ) -> list[str] | str:
+    """From what was drawn (the chain could not be followed): sample ids when every batch
+    carries them (a loop that builds a fresh iterator over ``data[position:]`` restarts its
+    positions at 0), else global data positions."""
     if not lineage:
         return "the loop drew no batch from a grain ElasticIterator"
-    if any(r.position is None for r in lineage):
+    by_ids = all(r.ids is not None for r in lineage)
+    if not by_ids and any(r.position is None for r in lineage):
         return "the loop's iterator does not report a global position (use ElasticIterator)"
+    what = "sample ids" if by_ids else "data positions"
+
+    def samples(records: list[BatchRecord]) -> list[int]:
+        return [i for r in records for i in (list(r.ids or ()) if by_ids else r.positions)]
+
     problems: list[str] = []
-    consumed = [p for r in lineage for p in r.positions]
+    consumed = samples(lineage)
     counted = collections.Counter(consumed)
     duplicated = sorted(p for p, n in counted.items() if n > 1)
-    skipped = sorted(set(range(max(consumed) + 1)) - set(consumed))
+    want = samples(base) if base is not None and (not by_ids or all(r.ids for r in base)) else None
+    if want is not None:
+        skipped = sorted(set(want[: len(consumed)]) - set(consumed))
+    else:
+        skipped = [] if by_ids else sorted(set(range(max(consumed) + 1)) - set(consumed))
     if duplicated or skipped:
-        at = _first_batch_with(lineage, set(duplicated) | set(skipped), counted)
-        what = []
+        at = _first_batch_with(lineage, set(duplicated) | set(skipped), counted, by_ids)
+        parts = []
         if duplicated:
-            what.append(f"data positions {_ranges(duplicated)} consumed twice or more")
+            parts.append(f"{what} {_ranges(duplicated)} consumed twice or more")
         if skipped:
-            what.append(f"positions {_ranges(skipped)} skipped")
-        problems.append(f"exactly-once violated at {at}: {'; '.join(what)}")
-    if base is not None and not problems:
-        want = [p for r in base for p in r.positions]
+            parts.append(f"{what} {_ranges(skipped)} skipped")
+        problems.append(f"exactly-once violated at {at}: {'; '.join(parts)}")
+    if want is not None and not problems:
         n = min(len(want), len(consumed))
         if consumed[:n] != want[:n]:
             i = next(i for i in range(n) if consumed[i] != want[i])
             problems.append(
-                f"data order differs from the fault-free run at data position index {i}: got "
+                f"{what} order differs from the fault-free run at index {i}: got "
                 f"{consumed[i : i + 4]}, the fault-free run {want[i : i + 4]}"
             )
-    ids = [i for r in lineage for i in (r.ids or ())]
-    if not problems and all(r.ids is not None for r in lineage):
-        dup_ids = sorted(i for i, n in collections.Counter(ids).items() if n > 1)
-        if dup_ids:
-            problems.append(f"sample ids {_ranges(dup_ids)} trained on twice")
     del completed
     return problems
 
@@ -290,9 +297,12 @@ def _restore_latest(events: Sequence[Event]) -> list[str] | str:
     return problems
 
 
-def _resume_step(events: Sequence[Event]) -> list[str] | str:
+def _resume_step(
+    events: Sequence[Event], chain: chain_checks.Chain | None = None
+) -> list[str] | str:
     """After restoring step S, the first batch is the one saved with S, and the first save
-    after k more batches carries step S + k (the loop resumed at S + 1)."""
+    after k more trained batches carries step S + k (the loop resumed at S + 1). With the
+    chain, k counts the batches the saved model was trained on, not those merely drawn."""
     problems: list[str] = []
     applied = False
     pending: dict[tuple[int, int], Event] = {}
@@ -321,11 +331,16 @@ def _resume_step(events: Sequence[Event]) -> list[str] | str:
             if e.get("step") is None:
                 continue
             applied = True
+            trained = _trained_between(chain, restore, e)
+            if trained is not None and trained != k and e["step"] == restore["step"] + trained:
+                continue  # a batch drawn and not trained: exactly-once names it
+            k = k if trained is None else trained
             want = restore["step"] + k
             if e["step"] != want:
                 problems.append(
                     f"run {key[0]} attempt {key[1]} restored step {restore['step']}, trained "
-                    f"{k} batches and saved step {e['step']}: it resumed at step "
+                    f"{_plural(k, 'batch', 'batches')} and saved step {e['step']}: it resumed "
+                    "at step "
                     f"{e['step'] - k + 1}, not step {restore['step'] + 1} (the step counter was "
                     "not restored from the snapshot)"
                 )
@@ -392,13 +407,33 @@ def _meshes(events: Sequence[Event]) -> list[str] | str:
 
 
 def _no_leaks(events: Sequence[Event]) -> list[str] | str:
-    counts = [
-        ((e["run"], e["attempt"]), e["live"]["by_kind"].get("device", 0))
-        for e in events
-        if e["kind"] == "attempt_ready"
-    ]
-    if len(counts) < 2:
+    """No attempt keeps a failed attempt's device arrays alive.
+
+    With the lineage seam every array is attributed to the attempt that made it (logical
+    arrays, not per-device shards), so what the current attempt holds (its restored state,
+    however many names point at it) never counts; without it, the count of live device
+    arrays may not grow from the first attempt's.
+    """
+    readies = [e for e in events if e["kind"] == "attempt_ready"]
+    if len(readies) < 2:
         return "only one attempt ran"
+    if all("by_attempt" in e["live"] for e in readies):
+        for e in readies:
+            failed = set(e["live"].get("failed_attempts", []))
+            kept = {k: n for k, n in e["live"]["by_attempt"].items() if k in failed}
+            if kept:
+                which = ", ".join(
+                    f"{n} from run {k.split(':')[0]} attempt {k.split(':')[1]}"
+                    for k, n in sorted(kept.items())
+                )
+                return [
+                    f"run {e['run']} attempt {e['attempt']} drew its first batch while device "
+                    f"arrays made by failed attempts were still alive ({which}): something "
+                    "keeps the failed attempt's arrays (a global, a list, a closure, a kept "
+                    "exception)"
+                ]
+        return []
+    counts = [((e["run"], e["attempt"]), e["live"]["by_kind"].get("device", 0)) for e in readies]
     first = counts[0][1]
     for (run, attempt), n in counts[1:]:
         if n > first:
@@ -439,7 +474,7 @@ def _step_count(
         extra = len(lineage) - len(base)
         return [
             f"{len(lineage)} committed batches where the fault-free run trains {len(base)}: the "
-            f"loop trained {abs(extra)} {'extra' if extra > 0 else 'fewer'} steps"
+            f"loop trained {_plural(abs(extra), 'step')} {'too many' if extra > 0 else 'too few'}"
         ]
     return []
 
@@ -468,6 +503,20 @@ def _final_state(end: Event | None, base_end: Event | None, completed: bool) -> 
 
 
 # -- helpers ---------------------------------------------------------------------------------
+def _trained_between(chain: chain_checks.Chain | None, restore: Event, save: Event) -> int | None:
+    """Batches of the attempt drawn between a restore and a save that the saved model was
+    trained on (``None`` when the chain cannot say)."""
+    if chain is None or not chain.followed or not save.get("nodes"):
+        return None
+    walk = chain_checks.walk_back(chain.graph, [n for n in save["nodes"].values() if n is not None])
+    key = (save["run"], save["attempt"])
+    return sum(
+        1
+        for d in walk.trained(chain.graph)
+        if (d.run, d.attempt) == key and restore["seq"] < d.seq < save["seq"]
+    )
+
+
 def _array(leaf: dict[str, Any]) -> np.ndarray:
     return np.asarray(leaf["values"], dtype=leaf["dtype"]).reshape(leaf["shape"])
 
@@ -477,18 +526,29 @@ def _last_end(events: Sequence[Event]) -> Event | None:
 
 
 def _first_batch_with(
-    lineage: list[BatchRecord], positions: set[int], counted: collections.Counter[int]
+    lineage: list[BatchRecord],
+    values: set[int],
+    counted: collections.Counter[int],
+    by_ids: bool = False,
 ) -> str:
+    def samples(r: BatchRecord) -> list[int]:
+        return list(r.ids or ()) if by_ids else r.positions
+
     seen: collections.Counter[int] = collections.Counter()
     for i, r in enumerate(lineage, 1):
-        for p in r.positions:
+        for p in samples(r):
             seen[p] += 1
-            if p in positions and (seen[p] > 1 or counted[p] == 0):
+            if p in values and (seen[p] > 1 or counted[p] == 0):
                 return r.where(i)
     for i, r in enumerate(lineage, 1):
-        if r.position is not None and any(p < r.position for p in positions):
+        first = min(samples(r), default=None)
+        if first is not None and any(p < first for p in values):
             return r.where(i)
     return "the end"
+
+
+def _plural(n: int, word: str, words: str | None = None) -> str:
+    return f"{n} {word if n == 1 else (words or word + 's')}"
 
 
 def _ranges(values: Iterable[int]) -> str:

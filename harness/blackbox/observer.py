@@ -97,6 +97,7 @@ class LoopObserver:
             cause = error.__cause__
             fields["cause"] = f"{type(cause).__name__}: {cause}"[:300] if cause else None
         elif value is not None:
+            fields["returned"] = type(value).__name__
             fields["final_state"] = describe_state(value)
             if self.lineage is not None:
                 fields["final_nodes"] = self.lineage.final_nodes(value)

@@ -172,7 +172,7 @@ class JaxDeviceLossSeam:
     retries. The fake deletes a lost slice's arrays, and plain JAX then raises
     ``RuntimeError: Array has been deleted`` (or ``INVALID_ARGUMENT`` from
     ``block_until_ready``), which it does not. No public JAX hook exists, so these JAX names
-    (four private) are replaced while a fake cluster is active:
+    (all but two private) are replaced while a fake cluster is active:
 
     - ``ArrayImpl._check_if_deleted``: every Python path through an existing array (a jitted
       call's arguments, ``np.asarray``, ``device_get``, ``device_put``, arithmetic);
@@ -285,6 +285,7 @@ class JaxDeviceLossSeam:
         self._patch(jax_array.ArrayImpl, "block_until_ready", checked_block)
         self._patch(pxla, "shard_args", checked_shard_args)
         self._patch(pxla.ExecuteReplicated, "__call__", checked_execute)
+
         def checked_copy_to_host_async(x: Any) -> Any:
             # jax.device_get of a tree starts every leaf's copy here, in one C++ call
             if lost:

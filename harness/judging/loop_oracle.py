@@ -92,7 +92,9 @@ def judge_loop(events: Sequence[Event], baseline: Sequence[Event] | None = None)
     chain = chain_checks.follow(events) if completed else None
     base_chain = chain_checks.follow(baseline) if baseline else None
     results: dict[str, list[str] | str] = {}  # name -> violations, or why it was not judged
-    results["completed"] = _completed(ends, failed)
+    results["completed"] = _completed(ends, failed) + (
+        _did_something(events, ends[-1]) if completed else []
+    )
     if chain is not None and chain.followed:
         results["exactly-once"] = chain_checks.trained_once_in_order(
             chain, base_chain if base_chain is not None and base_chain.followed else None
@@ -256,6 +258,25 @@ def _exactly_once(
             )
     del completed
     return problems
+
+
+def _did_something(events: Sequence[Event], end: Event) -> list[str]:
+    """A function that returns at once, or returns something that is not a state, is not
+    a training loop that survived: say so instead of passing it."""
+    drawn = any(e["kind"] == "batch" for e in events)
+    ran = any(e["kind"] in ("exec", "compile", "attempt_start") for e in events)
+    if not drawn and not ran:
+        return [
+            "the loop returned at once without training (no batch drawn, no computation "
+            "run): name the function that runs the training loop"
+        ]
+    returned = end.get("returned")
+    if returned is not None and not end.get("final_state"):
+        return [
+            f"the loop returned a {returned} holding no arrays, not its final training state "
+            "(return the state, e.g. jax.device_get(state), or None)"
+        ]
+    return []
 
 
 def _restore_latest(events: Sequence[Event]) -> list[str] | str:

@@ -33,6 +33,12 @@ def _opt(config: pytest.Config, name: str) -> object:
 
 
 def first_problem(config: pytest.Config) -> str | None:
+    loop = _opt(config, "chaos_loop")
+    if isinstance(loop, str) and not loop.strip():
+        return (
+            "--chaos-loop is empty: give MODULE:FUNC (or FILE.py:FUNC) of your loop, or leave "
+            "the option out for the sample loop"
+        )
     for name, flag in (
         ("fake_slices", "--fake-slices"),
         ("fake_devices_per_slice", "--fake-devices-per-slice"),

@@ -1,0 +1,85 @@
+"""User code that misbehaves ends in a verdict naming the line, never in the session's exit."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from pathways_chaos.harness.engine.loop_episode import load_loop
+from pathways_chaos.harness.errors import ChaosConfigError
+
+LOOPS = Path(__file__).parent / "loops" / "misbehaving.py"
+
+
+def _loop(name: str):
+    return load_loop(f"{LOOPS}:{name}")
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("calls_sys_exit", "the loop called sys.exit(3)"),
+        ("calls_os_exit", "the loop called os._exit(0)"),
+        ("kills_itself", "the loop sent itself signal SIGKILL"),
+    ],
+)
+def test_an_exit_from_the_loop_is_a_failed_verdict_naming_the_line(chaos, name, said):
+    pid = os.getpid()
+    out = chaos.run_loop(_loop(name), "", baseline=False)
+
+    assert os.getpid() == pid  # still here: the session did not end
+    (crash,) = out.verdict.violations
+    assert said in crash and "misbehaving.py" in crash, crash
+    assert os._exit.__module__ in ("posix", "nt")  # the refusal was undone
+
+
+@pytest.mark.parametrize("name", ["returns_a_string", "returns_at_once"])
+def test_a_function_that_does_not_train_is_not_a_survivor(chaos, name):
+    out = chaos.run_loop(_loop(name), "", baseline=False)
+
+    assert not out.verdict.ok
+    assert "returned at once without training" in out.verdict.violations[0]
+
+
+def test_a_fault_that_cannot_fire_names_the_trigger_to_use(chaos):
+    from pathways_chaos.harness.play import play_loop
+
+    out = play_loop(_loop("trains_from_a_list"), "data_loss@batch=2:slice=1", cluster=chaos.cluster)
+
+    (line,) = out.result.unfired
+    assert "draws none it can see: use a save=, attempt= or time= trigger" in line
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b"def main(:\n", "SyntaxError: invalid syntax at"),
+        (b"\xb2\xff\x00binary", "SyntaxError"),
+        (b"raise RuntimeError('boom at import')\n", "RuntimeError: boom at import at"),
+    ],
+)
+def test_a_loop_module_that_cannot_load_is_one_line(tmp_path, content, said):
+    module = tmp_path / "broken_loop.py"
+    module.write_bytes(content)
+
+    with pytest.raises(ChaosConfigError) as caught:
+        load_loop(f"{module}:main")
+
+    message = str(caught.value)
+    assert said in message and "\n" not in message and str(module) in message
+
+
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        ("", "--chaos-loop is empty"),
+        (f"{LOOPS}:NotALoop", "is a class, not a function"),
+        ("x" * 5000 + ":main", "..."),
+    ],
+)
+def test_a_loop_spec_that_names_no_loop_is_refused(spec, said):
+    with pytest.raises(ChaosConfigError) as caught:
+        load_loop(spec)
+    assert said in str(caught.value) and len(str(caught.value)) < 600

@@ -31,6 +31,11 @@ class Outcome:
     result: EpisodeResult | LoopResult
     verdict: Verdict
 
+    def __repr__(self) -> str:
+        # Short: an assertion on an Outcome must not print the whole event log.
+        verdict = "ok" if self.verdict.ok else f"{len(self.verdict.violations)} violations"
+        return f"Outcome({len(self.result.events)} events, {verdict})"
+
     @property
     def events(self) -> list[dict[str, Any]]:
         return self.result.events
@@ -103,6 +108,8 @@ def play_loop(
     log_path: str | Path | None = None,
     checkpoint_dir: str | Path | None = None,
     listeners: Iterable[Callable[[dict[str, Any]], None]] = (),
+    lineage: bool = True,
+    show_library_logs: bool = False,
 ) -> Outcome:
     """Runs a user's own loop, unchanged, under ``schedule`` and judges it from the libraries'
     calls the black-box observer saw.
@@ -127,6 +134,8 @@ def play_loop(
             log_path=log_path,
             checkpoint_dir=checkpoint_dir,
             listeners=listeners,
+            lineage=lineage,
+            show_library_logs=show_library_logs,
         )
     return Outcome(result, judge_loop(result.events, baseline))
 

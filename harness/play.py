@@ -110,9 +110,14 @@ def play_loop(
     listeners: Iterable[Callable[[dict[str, Any]], None]] = (),
     lineage: bool = True,
     show_library_logs: bool = False,
+    clean_rerun: bool = True,
 ) -> Outcome:
     """Runs a user's own loop, unchanged, under ``schedule`` and judges it from the libraries'
     calls the black-box observer saw.
+
+    When the recovery changed the batch schedule (resize mode, a batch that scales with the
+    slices), the final state is judged against a second run with the same losses made right
+    after the snapshot the first resumed from (``clean_rerun``; needs ``baseline``).
 
     ``baseline`` is the event log of a fault-free run of the same loop and options (this
     function with no schedule); without it, the judges that need one say "not judged".
@@ -137,7 +142,49 @@ def play_loop(
             lineage=lineage,
             show_library_logs=show_library_logs,
         )
-    return Outcome(result, judge_loop(result.events, baseline))
+        verdict = judge_loop(result.events, baseline)
+        if clean_rerun and baseline is not None and result.completed:
+            why = verdict.not_judged.get("final-state", "")
+            if "changed the batch schedule" in why:
+                clean, clean_why = _clean_rerun(
+                    fn, result.events, cluster, options, checkpoint_dir, lineage
+                )
+                verdict = judge_loop(result.events, baseline, clean, clean_why)
+    return Outcome(result, verdict)
+
+
+def _clean_rerun(
+    loop: Callable[..., Any],
+    events: Sequence[dict[str, Any]],
+    cluster: ClusterBackend,
+    options: dict[str, Any] | None,
+    checkpoint_dir: str | Path | None,
+    lineage: bool,
+) -> tuple[list[dict[str, Any]] | None, str]:
+    """The same loop, the same losses made right after the snapshot it resumed from."""
+    from pathways_chaos.faults.model import parse_schedule
+    from pathways_chaos.harness.engine.loop_episode import run_loop_episode
+    from pathways_chaos.harness.judging.clean_rerun import clean_schedule
+
+    text, why = clean_schedule(events)
+    if text is None:
+        return None, why
+    repair = getattr(cluster, "repair_slice", None)
+    for s in sorted(getattr(cluster, "down_slices", lambda: frozenset())()):
+        if repair is not None:
+            repair(s)
+    where = None if checkpoint_dir is None else Path(str(checkpoint_dir) + "-clean")
+    result = run_loop_episode(
+        cluster,
+        loop,
+        parse_schedule(text),
+        options=options,
+        checkpoint_dir=where,
+        lineage=lineage,
+    )
+    if not result.completed:
+        return None, f"the clean rerun ({text}) did not complete"
+    return result.events, ""
 
 
 def _fake_cluster(topology: SliceTopology | str | None, clock: str) -> Any:

@@ -79,8 +79,16 @@ class LoopVerdict(Verdict):
         return "\n".join(lines)
 
 
-def judge_loop(events: Sequence[Event], baseline: Sequence[Event] | None = None) -> LoopVerdict:
-    """Judges a loop episode; ``baseline`` is the log of a fault-free run of the same loop."""
+def judge_loop(
+    events: Sequence[Event],
+    baseline: Sequence[Event] | None = None,
+    clean: Sequence[Event] | None = None,
+    clean_why_not: str = "",
+) -> LoopVerdict:
+    """Judges a loop episode; ``baseline`` is the log of a fault-free run of the same loop,
+    ``clean`` that of a run with the same losses made right after the snapshot the episode
+    resumed from (``harness/judging/clean_rerun.py``): the yardstick of the final state when
+    the recovery changed the batch schedule (resize mode with a batch that scales)."""
     lineage, problems = committed_batches(events)
     ends = [e for e in events if e["kind"] == "run_end"]
     completed = bool(ends) and ends[-1]["status"] == "completed"
@@ -120,9 +128,32 @@ def judge_loop(events: Sequence[Event], baseline: Sequence[Event] | None = None)
     results["meshes"] = _meshes(events)
     results["no-leaks"] = _no_leaks(events)
     schedule_kept, why_not = _schedule_kept(lineage, base_lineage)
+    # Steps are counted against the fault-free run whatever the batch sizes: a loop bounded
+    # by its steps commits as many after a recovery (a clean rerun shares a step bug).
     results["step-count"] = _step_count(lineage, base_lineage, completed, schedule_kept)
+    yardstick, against = base_end, "the fault-free run"
+    if not schedule_kept and base_lineage is not None:
+        if clean is None:
+            why_not += f"; no clean rerun to compare with ({clean_why_not or 'none was made'})"
+        else:
+            from pathways_chaos.harness.judging.clean_rerun import batch_sizes
+
+            sizes, clean_sizes = batch_sizes(events), batch_sizes(clean)
+            if sizes == clean_sizes and _last_end(clean) is not None:
+                schedule_kept, yardstick = True, _last_end(clean)
+                against = (
+                    "a clean run that lost the same slices right after the snapshot it resumed from"
+                )
+            else:
+                why_not += (
+                    "; a clean run that lost the same slices right after the snapshot it "
+                    f"resumed from trained another batch schedule ({len(clean_sizes)} batches, "
+                    f"not {len(sizes)} of the same sizes)"
+                )
     results["final-state"] = (
-        _final_state(ends[-1] if ends else None, base_end, completed) if schedule_kept else why_not
+        _final_state(ends[-1] if ends else None, yardstick, completed, against)
+        if schedule_kept
+        else why_not
     )
     if not completed and "final-state" in results and isinstance(results["final-state"], list):
         results["final-state"] = "the run did not complete"
@@ -500,24 +531,29 @@ def _step_count(
     return []
 
 
-def _final_state(end: Event | None, base_end: Event | None, completed: bool) -> list[str] | str:
+def _final_state(
+    end: Event | None,
+    base_end: Event | None,
+    completed: bool,
+    against: str = "the fault-free run",
+) -> list[str] | str:
     if not completed:
         return "the run did not complete"
     if end is None or not end.get("final_state"):
         return "the loop returned no state (return the final train state to have it compared)"
     if base_end is None or not base_end.get("final_state"):
-        return "the fault-free run returned no state"
+        return f"{against} returned no state"
     got, want = end["final_state"], base_end["final_state"]
     if sorted(got) != sorted(want):
-        return [f"final state leaves {sorted(got)} differ from the fault-free run's {sorted(want)}"]
+        return [f"final state leaves {sorted(got)} differ from those of {against} {sorted(want)}"]
     for path in sorted(got):
         a, b = _array(got[path]), _array(want[path])
         if a.shape != b.shape:
-            return [f"leaf {path}: shape {a.shape} differs from the fault-free run's {b.shape}"]
+            return [f"leaf {path}: shape {a.shape} differs from {against}'s {b.shape}"]
         if not np.allclose(a, b, rtol=REPLAY_RTOL, atol=REPLAY_ATOL):
             worst = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
             return [
-                f"final state differs from the fault-free run at leaf {path}: max abs diff "
+                f"final state differs from {against} at leaf {path}: max abs diff "
                 f"{worst:.3g} (tolerance rtol={REPLAY_RTOL}, atol={REPLAY_ATOL})"
             ]
     return []

@@ -16,9 +16,10 @@ node id and writes, as events of the oracle's log:
 Identity is by object (weak references, never kept alive); values are never read. JAX's C++
 jit fast path skips Python, so while the seam is installed no fast path is kept (every call of
 a jitted function goes through the Python dispatch, where the execution is seen); the compiled
-programs themselves are reused. Four JAX names are replaced, all private but
+programs themselves are reused. Five JAX names are replaced, all private but
 ``ArrayImpl.__array__``, and all restored on exit:
-``pjit._get_fastpath_data``, ``pxla.ExecuteReplicated.__call__``,
+``pjit._get_fastpath_data``, ``pxla.MeshExecutable.create_cpp_call``,
+``pxla.ExecuteReplicated.__call__``,
 ``dispatch._batched_device_put_impl`` and
 ``ArrayImpl.__array__``.
 """
@@ -111,6 +112,9 @@ class LineageSeam:
             return host
 
         self._patch(pjit, "_get_fastpath_data", no_fastpath)
+        # An ahead-of-time compiled step (jit(f).lower(...).compile()) makes its own C++ call
+        # at its first call; without one it calls through Python, where it is seen.
+        self._patch(pxla.MeshExecutable, "create_cpp_call", no_fastpath)
         self._patch(pxla.ExecuteReplicated, "__call__", traced_execute)
         self._patch(dispatch, "_batched_device_put_impl", traced_device_put)
         self._patch(jax_array.ArrayImpl, "__array__", traced_to_host)

@@ -507,9 +507,10 @@ class _CatchWatch:
         if _plumbing(code.co_filename) or threading.get_ident() != self._main:
             return None
         del self._watched[id(exception)]  # the first handler outside the libraries decides
-        line = next(
-            (ln for start, end, ln in code.co_lines() if start <= offset < end and ln), None
-        )
+        line = code.co_firstlineno
+        for start, _end, ln in code.co_lines():  # the last line that starts at or before it
+            if start <= offset and ln is not None:
+                line = ln
         self._report(entry[1], f"{code.co_filename}:{line} in {code.co_name}")
         return None
 

@@ -130,7 +130,11 @@ def judge_loop(
     schedule_kept, why_not = _schedule_kept(lineage, base_lineage)
     # Steps are counted against the fault-free run whatever the batch sizes: a loop bounded
     # by its steps commits as many after a recovery (a clean rerun shares a step bug).
-    results["step-count"] = _step_count(lineage, base_lineage, completed, schedule_kept)
+    trained, base_trained = lineage, base_lineage
+    if chain is not None and chain.followed and base_chain is not None and base_chain.followed:
+        trained = [_record(d) for d in chain.trained]  # what was trained, not drawn
+        base_trained = [_record(d) for d in base_chain.trained]
+    results["step-count"] = _step_count(trained, base_trained, completed, schedule_kept)
     yardstick, against = base_end, "the fault-free run"
     if not schedule_kept and base_lineage is not None:
         if clean is None:
@@ -326,6 +330,14 @@ def _restore_latest(events: Sequence[Event]) -> list[str] | str:
         elif e["kind"] == "restore_begin" and key not in trained:
             restored.add(key)
             applied = True
+        elif e["kind"] == "restore_end" and key not in trained and e.get("step") is not None:
+            newest = latest.get(key)
+            if newest is not None and e["step"] < newest:
+                problems.append(
+                    f"run {key[0]} attempt {key[1]} restored the {e.get('source', 'snapshot')} "
+                    f"of step {e['step']} although the snapshot of step {newest} was the latest "
+                    f"completed: it trains {_plural(newest - e['step'], 'finished step')} again"
+                )
         elif e["kind"] == "checkpoint_save":
             checkpoint_runs.add(key[0])
         elif e["kind"] == "batch" and key not in trained:
@@ -525,7 +537,7 @@ def _step_count(
     if len(lineage) != len(base):
         extra = len(lineage) - len(base)
         return [
-            f"{len(lineage)} committed batches where the fault-free run trains {len(base)}: the "
+            f"{len(lineage)} batches trained where the fault-free run trains {len(base)}: the "
             f"loop trained {_plural(abs(extra), 'step')} {'too many' if extra > 0 else 'too few'}"
         ]
     return []
@@ -560,6 +572,10 @@ def _final_state(
 
 
 # -- helpers ---------------------------------------------------------------------------------
+def _record(d: chain_checks.Draw) -> BatchRecord:
+    return BatchRecord(d.run, d.attempt, d.number, d.position, d.size, d.ids, d.seq)
+
+
 def _trained_between(chain: chain_checks.Chain | None, restore: Event, save: Event) -> int | None:
     """Batches of the attempt drawn between a restore and a save that the saved model was
     trained on (``None`` when the chain cannot say)."""

@@ -243,6 +243,7 @@ def trained_once_in_order(chain: Chain, base: Chain | None) -> list[str]:
         problems.append(
             f"{what} {_ranges(twice)} were trained twice or more: the state was trained on "
             f"them again by {', '.join(again[:3])}{more}"
+            + _iterator_after_restore(chain, trained, set(twice), base)
         )
     if base is None or not base.followed:
         return problems
@@ -260,6 +261,58 @@ def trained_once_in_order(chain: Chain, base: Chain | None) -> list[str]:
                 f"got {samples[i : i + 4]}, the fault-free run {want[i : i + 4]}"
             )
     return problems
+
+
+def _iterator_after_restore(
+    chain: Chain, trained: list[Draw], twice: set[int], base: Chain | None = None
+) -> str:
+    """Why samples came again after a restore: the snapshot held no data position, the loop
+    did not put the iterator back where the snapshot said, or the data order itself changed."""
+    first = next(
+        (d for d in trained if set(d.samples) & twice and (d.attempt > 1 or d.run > 1)), None
+    )
+    if first is None:
+        return ""
+    key = (first.run, first.attempt)
+    restore = next(
+        (
+            r
+            for r in chain.graph.restores
+            if (r["run"], r["attempt"]) == key and r["seq"] < first.seq
+        ),
+        None,
+    )
+    if restore is None:
+        return " (the attempt that drew them again restored nothing)"
+    head = min(
+        (
+            d
+            for d in chain.graph.draws.values()
+            if (d.run, d.attempt) == key and d.seq > restore["seq"]
+        ),
+        key=lambda d: d.seq,
+    )
+    saved = restore.get("position")
+    if saved is None:
+        return (
+            f" (the snapshot of step {restore.get('step')} holds no data position: the data "
+            "iterator was not saved with the model, so it was not restored)"
+        )
+    if head.position is not None and head.position != saved:
+        return (
+            f" (the restore of step {restore.get('step')} saved data position {saved}, but the "
+            f"next batch came from position {head.position}: the data iterator was not restored)"
+        )
+    if base is not None and head.ids is not None:
+        same = next((d for d in base.trained if d.position == head.position), None)
+        if same is not None and same.ids is not None and same.ids != head.ids:
+            return (
+                f" (after the restore of step {restore.get('step')} the batch at data position "
+                f"{head.position} held sample ids {list(head.ids[:4])}..., the fault-free run's "
+                f"{list(same.ids[:4])}...: the order of samples changed after the recovery; is "
+                "the shuffle seeded by the attempt?)"
+            )
+    return ""
 
 
 def _missing(chain: Chain, missing: list[int], what: str) -> str:
@@ -286,11 +339,11 @@ def _missing(chain: Chain, missing: list[int], what: str) -> str:
     lost = sorted(gone & drawn)
     if lost:
         return (
-            f"{what} {_ranges(lost)} were trained only by work a failure threw away and never "
-            "drawn again after the restore: the data iterator did not go back to the restored "
-            "snapshot's position"
+            f"{what} {_ranges(lost)} were skipped: trained only by work a failure threw away, "
+            "never drawn again after the restore: the data iterator did not go back to the "
+            "restored snapshot's position"
         )
-    return f"{what} {_ranges(sorted(gone))} were never drawn: the data iterator skipped them"
+    return f"{what} {_ranges(sorted(gone))} were skipped: never drawn by the data iterator"
 
 
 def snapshots_consistent(chain: Chain) -> list[str] | str:

@@ -71,6 +71,11 @@ class LoopVerdict(Verdict):
     judged: list[str] = dataclasses.field(default_factory=list)
     not_judged: dict[str, str] = dataclasses.field(default_factory=dict)
     batches: list[BatchRecord] = dataclasses.field(default_factory=list)
+    #: The cause each violation names (same order), from ``CAUSES``: what an acceptance row
+    #: chooses its fix by.
+    causes: list[str] = dataclasses.field(default_factory=list)
+    #: Every cause any violation names (a primary cause and what its text also shows).
+    named: set[str] = dataclasses.field(default_factory=set)
 
     def summary(self) -> str:
         lines = [f"judged: {', '.join(self.judged) or 'nothing'}"]
@@ -178,7 +183,78 @@ def judge_loop(
         else:
             verdict.judged.append(name)
             verdict.violations += outcome
+            verdict.causes += [cause_of(name, text) for text in outcome]
+            verdict.named |= {c for text in outcome for c in causes_named(name, text)}
     return verdict
+
+
+#: What a violation can be caused by, as the verdict names it.
+CAUSES = (
+    "crash",
+    "not-a-loop",
+    "sample-trained-twice",
+    "iterator-not-restored",
+    "batch-not-trained",
+    "sample-skipped",
+    "order-changed",
+    "started-over",
+    "restore-not-latest",
+    "preemption-lost",
+    "step-not-restored",
+    "snapshot-mismatch",
+    "leaf-reinitialised",
+    "leaf-shape-changed",
+    "error-swallowed",
+    "dead-slice-in-mesh",
+    "stale-mesh",
+    "leak",
+    "step-count",
+    "wrong-final-state",
+)
+
+_CAUSE_BY_TEXT = (
+    ("the loop crashed", "crash"),
+    ("returned at once", "not-a-loop"),
+    ("holding no arrays", "not-a-loop"),
+    ("iterator was not", "iterator-not-restored"),
+    ("did not go back to the restored", "iterator-not-restored"),
+    ("never trained", "batch-not-trained"),
+    ("trained twice", "sample-trained-twice"),
+    ("consumed twice", "sample-trained-twice"),
+    ("never drawn", "sample-skipped"),
+    ("skipped", "sample-skipped"),
+    ("order of samples changed", "order-changed"),
+    ("order of", "order-changed"),
+    ("preemption notice", "preemption-lost"),
+    ("wrote on its preemption", "preemption-lost"),
+    ("started over", "started-over"),
+    ("although the snapshot", "restore-not-latest"),
+    ("step counter", "step-not-restored"),
+)
+_CAUSE_BY_JUDGE = {
+    "snapshot-pairs": "snapshot-mismatch",
+    "restore-used": "leaf-reinitialised",
+    "restore-shapes": "leaf-shape-changed",
+    "errors-handled": "error-swallowed",
+    "meshes": "dead-slice-in-mesh",
+    "scale-up": "stale-mesh",
+    "no-leaks": "leak",
+    "step-count": "step-count",
+    "final-state": "wrong-final-state",
+}
+
+
+def cause_of(judge: str, text: str) -> str:
+    """The cause a violation names first: by its judge, or by what its text says it saw."""
+    return causes_named(judge, text)[0]
+
+
+def causes_named(judge: str, text: str) -> list[str]:
+    """Every cause a violation names (a repeat explained by an iterator left behind names
+    both), the first the one it leads with."""
+    named = [_CAUSE_BY_JUDGE[judge]] if judge in _CAUSE_BY_JUDGE else []
+    named += [cause for words, cause in _CAUSE_BY_TEXT if words in text and cause not in named]
+    return named or [judge]
 
 
 # -- the lineage ---------------------------------------------------------------------------
@@ -320,11 +396,14 @@ def _restore_latest(events: Sequence[Event]) -> list[str] | str:
     problems: list[str] = []
     applied = False
     checkpoint_runs: set[int] = set()
+    suspended: set[int] = set()
     latest: dict[tuple[int, int], int | None] = {}
     restored: set[tuple[int, int]] = set()
     trained: set[tuple[int, int]] = set()
     for e in events:
         key = (e.get("run", 0), e.get("attempt", 0))
+        if e["kind"] == "run_end" and e.get("status") == "suspended":
+            suspended.add(e["run"])
         if e["kind"] == "attempt_start":
             latest[key] = e.get("snapshot_latest")
         elif e["kind"] == "restore_begin" and key not in trained:
@@ -344,7 +423,14 @@ def _restore_latest(events: Sequence[Event]) -> list[str] | str:
             trained.add(key)
             if key in restored:
                 continue
-            if latest.get(key) is not None:
+            if key[1] <= 1 and key[0] - 1 in suspended and key[0] - 1 not in checkpoint_runs:
+                applied = True
+                problems.append(
+                    f"run {key[0]} started over after the preemption notice: run {key[0] - 1} "
+                    "was suspended without writing a checkpoint (on SIGTERM, save one to "
+                    "checkpoint_dir and restore it when the next run starts)"
+                )
+            elif latest.get(key) is not None:
                 applied = True
                 problems.append(
                     f"run {key[0]} attempt {key[1]} trained without restoring, though the "

@@ -230,6 +230,7 @@ _CAUSE_BY_TEXT = (
     ("started over", "started-over"),
     ("although the snapshot", "restore-not-latest"),
     ("step counter", "step-not-restored"),
+    ("re-initialised", "leaf-reinitialised"),
 )
 _CAUSE_BY_JUDGE = {
     "snapshot-pairs": "snapshot-mismatch",
@@ -320,10 +321,16 @@ def _completed(ends: list[Event], failed: Event | None) -> list[str]:
     where = failed.get("where")
     cause = failed.get("cause")
     return [
-        f"the loop crashed: {failed.get('error')}"
-        + (f" (caused by {cause})" if cause else "")
+        f"the loop crashed: {_line(failed.get('error'))}"
+        + (f" (caused by {_line(cause)})" if cause else "")
         + (f", raised at {where}" if where else "")
     ]
+
+
+def _line(text: object, limit: int = 300) -> str:
+    """An error message as one line (library errors span many), cut to ``limit``."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[:limit] + "..."
 
 
 def _exactly_once(
@@ -650,9 +657,16 @@ def _final_state(
             return [f"leaf {path}: shape {a.shape} differs from {against}'s {b.shape}"]
         if not np.allclose(a, b, rtol=REPLAY_RTOL, atol=REPLAY_ATOL):
             worst = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
+            counter = ""
+            if a.dtype.kind in "iu" and a.size == 1:
+                counter = (
+                    f": an integer counter at {int(a.ravel()[0])} where {against} has "
+                    f"{int(b.ravel()[0])}, so it was re-initialised or not restored after the "
+                    "recovery (is it in the snapshot?)"
+                )
             return [
                 f"final state differs from {against} at leaf {path}: max abs diff "
-                f"{worst:.3g} (tolerance rtol={REPLAY_RTOL}, atol={REPLAY_ATOL})"
+                f"{worst:.3g} (tolerance rtol={REPLAY_RTOL}, atol={REPLAY_ATOL}){counter}"
             ]
     return []
 

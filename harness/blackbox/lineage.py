@@ -254,10 +254,11 @@ class LineageSeam:
         counts: dict[str, int] = {}
         for array in jax.live_arrays():
             entry = self._node_of.get(id(array))
-            if entry is None or entry[0]() is not array:
+            if array is None or entry is None or entry[0]() is not array:
                 continue
+            live: Any = array
             try:
-                if str(array.sharding.memory_kind) != "device" or not array.shape:
+                if str(live.sharding.memory_kind) != "device" or not live.shape:
                     continue
             except RuntimeError:  # deleted with a lost slice
                 continue

@@ -279,7 +279,7 @@ def process_exits_refused() -> Iterator[None]:
     try:
         yield
     finally:
-        os._exit, os.abort, os.kill, signal_module.raise_signal = saved  # type: ignore[assignment]
+        os._exit, os.abort, os.kill, signal_module.raise_signal = saved
 
 
 def loop_name(loop: Callable[..., Any]) -> str:

@@ -357,9 +357,11 @@ def snapshots_consistent(chain: Chain) -> list[str] | str:
         if position is None or not nodes:
             continue
         trained = walk_back(graph, nodes).trained(graph)
-        if not trained or trained[-1].position is None or trained[-1].size is None:
+        if not trained:
             continue
         last = trained[-1]
+        if last.position is None or last.size is None:
+            continue
         if last.run != save["run"] or last.attempt != save["attempt"]:
             continue  # no batch of this attempt in it yet: nothing to pair
         applied = True

@@ -509,6 +509,19 @@ def rejoined_slices_used(chain: Chain, events: Sequence[Event]) -> list[str] | s
                 "old mesh (rebuild the mesh, step and shardings after a scale-up)"
             ]
     if not applied:
+        repaired = sorted(
+            {
+                e["fault"].get("slice")
+                for e in events
+                if e["kind"] == "fault" and e["fault"].get("kind") == "repair"
+            }
+            - {None}
+        )
+        if repaired:
+            return (
+                f"the loop never took the repaired slice {', '.join(map(str, repaired))} back "
+                "while training (it trains on without it: capacity is lost, not data)"
+            )
         return "the loop took no slice back while training"
     return []
 

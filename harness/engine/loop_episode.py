@@ -170,11 +170,7 @@ def load_loop(spec: str) -> Callable[..., Any]:
             location = Path(module_name)
             if not location.is_file():
                 raise ImportError(f"{module_name} is not a file")
-            loaded = importlib.util.spec_from_file_location(location.stem, location)
-            if loaded is None or loaded.loader is None:
-                raise ImportError(f"cannot import {module_name}")
-            module = importlib.util.module_from_spec(loaded)
-            loaded.loader.exec_module(module)
+            module = _load_file(location)
         else:
             module = importlib.import_module(module_name)
         loop = getattr(module, attr)
@@ -189,6 +185,31 @@ def load_loop(spec: str) -> Callable[..., Any]:
             "the training (it takes keyword options and returns the final state)"
         )
     return loop
+
+
+def _load_file(location: Path) -> Any:
+    """A loop's file as a module, registered in ``sys.modules`` while and after it runs (a
+    dataclass or a pickled object in it looks its module up there), under a name its path
+    makes unique; the same file loaded again is the same module."""
+    import hashlib
+    import sys
+
+    resolved = location.resolve()
+    digest = hashlib.sha1(str(resolved).encode()).hexdigest()[:8]
+    name = f"pathways_chaos_loop_{resolved.stem}_{digest}"
+    if name in sys.modules:
+        return sys.modules[name]
+    loaded = importlib.util.spec_from_file_location(name, resolved)
+    if loaded is None or loaded.loader is None:
+        raise ImportError(f"cannot import {location}")
+    module = importlib.util.module_from_spec(loaded)
+    sys.modules[name] = module
+    try:
+        loaded.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
 
 
 def _one_line(error: BaseException) -> str:

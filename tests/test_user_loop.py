@@ -238,3 +238,20 @@ def test_a_resize_recovery_is_judged_on_its_numbers_against_a_clean_rerun(chaos)
     assert message.startswith("final state differs from a clean run that lost the same slices")
     # every batch once, in order, from the restored snapshot: only the numbers tell
     assert {"exactly-once", "restore-used", "snapshot-pairs"} <= set(out.verdict.judged)
+
+
+def test_a_failure_of_the_lineage_recording_is_said_and_never_reaches_the_loop(
+    chaos, monkeypatch
+):
+    from pathways_chaos.harness.blackbox.lineage import LineageSeam
+
+    def broken(self, *args):
+        raise KeyError("a bug in the recorder")
+
+    monkeypatch.setattr(LineageSeam, "_executed", broken)
+    out = chaos.run_loop(user_loop.main, "data_loss@batch=12:slice=2")
+
+    assert out.result.completed
+    said = out.verdict.not_judged["snapshot-pairs"]
+    assert "the lineage seam failed (bug in pathways-chaos): KeyError" in said
+    assert "exactly-once" in out.verdict.judged  # the draw-based check stood in

@@ -58,6 +58,7 @@ class LineageSeam:
         )
         self._busy = False  # inside an execution (its argument handling is not a placement)
         self.paused = 0  # the toolkit's own reads (digests) are not the loop's
+        self.failed = ""  # why the recording stopped (a bug of this toolkit's), if it did
         self._made_in: dict[int, str] = {}  # node -> "run:attempt" that made it
 
     # -- install / remove -------------------------------------------------------------------
@@ -93,13 +94,13 @@ class LineageSeam:
                 out = execute(executable, *args)
             finally:
                 seam._busy = False
-            seam._executed(executable, args, out)
+            seam._guarded(seam._executed, executable, args, out)
             return out
 
         def traced_device_put(*xs: Any, **kwargs: Any) -> Any:
             out = device_put(*xs, **kwargs)
             if not seam._busy and not seam.paused and threading.get_ident() == seam._main:
-                seam._placed(xs, out)
+                seam._guarded(seam._placed, xs, out)
             return out
 
         def traced_to_host(array: Any, *args: Any, **kwargs: Any) -> Any:
@@ -131,6 +132,17 @@ class LineageSeam:
     def _patch(self, owner: Any, name: str, value: Any) -> None:
         self._saved.append((owner, name, getattr(owner, name)))
         setattr(owner, name, value)
+
+    def _guarded(self, record: Callable[..., None], *args: Any) -> None:
+        """A failure of the recording is this toolkit's bug: it turns the seam off (the chain
+        judges then say so), never reaches the loop."""
+        if self.failed:
+            return
+        try:
+            record(*args)
+        except Exception as error:
+            self.failed = f"{type(error).__name__}: {error}"[:300]
+            self._emit("lineage_failed", **self._ids(), error=self.failed)
 
     # -- nodes ----------------------------------------------------------------------------------
     def _known(self, array: Any) -> int | None:

@@ -196,6 +196,11 @@ class Chain:
 
 def follow(events: Sequence[Event] | None) -> Chain:
     graph = Graph.from_events(events or [])
+    failed = next((e for e in events or [] if e["kind"] == "lineage_failed"), None)
+    if failed is not None:
+        return Chain(
+            graph, None, f"the lineage seam failed (bug in pathways-chaos): {failed['error']}"
+        )
     if not graph.recorded:
         return Chain(graph, None, "the episode ran without the lineage seam")
     if graph.final is None:

@@ -248,7 +248,13 @@ class JaxDeviceLossSeam:
                         error = make_error()
                         for listener in error_listeners:
                             listener(error)
-                        raise error
+                        try:
+                            raise error
+                        finally:
+                            # no frame <-> error cycle: it would keep the callers' arrays
+                            # (a lost slice's, deleted) alive until a collection, and JAX's
+                            # CPU client crashes in live_arrays() when it then frees them
+                            del error
 
         def checked_if_deleted(self: Any) -> None:
             if lost:

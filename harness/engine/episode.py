@@ -16,6 +16,11 @@ from pathlib import Path
 from pathways_chaos.faults.model import Schedule, ScheduledFault, check_schedule_fits
 from pathways_chaos.harness.engine.backend import ClusterBackend
 from pathways_chaos.harness.engine.clock import FakeClock
+from pathways_chaos.harness.engine.deadline import (
+    Deadline,
+    EpisodeDeadlineExceeded,
+    episode_deadline,
+)
 from pathways_chaos.harness.engine.recorder import Event, Recorder
 from pathways_chaos.harness.reference.trainer import ReferenceTrainer, TrainerConfig, TrainResult
 
@@ -167,13 +172,21 @@ def run_episode(
     step_seconds: float = 1.0,
     max_runs: int = 3,
     listeners: Iterable[Callable[[Event], None]] = (),
+    deadline: Deadline | None = None,
 ) -> EpisodeResult:
-    """Runs the trainer under the schedule; a suspended run is resumed by a new run."""
+    """Runs the trainer under the schedule; a suspended run is resumed by a new run.
+
+    ``deadline`` bounds the episode in fake-clock and wall time (default: the session's,
+    ``--chaos-deadline`` / ``--chaos-wall-deadline``); past it the run ends with
+    ``EpisodeDeadlineExceeded`` saying what it waited for.
+    """
     check_schedule_fits(
         schedule or Schedule(),
         cluster.topology.num_slices,
         kubernetes=getattr(cluster, "target", None) is not None,
     )
+    # More slices asked than the cluster has: one line before anything runs, not a wait.
+    config.check_fits(cluster.topology.num_slices)
     recorder = Recorder(log_path, clock=cluster.clock)
     for listener in listeners:
         recorder.add_listener(listener)
@@ -185,23 +198,29 @@ def run_episode(
     )
     results: list[TrainResult] = []
     error: BaseException | None = None
-    with FaultController(schedule or Schedule(), cluster, recorder, step_seconds) as controller:
-        for run_index in range(1, max_runs + 1):
-            trainer = trainer_factory(
-                config, recorder, devices=cluster.devices, run_index=run_index
-            )
-            gate = getattr(cluster, "save_gate", None)
-            if gate is not None:  # slow_save holds this run's saves in flight through it
-                trainer.snapshotter_wrapper = functools.partial(
-                    gate.wrap, recorder=recorder, run=run_index
+    try:
+        with (
+            FaultController(schedule or Schedule(), cluster, recorder, step_seconds) as controller,
+            episode_deadline(cluster.clock, deadline, cluster=cluster),
+        ):
+            for run_index in range(1, max_runs + 1):
+                trainer = trainer_factory(
+                    config, recorder, devices=cluster.devices, run_index=run_index
                 )
-            try:
-                results.append(trainer.run())
-            except Exception as e:  # the oracle and the test decide what this means
-                error = e
-                break
-            if results[-1].status != "suspended":
-                break
+                gate = getattr(cluster, "save_gate", None)
+                if gate is not None:  # slow_save holds this run's saves in flight through it
+                    trainer.snapshotter_wrapper = functools.partial(
+                        gate.wrap, recorder=recorder, run=run_index
+                    )
+                try:
+                    results.append(trainer.run())
+                except Exception as e:  # the oracle and the test decide what this means
+                    error = e
+                    break
+                if results[-1].status != "suspended":
+                    break
+    except EpisodeDeadlineExceeded as e:  # raised between runs by the wall-time watchdog
+        error = e
     recorder.emit(
         "episode_end", error=None if error is None else f"{type(error).__name__}: {error}"
     )

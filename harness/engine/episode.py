@@ -12,6 +12,7 @@ import functools
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from pathways_chaos.faults.model import Schedule, ScheduledFault, check_schedule_fits
 from pathways_chaos.harness.engine.backend import ClusterBackend
@@ -162,6 +163,13 @@ class EpisodeResult:
         return bool(self.results) and self.results[-1].status == "completed"
 
 
+def _trainer_class(factory: Any) -> Any:
+    """The class a trainer factory makes (a class, or a ``functools.partial`` of one)."""
+    while isinstance(factory, functools.partial):
+        factory = factory.func
+    return factory
+
+
 def run_episode(
     cluster: ClusterBackend,
     config: TrainerConfig,
@@ -187,6 +195,9 @@ def run_episode(
     )
     # More slices asked than the cluster has: one line before anything runs, not a wait.
     config.check_fits(cluster.topology.num_slices)
+    from pathways_chaos.harness.reference.overrides import warn_dead_overrides
+
+    warn_dead_overrides(_trainer_class(trainer_factory))
     recorder = Recorder(log_path, clock=cluster.clock)
     for listener in listeners:
         recorder.add_listener(listener)

@@ -96,7 +96,8 @@ def run(final_step: int, snapshot_interval: int, checkpoint_dir: str):
 
     elastic_manager = manager.Manager()
 
-    @elastic_manager.elastic_retry(minimum_slice_count=None)  # PITFALL: no retry bound
+    # PITFALLS: no retry bound; waits for 3 slices, the JobSet runs 2
+    @elastic_manager.elastic_retry(minimum_slice_count=3)
     def loop():
         mesh = create_mesh(elastic_manager)
         loader = make_iterator(16)

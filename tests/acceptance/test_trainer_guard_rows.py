@@ -179,3 +179,46 @@ def test_ramdisk_fix_for_a_short_volume_still_says_raise_it():
         pytest.skip("the good port has no CheckpointConfiguration")
     row = check_manifest_ramdisk(manifest, 1e15)
     assert row.status == FAIL and "raise inMemoryVolumeSize" in row.fix
+
+
+# -- a toolkit exception inside a row is NOT JUDGED, a user's is theirs ----------------------
+def test_a_toolkit_exception_in_a_row_is_not_judged_with_the_traceback():
+    from pathways_chaos.harness.acceptance import table
+
+    def row(runs):
+        return table.summary([runs])  # raises inside pathways-chaos' own code
+
+    result = table.judge_row("data-order", row, object())
+    assert result.status == NOT_JUDGED and result.ok
+    assert result.reason.startswith(
+        "not judged: the judge failed (bug in pathways-chaos): AttributeError"
+    )
+    assert "Traceback" in result.judge_error and "table.py" in result.judge_error
+    assert result.to_json()["status"] == NOT_JUDGED
+
+
+def test_an_exception_from_the_users_code_in_a_row_is_their_failure():
+    from pathways_chaos.harness.acceptance import table
+
+    def users_init_state():
+        raise ValueError("shape mismatch in init")
+
+    def row(adapter):
+        return table.CheckResult("data-order", "t", "f", note=str(adapter()))
+
+    result = table.judge_row("data-order", row, users_init_state)
+    assert result.status == FAIL
+    assert "your code raised ValueError: shape mismatch in init" in result.failure_message()
+    assert "test_trainer_guard_rows.py" in result.findings[0].where
+    assert "users_init_state" in result.findings[0].where
+
+
+def test_bad_input_in_a_row_still_raises_its_one_line():
+    from pathways_chaos.harness.acceptance import table
+    from pathways_chaos.harness.errors import ChaosConfigError
+
+    def row():
+        raise ChaosConfigError("--acceptance-x=1: use 2")
+
+    with pytest.raises(ChaosConfigError, match="use 2"):
+        table.judge_row("data-order", row)

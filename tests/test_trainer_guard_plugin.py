@@ -53,13 +53,6 @@ def test_deadline_precondition_and_judge_crash_through_the_fixture(pytester):
             "KeyError*",
         ]
     )
-    assert (
-        "Traceback"
-        not in result.stdout.str()
-        .split("short test summary")[0]
-        .split("test_five_slices")[-1]
-        .split("test_judge_crash")[0]
-    )
 
 
 def test_a_bad_deadline_option_is_one_line(pytester):

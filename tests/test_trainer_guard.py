@@ -331,3 +331,49 @@ def test_an_episode_warns_about_a_dead_override():
         _play(trainer=stale, final_step=2)
     texts = [str(w.message) for w in caught if w.category is TrainerOverrideWarning]
     assert texts and "did you mean 'mesh_and_step'" in texts[0]
+
+
+# -- what the run was waiting for -----------------------------------------------------------
+def _blocked_frame(filename: str, function: str):
+    """A thread blocked in ``function`` defined in ``filename``; returns (frame, release)."""
+    import sys
+
+    namespace: dict = {}
+    source = f"def {function}(event):\n    event.wait(30)\n"
+    exec(compile(source, filename, "exec"), namespace)
+    event = threading.Event()
+    thread = threading.Thread(target=namespace[function], args=(event,), daemon=True)
+    thread.start()
+    for _ in range(200):
+        frame = sys._current_frames().get(thread.ident)
+        while frame is not None and frame.f_code.co_name != function:
+            frame = frame.f_back
+        if frame is not None:
+            break
+        time.sleep(0.01)
+
+    def release():
+        event.set()
+        thread.join()
+
+    return sys._current_frames()[thread.ident], release
+
+
+@pytest.mark.parametrize(
+    ("filename", "function", "expected"),
+    [
+        ("/site-packages/orbax/snapshotter.py", "join", "a snapshot save in flight"),
+        ("/harness/engine/save_gate.py", "finish", "a snapshot save in flight"),
+        ("/harness/engine/fake_cluster.py", "_health_check", "a slice health poll"),
+        ("/home/team/train.py", "my_loop", "the run was at /home/team/train.py:2 in my_loop"),
+    ],
+)
+def test_the_deadline_says_what_the_run_waited_for(filename, function, expected):
+    from pathways_chaos.harness.engine.deadline import describe_wait
+
+    frame, release = _blocked_frame(filename, function)
+    try:
+        assert describe_wait(frame).startswith(expected)
+    finally:
+        del frame
+        release()

@@ -99,12 +99,12 @@ def first_problem(config: pytest.Config) -> str | None:
         ("chaos_deadline", "--chaos-deadline"),
         ("chaos_wall_deadline", "--chaos-wall-deadline"),
     ):
-        raw = _opt(config, name)
-        if raw is not None:
+        seconds = _opt(config, name)
+        if seconds is not None:
             from pathways_chaos.harness.engine.deadline import parse_seconds
 
             try:
-                parse_seconds(str(raw), flag)
+                parse_seconds(str(seconds), flag)
             except ChaosError as error:
                 return str(error)
     log_dir = _opt(config, "chaos_log_dir")

@@ -211,7 +211,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if previous is not None:
         from pathways_chaos.harness.engine import deadline
 
-        deadline.set_default_deadline(previous)  # type: ignore[arg-type]
+        deadline.set_default_deadline(previous)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -377,3 +377,36 @@ def test_the_deadline_says_what_the_run_waited_for(filename, function, expected)
     finally:
         del frame
         release()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["demo", "--deadline", "soon"],
+        ["demo", "--wall-deadline", "-1"],
+        ["replay", "--deadline", "x"],
+    ],
+)
+def test_the_cli_deadline_options_are_checked_in_one_line(argv, capsys):
+    from pathways_chaos.harness.cli.main import main
+    from pathways_chaos.harness.engine.deadline import default_deadline
+
+    before = default_deadline()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "use a number of seconds > 0, or 'off'" in err and "\n" not in err
+    assert default_deadline() == before  # nothing applied
+
+
+def test_the_cli_deadline_becomes_every_episodes_default():
+    import argparse
+
+    from pathways_chaos.harness.cli.main import apply_deadline_arguments
+    from pathways_chaos.harness.engine.deadline import default_deadline, set_default_deadline
+
+    before = default_deadline()
+    try:
+        apply_deadline_arguments(argparse.Namespace(deadline="90", wall_deadline="off"))
+        assert default_deadline() == Deadline(fake_s=90.0, wall_s=None)
+    finally:
+        set_default_deadline(before)

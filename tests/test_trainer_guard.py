@@ -410,3 +410,22 @@ def test_the_cli_deadline_becomes_every_episodes_default():
         assert default_deadline() == Deadline(fake_s=90.0, wall_s=None)
     finally:
         set_default_deadline(before)
+
+
+def test_an_unsatisfiable_wait_on_the_real_clock_ends_within_a_poll():
+    from pathwaysutils.elastic import elastic
+
+    from pathways_chaos.harness.engine.clock import RealClock
+    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
+    from pathways_chaos.harness.engine.topology import SliceTopology
+
+    with FakeCluster(SliceTopology(4, 2), clock=RealClock()) as fake:
+        mapping = elastic.get_slice_to_devices(fake.devices)
+        t0 = time.monotonic()
+        with (
+            episode_deadline(fake.clock, Deadline(wall_s=120), cluster=fake),
+            pytest.raises(UnsatisfiableWait, match="waits for 5 slices; this cluster has 4"),
+        ):
+            elastic.wait_for_slices(5, poll_interval=0.2, slice_to_devices=mapping)
+        assert time.monotonic() - t0 < 30  # not the 120 s wall deadline
+    assert [t for t in threading.enumerate() if t.name == "pathways-chaos-deadline"] == []

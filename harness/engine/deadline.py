@@ -11,7 +11,8 @@ way the test must end with a verdict that says what the run was waiting for, not
   never be met (more slices than the cluster has) raises ``UnsatisfiableWait`` at once.
 - **Wall time**: a watchdog thread raises the same error in the episode's thread
   (``PyThreadState_SetAsyncExc``) for code that spins without the clock, again every few
-  seconds until the episode ends, in case the code swallows it.
+  seconds until the episode ends, in case the code swallows it. On a real clock (no guard) it
+  also spots a slice wait that can never be met, within a poll.
 
 Use::
 
@@ -44,6 +45,8 @@ DEFAULT_FAKE_S = 3600.0
 DEFAULT_WALL_S = 600.0
 #: Wall seconds between repeated raises, for code that swallows the first.
 REFIRE_S = 5.0
+#: Wall seconds between the watchdog's looks at the episode thread.
+SAMPLE_S = 0.25
 
 #: The toolkit's own frames, skipped when naming where the run was.
 _TOOLKIT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -257,7 +260,7 @@ def episode_deadline(
     lock = threading.Lock()
     done = [False]
     watchdog = None
-    if limits.wall_s is not None:
+    if limits.wall_s is not None or not getattr(clock, "fake", False):
         watchdog = threading.Thread(
             target=_watchdog,
             args=(clock, limits, watch, describe, stop, lock, done),
@@ -315,30 +318,44 @@ def _watchdog(
     lock: threading.Lock,
     done: list[bool],
 ) -> None:
-    assert limits.wall_s is not None
-    wait = limits.wall_s
-    while not stop.wait(wait):
+    """Samples the episode thread every ``SAMPLE_S``: past the wall deadline, or (on a real
+    clock, which no guard sees) stuck in a slice wait that can never be met, it raises there."""
+    kind: type[EpisodeDeadlineExceeded] = EpisodeDeadlineExceeded
+    next_raise = 0.0
+    while not stop.wait(SAMPLE_S):
+        now = time.monotonic()
         with lock:
             if done[0]:
                 return
             if watch.fired is None:
                 frame = sys._current_frames().get(watch.thread)
-                try:
-                    what = describe(frame)
-                except Exception as error:  # say so, and still end the run
-                    what = f"(what it waited for is unknown: {type(error).__name__}: {error})"
-                watch.fired = f"{_wall_text(limits)}: {what}"
+                impossible = None if getattr(clock, "fake", False) else unsatisfiable(frame)
+                if impossible is not None:
+                    watch.fired, kind = impossible, UnsatisfiableWait
+                elif limits.wall_s is not None and now - watch.started_wall >= limits.wall_s:
+                    try:
+                        what = describe(frame)
+                    except Exception as error:  # say so, and still end the run
+                        what = f"(what it waited for is unknown: {type(error).__name__}: {error})"
+                    watch.fired = f"{_wall_text(limits)}: {what}"
                 del frame
-            _raise_in(watch.thread, watch.fired)
+                if watch.fired is None:
+                    continue
+            if now < next_raise:
+                continue
+            _raise_in(watch.thread, watch.fired, kind)
+            next_raise = now + REFIRE_S
         wake = getattr(clock, "wake_all", None)
         if wake is not None:
             wake()  # a thread waiting on the fake clock's condition runs again, and raises
-        wait = REFIRE_S
 
 
-def _raise_in(thread: int, message: str) -> None:
-    """Raises ``EpisodeDeadlineExceeded(message)`` in ``thread`` at its next bytecode."""
-    exc = type("EpisodeDeadlineExceeded", (EpisodeDeadlineExceeded,), {"_default": message})
+def _raise_in(
+    thread: int, message: str, kind: type[EpisodeDeadlineExceeded] = EpisodeDeadlineExceeded
+) -> None:
+    """Raises ``kind(message)`` in ``thread`` at its next bytecode (a subclass made per call:
+    the C API takes a class, not an instance, so the class carries the message)."""
+    exc = type(kind.__name__, (kind,), {"_default": message})
     exc.__module__ = __name__
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread), ctypes.py_object(exc))
 

@@ -23,8 +23,8 @@ from pathways_chaos.harness.reference import model
 from pathways_chaos.harness.reference.data import FEATURES
 from pathways_chaos.harness.reference.trainer import ReferenceTrainer, TrainerConfig
 
-EXAMPLES = {"ci": 12, "dev": 60, "nightly": 400}[os.environ.get("PATHWAYS_CHAOS_PROFILE", "ci")]
-STATS = {"generated": 0, "episodes": 0, "seconds": 0.0}
+EXAMPLES = {"ci": 25, "dev": 200, "nightly": 2000}[os.environ.get("PATHWAYS_CHAOS_PROFILE", "ci")]
+STATS: dict[str, Any] = {"generated": 0, "faulted": 0, "modes": {}, "seconds": 0.0}
 
 
 # -- building blocks (each one correct on its own) ---------------------------------------------
@@ -160,7 +160,8 @@ def test_correct_trainers_pass_or_are_not_judged_with_a_reason(episode):
     t0 = time.monotonic()
     outcome = play(schedule, config=config, topology="4x2", trainer=trainer)
     STATS["generated"] += 1
-    STATS["episodes"] += 1
+    STATS["faulted"] += bool(schedule)
+    STATS["modes"][config.mode] = STATS["modes"].get(config.mode, 0) + 1
     STATS["seconds"] += time.monotonic() - t0
     error = outcome.result.error
     assert not isinstance(error, EpisodeDeadlineExceeded), str(error)

@@ -83,15 +83,23 @@ class LoopRuns:
         return loop_oracle.judge_loop(self.interrupted.events, self.fault_free.events)
 
     def _episode(self, name: str, schedule: str) -> LoopResult:
+        from pathways_chaos.harness.engine.deadline import episode_deadline
+        from pathways_chaos.harness.engine.fake_cluster import FakeCluster
         from pathways_chaos.harness.play import play_loop
 
-        outcome = play_loop(
-            self.loop,
-            schedule,
-            topology=self.topology,
-            log_path=self.workdir / f"loop-{name}.jsonl",
-            checkpoint_dir=self.workdir / f"checkpoints-{name}",
-        )
+        # The loop's own elastic_retry may wait for what never comes (more slices than the
+        # fake has): the deadline ends the run with what it waited for, not an 11-minute hang.
+        with (
+            FakeCluster(self.topology) as cluster,
+            episode_deadline(cluster.clock, cluster=cluster),
+        ):
+            outcome = play_loop(
+                self.loop,
+                schedule,
+                cluster=cluster,
+                log_path=self.workdir / f"loop-{name}.jsonl",
+                checkpoint_dir=self.workdir / f"checkpoints-{name}",
+            )
         result: LoopResult = outcome.result
         return result
 
@@ -104,6 +112,11 @@ class LoopRuns:
 def check_data_order(runs: LoopRuns) -> CheckResult:
     verdict = loop_oracle.judge_loop(runs.fault_free.events)
     findings = [Finding("fault-free run", v) for v in verdict.violations]
+    crashed = _failed("fault-free run", runs.fault_free)
+    if crashed and not any(
+        "crashed" in f.message or "did not complete" in f.message for f in findings
+    ):
+        findings.insert(0, Finding("fault-free run", crashed[0]))
     lineage = verdict.batches
     note = (
         f"{len(lineage)} batches, data positions 0..{_last_position(lineage)} each once, in order"
@@ -116,7 +129,7 @@ def check_data_order(runs: LoopRuns) -> CheckResult:
         tuple(findings),
         note,
     )
-    if "exactly-once" in verdict.not_judged:
+    if "exactly-once" in verdict.not_judged and not crashed:
         return _not_observable(result, verdict.not_judged["exactly-once"], runs)
     return result
 
@@ -153,7 +166,8 @@ def check_compile_time(runs: LoopRuns) -> CheckResult:
         for e in events
         if e["kind"] == "compile" and e["batches_in_attempt"] >= 2 and e.get("attempt", 0) > 0
     ]
-    findings = [Finding("fault-free run", f) for f in _failed("fault-free run", runs.fault_free)]
+    crashed = _failed("fault-free run", runs.fault_free)
+    findings: list[Finding] = []
     note = ""
     if len(intervals) >= 3:
         first, rest = intervals[0], statistics.median(intervals[2:])
@@ -170,7 +184,7 @@ def check_compile_time(runs: LoopRuns) -> CheckResult:
                 f"{note}",
             )
         )
-    return CheckResult(
+    result = CheckResult(
         "compile-time",
         "compile time apart from steady-state step time, and no steady-state recompiles",
         "keep batch shapes and dtypes fixed (pad or bucket), pass Python values as static "
@@ -178,13 +192,17 @@ def check_compile_time(runs: LoopRuns) -> CheckResult:
         tuple(findings),
         note,
     )
+    if crashed:  # a timing of a crashed run says nothing: data-order reports the crash
+        return _blocked(result, "data-order", crashed[0])
+    return result
 
 
 def check_input_wait(runs: LoopRuns) -> CheckResult:
     events = runs.fault_free.events
     batches = [e for e in events if e["kind"] == "batch"]
     intervals = _batch_intervals(events)
-    findings = [Finding("fault-free run", f) for f in _failed("fault-free run", runs.fault_free)]
+    crashed = _failed("fault-free run", runs.fault_free)
+    findings: list[Finding] = []
     note = ""
     if len(batches) >= 3:
         wait = statistics.median(e["input_s"] for e in batches[1:])
@@ -194,7 +212,7 @@ def check_input_wait(runs: LoopRuns) -> CheckResult:
         note = f"input wait {wait * 1e3:.2f} ms vs step {step * 1e3:.2f} ms (medians)"
         if not findings and wait >= MAX_INPUT_WAIT_RATIO * step:
             findings.append(Finding("fault-free run", f"{note}: the device waits on the loader"))
-    return CheckResult(
+    result = CheckResult(
         "input-wait",
         "input wait time against step time",
         "prefetch asynchronously (grain read-ahead), or move input processing onto the "
@@ -202,6 +220,9 @@ def check_input_wait(runs: LoopRuns) -> CheckResult:
         tuple(findings),
         note,
     )
+    if crashed:
+        return _blocked(result, "data-order", crashed[0])
+    return result
 
 
 def check_interruption(runs: LoopRuns) -> CheckResult:
@@ -287,6 +308,9 @@ def with_loop_rows(
 
         def run(runs: Any) -> CheckResult:
             if isinstance(runs, LoopRuns):
+                crashed = [] if name == "data-order" else _failed("fault-free run", runs.fault_free)
+                if crashed:  # one row reports the crash; the rest cannot be judged without it
+                    return CheckResult(name, "", "", depends_on="data-order", note=crashed[0])
                 return loop_check(runs)
             return adapter_check(runs)
 

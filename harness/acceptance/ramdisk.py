@@ -144,7 +144,12 @@ def check_ramdisk(
             "its YAML (kind: CheckpointConfiguration, spec.inMemoryVolumeSize) to "
             "--acceptance-manifest",
         )
-        return CheckResult("ramdisk-size", title, fix, (finding,))
+        missing_fix = (
+            "add a CheckpointConfiguration (kind: CheckpointConfiguration, spec.inMemoryVolumeSize "
+            "sized by pathways-chaos ramdisk --params N --hosts-per-slice H) to the manifest you "
+            "deploy and pass it with --acceptance-manifest"
+        )
+        return CheckResult("ramdisk-size", title, missing_fix, (finding,))
     if sizing is None:
         return CheckResult(
             "ramdisk-size",

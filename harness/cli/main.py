@@ -47,6 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     demo.add_argument("--clock", default="fake", choices=("fake", "real"))
     demo.add_argument("--log", type=Path, default=None, help="write the JSONL event log here")
+    add_deadline_arguments(demo)
 
     check = sub.add_parser("check", help="run the oracle over an event log")
     check.add_argument("log", type=Path)
@@ -83,6 +84,7 @@ def _demo(args: argparse.Namespace) -> int:
 
     # Every input is checked before JAX starts: a typo costs milliseconds, not a JAX start-up.
     topology = SliceTopology(args.slices, args.devices_per_slice)
+    apply_deadline_arguments(args)
     if args.steps < 1:
         raise ChaosConfigError(f"--steps {args.steps}: use a whole number of steps >= 1")
     schedule = None if args.loop else parse_schedule(args.schedule or DEMO_SCHEDULE)
@@ -119,6 +121,41 @@ def _demo(args: argparse.Namespace) -> int:
     for line in result.unfired:  # never "survived" for a fault that never happened
         print(f"pathways-chaos: {line}", file=sys.stderr)
     return 0 if verdict.ok and not result.unfired else 1
+
+
+def add_deadline_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--deadline FAKE_S`` and ``--wall-deadline S``: the episode's limits (see
+    harness.engine.deadline), so a run that waits for what never comes still ends."""
+    parser.add_argument(
+        "--deadline",
+        default=None,
+        metavar="FAKE_S",
+        help="episode-clock seconds before the run ends with what it waited for (default "
+        "3600, 'off' for none)",
+    )
+    parser.add_argument(
+        "--wall-deadline",
+        default=None,
+        metavar="S",
+        help="wall-clock seconds before the run ends (default 600, 'off' for none)",
+    )
+
+
+def apply_deadline_arguments(args: argparse.Namespace) -> None:
+    """Makes ``--deadline``/``--wall-deadline`` every episode's default; bad values: one line."""
+    from pathways_chaos.harness.engine import deadline
+
+    fake, wall = getattr(args, "deadline", None), getattr(args, "wall_deadline", None)
+    if fake is None and wall is None:
+        return
+    deadline.set_default_deadline(
+        deadline.Deadline(
+            deadline.DEFAULT_FAKE_S if fake is None else deadline.parse_seconds(fake, "--deadline"),
+            deadline.DEFAULT_WALL_S
+            if wall is None
+            else deadline.parse_seconds(wall, "--wall-deadline"),
+        )
+    )
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -118,6 +118,15 @@ class PathwaysCpuSeams:
         setattr(owner, name, value)
 
 
+def defining_class(cls: type, name: str) -> type:
+    """The class in ``cls``'s MRO whose own ``__dict__`` holds ``name`` (what to patch so the
+    class and every subclass that inherits ``name`` see the wrapper)."""
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            return klass
+    raise AttributeError(f"{cls.__qualname__} has no attribute {name!r} to wrap")
+
+
 # Seams currently installed in this process (a second fake cluster must not stack on top).
 _ACTIVE: list[tuple[Any, str, Any]] = []
 
@@ -328,7 +337,10 @@ class JaxDeviceLossSeam:
             from orbax.checkpoint.experimental.v1.training.pathways import Snapshotter
         except ImportError:
             return
-        load = Snapshotter.__dict__["load"]
+        # The class that defines ``load``: a subclass put in orbax's place that only inherits
+        # it has no ``load`` of its own (``__dict__["load"]`` raised KeyError there).
+        owner = defining_class(Snapshotter, "load")
+        load = owner.__dict__["load"]
         lost = self._lost
         listeners = self.placement_listeners
 
@@ -341,7 +353,7 @@ class JaxDeviceLossSeam:
                     raise_if_lost(sharding.device_set)
             return load(snapshotter, abstract_state, **kwargs)
 
-        self._patch(Snapshotter, "load", checked_load)
+        self._patch(owner, "load", checked_load)
 
     def on_loss(self) -> None:
         """Drops JAX's C++ jit fast paths, so the next call of each function is checked."""

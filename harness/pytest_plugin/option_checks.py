@@ -101,6 +101,18 @@ def first_problem(config: pytest.Config) -> str | None:
     lease = _opt(config, "chaos_lease_seconds")
     if lease is not None and int(str(lease)) < 1:
         return f"--chaos-lease-seconds={lease}: use a whole number of seconds >= 1"
+    for name, flag in (
+        ("chaos_deadline", "--chaos-deadline"),
+        ("chaos_wall_deadline", "--chaos-wall-deadline"),
+    ):
+        seconds = _opt(config, name)
+        if seconds is not None:
+            from pathways_chaos.harness.engine.deadline import parse_seconds
+
+            try:
+                parse_seconds(str(seconds), flag)
+            except ChaosError as error:
+                return str(error)
     log_dir = _opt(config, "chaos_log_dir")
     if log_dir is not None and Path(str(log_dir)).exists() and not Path(str(log_dir)).is_dir():
         return f"--chaos-log-dir={log_dir}: exists and is not a folder"

@@ -1,6 +1,6 @@
 """pathwaysutils' Flax ``Workload`` used as upstream does: ``restore_from_snapshot`` brings back
-params and data position but leaves ``Workload.step`` where the failed attempt stopped, so
-the recovered run trains fewer steps than the fault-free one.
+params and data position but not ``Workload.step``, so the new attempt's Workload counts from
+step 1 again and trains a full run on top of the restored snapshot.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from typing import Any
 CAUSE = "stale-mesh"
 SCENARIO = "data_loss@batch=6:slice=2,repair@time=15:slice=2"
 
-TRACE: list[tuple[int, ...]] = []  # mesh shape used by each step, for a tester's own evidence
+TRACE: list[tuple[int, int]] = []  # (mesh rows, slices the manager calls active) per step, for a tester
 
 
 def _parts() -> Any:
@@ -62,7 +62,7 @@ def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int =
             params, step = jax.device_put(p.init_params(), rep), 0
         while step < steps:
             params = sgd(params, *p.put_batch(next(it), mesh))
-            TRACE.append(tuple(mesh.devices.shape))
+            TRACE.append((int(mesh.devices.shape[0]), mgr.active_slice_count))
             if step % every == 0:
                 snapshotter.save(step, {"params": params, "step": step, "it": it.get_state()})
             if mgr.available_inactive_slices:

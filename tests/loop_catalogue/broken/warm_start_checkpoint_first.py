@@ -11,7 +11,7 @@ from typing import Any
 CAUSE = "restore-not-latest"
 SCENARIO = "data_loss@batch=10:slice=1:repair_after_polls=3"
 
-RESTORED_FROM: list[int] = []  # step each restore resumed after, for a tester's own evidence
+RESTORED_FROM: list[tuple[int, int | None]] = []  # (step restored, latest snapshot then), for a tester
 
 
 def _parts() -> Any:
@@ -53,6 +53,7 @@ def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int =
         it = ElasticIterator(data, 16, grain.sharding.NoSharding())
         like = {"params": p.abstract_of(jax.eval_shape(p.init_params), rep), "step": 0, "it": it.get_state()}
         disk = p.latest_checkpoint(checkpoint_dir)
+        latest = snapshotter.latest.step if snapshotter.latest is not None else None
         saved = None
         if disk is not None:
             saved = p.load_checkpoint(disk, like)
@@ -64,7 +65,7 @@ def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int =
         else:
             params, step = saved["params"], int(saved["step"]) + 1
             it.set_state(saved["it"])
-            RESTORED_FROM.append(step - 1)
+            RESTORED_FROM.append((step - 1, latest))
         train = jax.jit(sgd, out_shardings=rep)
         while step < steps:
             params = train(params, *p.put_batch(next(it), mesh))

@@ -1,4 +1,5 @@
-"""Replica resize, scaled batch, nested state with an int step counter in the optimizer, and the
+"""Replica resize, scaled batch, nested state with an int step counter in the optimizer and a tally
+(samples trained, sum of their ids), and the
 restored tree kept in a local variable for the whole attempt (for logging what was restored).
 
 Correct: the reference to the restored tree is harmless (those arrays live on active slices
@@ -53,15 +54,17 @@ def main(
         return {
             "model": params,
             "opt": {"mu": jax.tree.map(jnp.zeros_like, params), "count": jnp.zeros((), jnp.int32)},
+            "seen": jnp.zeros((2,), jnp.int32),
         }
 
-    def step_fn(s: dict[str, Any], x: Any, y: Any) -> dict[str, Any]:
+    def step_fn(s: dict[str, Any], x: Any, y: Any, ids: Any) -> dict[str, Any]:
         g = p.grads(s["model"], x, y)
         count = s["opt"]["count"] + 1
         mu = jax.tree.map(lambda m, d: 0.9 * m + 0.1 * d, s["opt"]["mu"], g)
         correction = 1.0 - 0.9 ** count.astype(jnp.float32)
         model = jax.tree.map(lambda w, m: w - 0.1 * m / correction, s["model"], mu)
-        return {"model": model, "opt": {"mu": mu, "count": count}}
+        seen = s["seen"] + jnp.stack([ids.shape[0], jnp.sum(ids)]).astype(jnp.int32)
+        return {"model": model, "opt": {"mu": mu, "count": count}, "seen": seen}
 
     with p.SigtermFlag() as sigterm:
 
@@ -86,7 +89,8 @@ def main(
             update = jax.jit(step_fn, out_shardings=rep)
             for step in range(first, steps):
                 batch = next(it)
-                state = update(state, *p.put_batch(batch, mesh))
+                ids = jax.device_put(batch["id"].astype("int32"), rep)
+                state = update(state, *p.put_batch(batch, mesh), ids)
                 if step % every == 0 or step == steps - 1:
                     snapshotter.save(step, {"state": state, "step": step, "pos": it.get_state()})
                 if sigterm.requested.is_set():

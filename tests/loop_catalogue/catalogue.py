@@ -113,9 +113,13 @@ def _read(relative: str, batch: str) -> Loop:
     tree = ast.parse(path.read_text(), filename=str(path))
     values: dict[str, object] = {}
     for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            if node.targets[0].id in ("CAUSE", "SCENARIO", "SINGLE_FAULTS_PASS"):
-                values[node.targets[0].id] = ast.literal_eval(node.value)
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id in ("CAUSE", "SCENARIO", "SINGLE_FAULTS_PASS")
+        ):
+            values[node.targets[0].id] = ast.literal_eval(node.value)
     doc = " ".join((ast.get_docstring(tree) or "").split())
     bug = doc.split(". ")[0].rstrip(".") + "."
     kind = Path(relative).parent.name

@@ -30,8 +30,21 @@ ROOT = HERE.parents[1]
 # What a failure message must mention to count as naming the real cause (lower case).
 CAUSE_WORDS: dict[str, tuple[str, ...]] = {
     "batch-not-trained": ("not trained", "never trained", "discarded", "dropped", "drawn and"),
-    "snapshot-mismatch": ("mismatch", "disagree", "do not match", "does not match", "ahead of", "behind"),
-    "leaf-reinitialised": ("reinitialis", "reinitializ", "re-initiali", "initial value", "was not restored"),
+    "snapshot-mismatch": (
+        "mismatch",
+        "disagree",
+        "do not match",
+        "does not match",
+        "ahead of",
+        "behind",
+    ),
+    "leaf-reinitialised": (
+        "reinitialis",
+        "reinitializ",
+        "re-initiali",
+        "initial value",
+        "was not restored",
+    ),
     "leaf-shape-changed": ("shape",),
     "step-not-restored": ("step counter",),
     "iterator-not-restored": ("iterator",),
@@ -77,7 +90,9 @@ def _compare(a: Any, b: Any) -> tuple[bool | None, str]:
         x, y = np.asarray(x), np.asarray(y)
         if x.shape != y.shape:
             return False, f"shape {x.shape} vs fault-free {y.shape}"
-        worst = max(worst, float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)), initial=0.0)))
+        worst = max(
+            worst, float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)), initial=0.0))
+        )
         if not np.allclose(x, y, rtol=1e-5, atol=1e-6):
             return False, f"max abs diff {worst:.3g}"
     return True, f"max abs diff {worst:.3g}"
@@ -91,7 +106,8 @@ def _tally(state: Any) -> tuple[bool | None, str]:
     found = [
         np.asarray(leaf)
         for path, leaf in jax.tree_util.tree_leaves_with_path(state)
-        if np.asarray(leaf).dtype == np.int32 and np.asarray(leaf).shape == (2,)
+        if np.asarray(leaf).dtype == np.int32
+        and np.asarray(leaf).shape == (2,)
         and ("seen" in jax.tree_util.keystr(path) or jax.tree_util.keystr(path) == "[2]")
     ]
     if not found:
@@ -111,7 +127,9 @@ def _traces(module: dict[str, Any]) -> dict[str, Any]:
     if "SWALLOWED" in module:
         out["SWALLOWED"] = len(module["SWALLOWED"])
     if "HISTORY" in module:
-        out["HISTORY_live"] = sum(1 for a in jax.tree.leaves(module["HISTORY"]) if not a.is_deleted())
+        out["HISTORY_live"] = sum(
+            1 for a in jax.tree.leaves(module["HISTORY"]) if not a.is_deleted()
+        )
     return out
 
 
@@ -123,16 +141,28 @@ def _bug_shown(loop: Any, run: dict[str, Any], base: dict[str, Any]) -> tuple[bo
         return t.get("SWALLOWED", 0) > 0, f"{t.get('SWALLOWED', 0)} errors swallowed"
     if name == "scale_up_keeps_mesh":
         stale = [pair for pair in t.get("TRACE", []) if pair[0] != pair[1]]
-        return bool(stale), f"{len(stale)} steps on a mesh of fewer slices than the manager's active ones"
+        return bool(
+            stale
+        ), f"{len(stale)} steps on a mesh of fewer slices than the manager's active ones"
     if name == "mesh_from_jax_devices":
         short = [a for a in t.get("ATTEMPTS", []) if a < 4]
-        return bool(short), f"attempts' active slice counts {t.get('ATTEMPTS')} (mesh always 4 slices)"
+        return bool(
+            short
+        ), f"attempts' active slice counts {t.get('ATTEMPTS')} (mesh always 4 slices)"
     if name == "warm_start_checkpoint_first":
-        older = [(r, latest) for r, latest in t.get("RESTORED_FROM", []) if latest is not None and r < latest]
+        older = [
+            (r, latest)
+            for r, latest in t.get("RESTORED_FROM", [])
+            if latest is not None and r < latest
+        ]
         return bool(older), f"restored (step, latest snapshot): {t.get('RESTORED_FROM')}"
     if name == "attempt_history_kept":
         grew = t.get("HISTORY_live", 0) > base["traces"].get("HISTORY_live", 0)
-        return grew, f"live history arrays {t.get('HISTORY_live')} vs fault-free {base['traces'].get('HISTORY_live')}"
+        return (
+            grew,
+            f"live history arrays {t.get('HISTORY_live')}"
+            f" vs fault-free {base['traces'].get('HISTORY_live')}",
+        )
     if "STARTS" in t:
         over = 0 in t["STARTS"][1:]
         return over, f"attempt start steps {t['STARTS']}"
@@ -141,7 +171,9 @@ def _bug_shown(loop: Any, run: dict[str, Any], base: dict[str, Any]) -> tuple[bo
     if not run["completed"]:
         return True, f"did not complete: {run['error']}"
     if loop.batch == "scaled" and run.get("twin_equal") is not None:
-        return not run["twin_equal"], f"vs the correct twin under the same faults: {run['twin_diff']}"
+        return not run[
+            "twin_equal"
+        ], f"vs the correct twin under the same faults: {run['twin_diff']}"
     if loop.batch == "scaled":
         return False, "scaled batch: final state not comparable with the fault-free run"
     return run["final_equal"] is False, f"final state vs fault-free: {run['final_diff']}"
@@ -177,12 +209,25 @@ def survey_loop(loop: Any) -> dict[str, Any]:
     cat = _catalogue()
     base_out, base, base_final = _play(loop.spec, "", None)
     base.update(completed=bool(base_out.result.completed), error=_err(base_out), final=None)
-    schedules = list(cat.CORRECT_SCHEDULES) if loop.kind == "correct" else [loop.scenario, *loop.single_faults_pass]
-    twin = next((c for c in cat.LOOPS if c.name == "flax_simple_workload"), None) if loop.name == "flax_upstream_step" else None
+    schedules = (
+        list(cat.CORRECT_SCHEDULES)
+        if loop.kind == "correct"
+        else [loop.scenario, *loop.single_faults_pass]
+    )
+    twin = (
+        next((c for c in cat.LOOPS if c.name == "flax_simple_workload"), None)
+        if loop.name == "flax_upstream_step"
+        else None
+    )
     runs = []
     for schedule in schedules:
         out, run, final = _play(loop.spec, schedule, base_out.events)
-        run.update(schedule=schedule, completed=bool(out.result.completed), error=_err(out), runs=len(out.result.results or []))
+        run.update(
+            schedule=schedule,
+            completed=bool(out.result.completed),
+            error=_err(out),
+            runs=len(out.result.results or []),
+        )
         run["final_equal"], run["final_diff"] = _compare(final, base_final)
         run["tally_ok"], run["tally"] = _tally(final)
         run["verdict"] = _verdict(out)
@@ -197,11 +242,21 @@ def survey_loop(loop: Any) -> dict[str, Any]:
             run["names_cause"] = _names_cause(loop.cause, run["verdict"]["failed"])
         runs.append(run)
     return {
-        "name": loop.name, "kind": loop.kind, "spec": loop.spec, "batch": loop.batch, "bug": loop.bug,
-        "cause": loop.cause, "scenario": loop.scenario, "single_faults_pass": list(loop.single_faults_pass),
-        "fault_free": {"completed": base["completed"], "error": base["error"], "seconds": base["seconds"]},
+        "name": loop.name,
+        "kind": loop.kind,
+        "spec": loop.spec,
+        "batch": loop.batch,
+        "bug": loop.bug,
+        "cause": loop.cause,
+        "scenario": loop.scenario,
+        "single_faults_pass": list(loop.single_faults_pass),
+        "fault_free": {
+            "completed": base["completed"],
+            "error": base["error"],
+            "seconds": base["seconds"],
+        },
         "runs": runs,
-    }  # fmt: skip
+    }
 
 
 def _correct_evidence(loop: Any, run: dict[str, Any]) -> tuple[bool, str]:
@@ -240,7 +295,11 @@ def _cell(run: dict[str, Any]) -> str:
 
 def markdown(report: list[dict[str, Any]]) -> str:
     cat = _catalogue()
-    out = ["| loop | kind | bug | CAUSE | SCENARIO | judge's verdict under SCENARIO | names cause | own evidence |", "|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| loop | kind | bug | CAUSE | SCENARIO | judge's verdict under SCENARIO | names cause"
+        " | own evidence |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for item in report:
         if item["kind"] == "correct":
             continue
@@ -250,10 +309,11 @@ def markdown(report: list[dict[str, Any]]) -> str:
         if v["ok"] and v["not_judged"]:
             verdict += " (not judged: " + "; ".join(v["not_judged"]) + ")"
         named = run.get("names_cause", {})
+        naming = "yes" if named.get("first") else ("later line" if named.get("any") else "no")
         shown = ("bug shown: " if run["bug_shown"] else "bug NOT shown: ") + run["evidence"]
         out.append(
-            f"| {item['name']} | {item['kind']} | {item['bug']} | {item['cause']} | `{item['scenario']}` | "
-            f"{_esc(verdict)} | {'yes' if named.get('first') else ('later line' if named.get('any') else 'no')} | {_esc(shown)} |"
+            f"| {item['name']} | {item['kind']} | {item['bug']} | {item['cause']} "
+            f"| `{item['scenario']}` | {_esc(verdict)} | {naming} | {_esc(shown)} |"
         )
     out += ["", "Two-fault loops under their single faults (must pass):", ""]
     out += ["| loop | single fault | judge | own evidence |", "|---|---|---|---|"]
@@ -263,22 +323,37 @@ def markdown(report: list[dict[str, Any]]) -> str:
             verdict = "pass" if v["ok"] else "fail: " + (v["failed"][0] if v["failed"] else "?")
             own = ("bug shown (wrong): " if run["bug_shown"] else "correct: ") + run["evidence"]
             out.append(f"| {item['name']} | `{run['schedule']}` | {_esc(verdict)} | {_esc(own)} |")
-    out += ["", "Correct loops under the 8 schedules (pass* = passed with some judges not run):", ""]
+    out += [
+        "",
+        "Correct loops under the 8 schedules (pass* = passed with some judges not run):",
+        "",
+    ]
     heads = [f"S{i + 1}" for i in range(len(cat.CORRECT_SCHEDULES))]
-    out += ["| loop | batch | " + " | ".join(heads) + " | own evidence |", "|---|---|" + "---|" * len(heads) + "---|"]
+    out += [
+        "| loop | batch | " + " | ".join(heads) + " | own evidence |",
+        "|---|---|" + "---|" * len(heads) + "---|",
+    ]
     notes: list[str] = []
     for item in report:
         if item["kind"] != "correct":
             continue
         cells = [_cell(r) for r in item["runs"]]
-        own = "all correct" if all(r["own_ok"] for r in item["runs"]) else "; ".join(
-            f"S{i + 1}: {r['evidence']}" for i, r in enumerate(item["runs"]) if not r["own_ok"]
+        own = (
+            "all correct"
+            if all(r["own_ok"] for r in item["runs"])
+            else "; ".join(
+                f"S{i + 1}: {r['evidence']}" for i, r in enumerate(item["runs"]) if not r["own_ok"]
+            )
         )
-        out.append(f"| {item['name']} | {item['batch']} | " + " | ".join(cells) + f" | {_esc(own)} |")
+        out.append(
+            f"| {item['name']} | {item['batch']} | " + " | ".join(cells) + f" | {_esc(own)} |"
+        )
         for i, r in enumerate(item["runs"]):
             if not r["verdict"]["ok"]:
-                notes.append(f"- {item['name']} S{i + 1}: {r['verdict']['failed'][0] if r['verdict']['failed'] else '?'}")
-    out += ["", "Schedules:", ""] + [f"- S{i + 1}: `{s}`" for i, s in enumerate(cat.CORRECT_SCHEDULES)]
+                notes.append(f"- {item['name']} S{i + 1}: {(r['verdict']['failed'] or ['?'])[0]}")
+    out += ["", "Schedules:", ""] + [
+        f"- S{i + 1}: `{s}`" for i, s in enumerate(cat.CORRECT_SCHEDULES)
+    ]
     out += ["", "First violation of each failed correct-loop run:", ""] + [_esc(n) for n in notes]
     out += ["", counts_text(report)]
     return "\n".join(out) + "\n"
@@ -293,13 +368,19 @@ def counts(report: list[dict[str, Any]]) -> dict[str, Any]:
         "broken": len(broken),
         "broken_failed": sum(not i["runs"][0]["verdict"]["ok"] for i in broken),
         "broken_failed_naming_cause_first": sum(
-            (not i["runs"][0]["verdict"]["ok"]) and i["runs"][0].get("names_cause", {}).get("first", False) for i in broken
+            (not i["runs"][0]["verdict"]["ok"])
+            and i["runs"][0].get("names_cause", {}).get("first", False)
+            for i in broken
         ),
         "broken_failed_naming_cause_any": sum(
-            (not i["runs"][0]["verdict"]["ok"]) and i["runs"][0].get("names_cause", {}).get("any", False) for i in broken
+            (not i["runs"][0]["verdict"]["ok"])
+            and i["runs"][0].get("names_cause", {}).get("any", False)
+            for i in broken
         ),
         "two_fault_singles_passing": sum(
-            all(r["verdict"]["ok"] for r in i["runs"][1:]) for i in broken if i["kind"] == "two_faults"
+            all(r["verdict"]["ok"] for r in i["runs"][1:])
+            for i in broken
+            if i["kind"] == "two_faults"
         ),
         "own_evidence_bug_shown": sum(bool(i["runs"][0].get("bug_shown")) for i in broken),
         "own_evidence_correct_ok": sum(all(r["own_ok"] for r in i["runs"]) for i in correct),
@@ -309,13 +390,16 @@ def counts(report: list[dict[str, Any]]) -> dict[str, Any]:
 def counts_text(report: list[dict[str, Any]]) -> str:
     c = counts(report)
     return (
-        f"**Counts.** Correct loops the judge passes under all schedules: {c['correct_passing_all']} of {c['correct']}. "
-        f"Broken loops (incl. two-fault) it fails under their SCENARIO: {c['broken_failed']} of {c['broken']}; "
+        "**Counts.** Correct loops the judge passes under all schedules: "
+        f"{c['correct_passing_all']} of {c['correct']}. "
+        "Broken loops (incl. two-fault) it fails under their SCENARIO: "
+        f"{c['broken_failed']} of {c['broken']}; "
         f"with the first violation naming the real cause: {c['broken_failed_naming_cause_first']} "
         f"(any violation line: {c['broken_failed_naming_cause_any']}). "
         f"Two-fault loops passed under all their single faults: {c['two_fault_singles_passing']}. "
         f"Own evidence: bug shown in {c['own_evidence_bug_shown']} of {c['broken']} broken loops; "
-        f"{c['own_evidence_correct_ok']} of {c['correct']} correct loops correct under every schedule."
+        f"{c['own_evidence_correct_ok']} of {c['correct']} correct loops correct under every "
+        "schedule."
     )
 
 
@@ -328,16 +412,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write the full survey as JSON here")
     parser.add_argument("--markdown", help="write the tables as Markdown here (else print them)")
     parser.add_argument("--only", nargs="*", default=[], help="loop names to survey (default: all)")
-    parser.add_argument("--kind", choices=("correct", "broken", "two_faults"), help="survey one kind only")
+    parser.add_argument(
+        "--kind", choices=("correct", "broken", "two_faults"), help="survey one kind only"
+    )
     args = parser.parse_args(argv)
     cat = _catalogue()
     chosen = [
-        loop for loop in cat.LOOPS
-        if (not args.only or loop.name in args.only) and (args.kind is None or loop.kind == args.kind)
-    ]  # fmt: skip
+        loop
+        for loop in cat.LOOPS
+        if (not args.only or loop.name in args.only)
+        and (args.kind is None or loop.kind == args.kind)
+    ]
     unknown = set(args.only) - {loop.name for loop in cat.LOOPS}
     if unknown:
-        parser.error(f"unknown loop name(s) {sorted(unknown)}: use names from tests/loop_catalogue/catalogue.py")
+        parser.error(
+            f"unknown loop name(s) {sorted(unknown)}: "
+            "use names from tests/loop_catalogue/catalogue.py"
+        )
     logging.disable(logging.CRITICAL)
     warnings.simplefilter("ignore")
     report = []
@@ -345,7 +436,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"surveying {loop.kind}/{loop.name} ...", file=sys.stderr, flush=True)
         report.append(survey_loop(loop))
     if args.json:
-        Path(args.json).write_text(json.dumps({"loops": report, "counts": counts(report)}, indent=1, default=str))
+        Path(args.json).write_text(
+            json.dumps({"loops": report, "counts": counts(report)}, indent=1, default=str)
+        )
     text = markdown(report)
     if args.markdown:
         Path(args.markdown).write_text(text)

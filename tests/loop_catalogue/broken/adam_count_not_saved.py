@@ -28,7 +28,9 @@ def _parts() -> Any:
     return sys.modules[name]
 
 
-def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4) -> Any:
+def main(
+    *, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4
+) -> Any:
     import grain
     import jax
     import jax.numpy as jnp
@@ -55,10 +57,18 @@ def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int =
         abstract = p.abstract_of(jax.eval_shape(p.init_params, 11), rep)
         if snapshotter.latest is not None:
             snapshotter.join()
-            like = {"params": abstract, "mu": abstract, "nu": abstract, "step": 0, "it": it.get_state()}
+            like = {
+                "params": abstract,
+                "mu": abstract,
+                "nu": abstract,
+                "step": 0,
+                "it": it.get_state(),
+            }
             saved = snapshotter.load(like)
             params, step = saved["params"], int(saved["step"]) + 1
-            adam = optax.ScaleByAdamState(count=jax.device_put(jnp.zeros((), jnp.int32), rep), mu=saved["mu"], nu=saved["nu"])
+            adam = optax.ScaleByAdamState(
+                count=jax.device_put(jnp.zeros((), jnp.int32), rep), mu=saved["mu"], nu=saved["nu"]
+            )
             opt = (adam, optax.EmptyState())
             it.set_state(saved["it"])
         else:
@@ -68,7 +78,13 @@ def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int =
         while step < steps:
             params, opt = train(params, opt, *p.put_batch(next(it), mesh))
             if step % every == 0:
-                tree = {"params": params, "mu": opt[0].mu, "nu": opt[0].nu, "step": step, "it": it.get_state()}
+                tree = {
+                    "params": params,
+                    "mu": opt[0].mu,
+                    "nu": opt[0].nu,
+                    "step": step,
+                    "it": it.get_state(),
+                }
                 snapshotter.save(step, tree)
             step += 1
         return {"params": params, "opt": opt}

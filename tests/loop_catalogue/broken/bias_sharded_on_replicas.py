@@ -28,7 +28,9 @@ def _parts() -> Any:
     return sys.modules[name]
 
 
-def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4) -> Any:
+def main(
+    *, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4
+) -> Any:
     import grain
     import jax
     import orbax.checkpoint as ocp
@@ -54,7 +56,9 @@ def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int =
         sh = shardings(mesh)
         it = ElasticIterator(data, 16, grain.sharding.NoSharding())
         abstract = jax.tree.map(
-            lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), jax.eval_shape(p.init_params), sh
+            lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+            jax.eval_shape(p.init_params),
+            sh,
         )
         if snapshotter.latest is not None:
             snapshotter.join()

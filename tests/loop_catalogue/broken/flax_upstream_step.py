@@ -12,7 +12,9 @@ CAUSE = "step-not-restored"
 SCENARIO = "data_loss@batch=10:slice=1:repair_after_polls=3"
 
 
-def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4) -> Any:
+def main(
+    *, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4
+) -> Any:
     import importlib.util
 
     path = Path(__file__).resolve().parents[1] / "correct" / "flax_simple_workload.py"
@@ -20,4 +22,6 @@ def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int =
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.run(restore_step=False, devices=devices, checkpoint_dir=checkpoint_dir, steps=steps, every=every)
+    return module.run(
+        restore_step=False, devices=devices, checkpoint_dir=checkpoint_dir, steps=steps, every=every
+    )

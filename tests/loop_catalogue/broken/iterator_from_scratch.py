@@ -27,7 +27,9 @@ def _parts() -> Any:
     return sys.modules[name]
 
 
-def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4) -> Any:
+def main(
+    *, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4
+) -> Any:
     import grain
     import jax
     import orbax.checkpoint as ocp
@@ -50,7 +52,9 @@ def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int =
         batches = ElasticIterator(data, 16, grain.sharding.NoSharding())
         if snapshotter.latest is not None:
             snapshotter.join()
-            saved = snapshotter.load({"params": p.abstract_of(jax.eval_shape(p.init_params), rep), "step": 0})
+            saved = snapshotter.load(
+                {"params": p.abstract_of(jax.eval_shape(p.init_params), rep), "step": 0}
+            )
             params, step = saved["params"], int(saved["step"]) + 1
         else:
             params, step = jax.device_put(p.init_params(), rep), 0

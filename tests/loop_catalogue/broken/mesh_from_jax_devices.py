@@ -30,7 +30,9 @@ def _parts() -> Any:
     return sys.modules[name]
 
 
-def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4) -> Any:
+def main(
+    *, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4
+) -> Any:
     import grain
     import jax
     import numpy as np
@@ -52,12 +54,18 @@ def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int =
     def attempt() -> Any:
         ATTEMPTS.append(len(mgr.active_slice_indices))
         everything = jax.devices()
-        mesh = jax.sharding.Mesh(np.asarray(everything, dtype=object).reshape(4, -1), ("replica", "model"))
+        mesh = jax.sharding.Mesh(
+            np.asarray(everything, dtype=object).reshape(4, -1), ("replica", "model")
+        )
         rep = p.replicated(mesh)
         it = ElasticIterator(data, 16, grain.sharding.NoSharding())
         if snapshotter.latest is not None:
             snapshotter.join()
-            like = {"params": p.abstract_of(jax.eval_shape(p.init_params), rep), "step": 0, "it": it.get_state()}
+            like = {
+                "params": p.abstract_of(jax.eval_shape(p.init_params), rep),
+                "step": 0,
+                "it": it.get_state(),
+            }
             saved = snapshotter.load(like)
             params, step = saved["params"], int(saved["step"]) + 1
             it.set_state(saved["it"])

@@ -27,7 +27,9 @@ def _parts() -> Any:
     return sys.modules[name]
 
 
-def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4) -> Any:
+def main(
+    *, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4
+) -> Any:
     import grain
     import jax
     import jax.numpy as jnp
@@ -54,19 +56,27 @@ def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int =
         if snapshotter.latest is not None:
             snapshotter.join()
             saved = snapshotter.load(
-                {"params": abstract_params, "momentum": abstract_params, "step": 0, "it": it.get_state()}
+                {
+                    "params": abstract_params,
+                    "momentum": abstract_params,
+                    "step": 0,
+                    "it": it.get_state(),
+                }
             )
-            params, step = saved["params"], int(saved["step"]) + 1
+            params, first = saved["params"], int(saved["step"]) + 1
             momentum = jax.tree.map(jnp.zeros_like, params)
             it.set_state(saved["it"])
         else:
-            params, step = jax.device_put(p.init_params(), rep), 0
+            params, first = jax.device_put(p.init_params(), rep), 0
             momentum = jax.tree.map(jnp.zeros_like, params)
         train = jax.jit(update, out_shardings=rep)
-        for step in range(step, steps):
+        for step in range(first, steps):
             params, momentum = train(params, momentum, *p.put_batch(next(it), mesh))
             if step % every == 0:
-                snapshotter.save(step, {"params": params, "momentum": momentum, "step": step, "it": it.get_state()})
+                snapshotter.save(
+                    step,
+                    {"params": params, "momentum": momentum, "step": step, "it": it.get_state()},
+                )
         return {"params": params, "momentum": momentum}
 
     state = attempt()

@@ -28,7 +28,9 @@ def _parts() -> Any:
     return sys.modules[name]
 
 
-def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4) -> Any:
+def main(
+    *, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4
+) -> Any:
     import grain
     import jax
     import jax.numpy as jnp
@@ -44,7 +46,10 @@ def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int =
     def update(state: Any, x: Any, y: Any, ids: Any) -> Any:
         g = p.grads(state["params"], x, y)
         params = jax.tree.map(lambda w, d: w - 0.05 * d, state["params"], g)
-        return {"params": params, "seen": state["seen"] + jnp.stack([ids.shape[0], jnp.sum(ids)]).astype(jnp.int32)}
+        return {
+            "params": params,
+            "seen": state["seen"] + jnp.stack([ids.shape[0], jnp.sum(ids)]).astype(jnp.int32),
+        }
 
     @mgr.elastic_retry(minimum_slice_count=1, poll_interval=5, timeout=300)
     def attempt() -> Any:
@@ -63,7 +68,9 @@ def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int =
         train = jax.jit(update, out_shardings=rep)
         while step < steps:
             b = next(it)
-            state = train(state, *p.put_batch(b, mesh), jax.device_put(b["id"].astype("int32"), rep))
+            state = train(
+                state, *p.put_batch(b, mesh), jax.device_put(b["id"].astype("int32"), rep)
+            )
             if step % every == 0:
                 snapshotter.save(step, {"state": state, "step": step})
             step += 1

@@ -27,7 +27,9 @@ def _parts() -> Any:
     return sys.modules[name]
 
 
-def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 3) -> Any:
+def main(
+    *, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 3
+) -> Any:
     import grain
     import jax
     import jax.numpy as jnp

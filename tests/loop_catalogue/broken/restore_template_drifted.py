@@ -27,7 +27,9 @@ def _parts() -> Any:
     return sys.modules[name]
 
 
-def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4) -> Any:
+def main(
+    *, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4
+) -> Any:
     import grain
     import jax
     import orbax.checkpoint as ocp
@@ -49,7 +51,11 @@ def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int =
         it = ElasticIterator(data, 16, grain.sharding.NoSharding())
         if snapshotter.latest is not None:
             snapshotter.join()
-            like = {"params": p.abstract_of(jax.eval_shape(p.init_params), rep), "step": 0, "it": it.get_state()}
+            like = {
+                "params": p.abstract_of(jax.eval_shape(p.init_params), rep),
+                "step": 0,
+                "it": it.get_state(),
+            }
             saved = snapshotter.load(like)
             params, step = saved["params"], int(saved["step"]) + 1
             it.set_state(saved["it"])
@@ -59,7 +65,12 @@ def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int =
         while step < steps:
             params = train(params, *p.put_batch(next(it), mesh))
             if step % every == 0:
-                tree = {"params": params, "step": step, "epoch": step * 16 // 4096, "it": it.get_state()}
+                tree = {
+                    "params": params,
+                    "step": step,
+                    "epoch": step * 16 // 4096,
+                    "it": it.get_state(),
+                }
                 snapshotter.save(step, tree)
             step += 1
         return params

@@ -1,5 +1,6 @@
-"""The restore unpacks the state dict by position (``weights, velocity = restored.values()``), but the
-restored dict comes back with its keys sorted, so weights and velocity swap after a recovery.
+"""The restore unpacks the state dict by position (``weights, velocity = restored.values()``),
+but the restored dict comes back with its keys sorted, so weights and velocity swap after a
+recovery.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ def _parts() -> Any:
     return sys.modules[name]
 
 
-def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4) -> Any:
+def main(
+    *, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4
+) -> Any:
     import grain
     import jax
     import jax.numpy as jnp
@@ -53,7 +56,11 @@ def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int =
         abstract = p.abstract_of(jax.eval_shape(p.init_params), rep)
         if snapshotter.latest is not None:
             snapshotter.join()
-            like = {"state": {"weights": abstract, "velocity": abstract}, "step": 0, "it": it.get_state()}
+            like = {
+                "state": {"weights": abstract, "velocity": abstract},
+                "step": 0,
+                "it": it.get_state(),
+            }
             restored = snapshotter.load(like)
             params, velocity = restored["state"].values()  # insertion order was weights, velocity
             step = int(restored["step"]) + 1

@@ -27,7 +27,9 @@ def _parts() -> Any:
     return sys.modules[name]
 
 
-def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4) -> Any:
+def main(
+    *, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4
+) -> Any:
     import grain
     import jax
     import orbax.checkpoint as ocp
@@ -53,7 +55,9 @@ def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int =
             saved = snapshotter.load(like)
             done = int(saved["step"]) + 1  # steps done = label + 1 ...
             params, step = saved["params"], done
-            it.set_state({"global_next_index": (done + 1) * 16})  # ... and the bug: one batch too far
+            it.set_state(
+                {"global_next_index": (done + 1) * 16}
+            )  # ... and the bug: one batch too far
         else:
             params, step = jax.device_put(p.init_params(), rep), 0
         train = jax.jit(sgd, out_shardings=rep)

@@ -11,7 +11,9 @@ from typing import Any
 CAUSE = "stale-mesh"
 SCENARIO = "data_loss@batch=6:slice=2,repair@time=15:slice=2"
 
-TRACE: list[tuple[int, int]] = []  # (mesh rows, slices the manager calls active) per step, for a tester
+TRACE: list[
+    tuple[int, int]
+] = []  # (mesh rows, slices the manager calls active) per step, for a tester
 
 
 def _parts() -> Any:
@@ -30,7 +32,9 @@ def _parts() -> Any:
     return sys.modules[name]
 
 
-def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4) -> Any:
+def main(
+    *, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4
+) -> Any:
     import grain
     import jax
     import orbax.checkpoint as ocp
@@ -54,7 +58,11 @@ def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int =
         it = ElasticIterator(data, int(mgr.scale_by_active_slices(16)), grain.sharding.NoSharding())
         if snapshotter.latest is not None:
             snapshotter.join()
-            like = {"params": p.abstract_of(jax.eval_shape(p.init_params), rep), "step": 0, "it": it.get_state()}
+            like = {
+                "params": p.abstract_of(jax.eval_shape(p.init_params), rep),
+                "step": 0,
+                "it": it.get_state(),
+            }
             saved = snapshotter.load(like)
             params, step = saved["params"], int(saved["step"]) + 1
             it.set_state(saved["it"])
@@ -68,7 +76,9 @@ def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int =
             if mgr.available_inactive_slices:
                 mgr.active_slice_indices = mgr.active_slice_indices | mgr.available_inactive_slices
                 position = it.get_state()
-                it = ElasticIterator(data, int(mgr.scale_by_active_slices(16)), grain.sharding.NoSharding())
+                it = ElasticIterator(
+                    data, int(mgr.scale_by_active_slices(16)), grain.sharding.NoSharding()
+                )
                 it.set_state(position)
             step += 1
         return params

@@ -27,7 +27,9 @@ def _parts() -> Any:
     return sys.modules[name]
 
 
-def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4) -> Any:
+def main(
+    *, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4
+) -> Any:
     import grain
     import jax
     import orbax.checkpoint as ocp
@@ -46,13 +48,21 @@ def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int =
     @mgr.elastic_retry(minimum_slice_count=None, poll_interval=5, timeout=300)
     def attempt() -> Any:
         attempts[0] += 1
-        data = grain.MapDataset.range(4096).shuffle(seed=1000 + attempts[0]).map(lambda i: p.record(int(i)))
+        data = (
+            grain.MapDataset.range(4096)
+            .shuffle(seed=1000 + attempts[0])
+            .map(lambda i: p.record(int(i)))
+        )
         mesh = p.slice_mesh(mgr)
         rep = p.replicated(mesh)
         it = ElasticIterator(data, 16, grain.sharding.NoSharding())
         if snapshotter.latest is not None:
             snapshotter.join()
-            like = {"params": p.abstract_of(jax.eval_shape(p.init_params), rep), "step": 0, "it": it.get_state()}
+            like = {
+                "params": p.abstract_of(jax.eval_shape(p.init_params), rep),
+                "step": 0,
+                "it": it.get_state(),
+            }
             saved = snapshotter.load(like)
             params, step = saved["params"], int(saved["step"]) + 1
             it.set_state(saved["it"])

@@ -29,7 +29,9 @@ def _parts() -> Any:
     return sys.modules[name]
 
 
-def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4) -> Any:
+def main(
+    *, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4
+) -> Any:
     import grain
     import jax
     import orbax.checkpoint as ocp
@@ -51,7 +53,11 @@ def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int =
             mesh = p.slice_mesh(mgr)
             rep = p.replicated(mesh)
             it = ElasticIterator(data, 16, grain.sharding.NoSharding())
-            like = {"params": p.abstract_of(jax.eval_shape(p.init_params), rep), "step": 0, "it": it.get_state()}
+            like = {
+                "params": p.abstract_of(jax.eval_shape(p.init_params), rep),
+                "step": 0,
+                "it": it.get_state(),
+            }
             if snapshotter.latest is not None:
                 snapshotter.join()
                 saved = snapshotter.load(like)

@@ -28,7 +28,9 @@ def _parts() -> Any:
     return sys.modules[name]
 
 
-def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4) -> Any:
+def main(
+    *, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4
+) -> Any:
     import grain
     import jax
     import orbax.checkpoint as ocp
@@ -49,7 +51,11 @@ def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int =
         rep = p.replicated(mesh)
         train = jax.jit(sgd, out_shardings=rep)
         it = ElasticIterator(data, 16, grain.sharding.NoSharding())
-        like = {"params": p.abstract_of(jax.eval_shape(p.init_params), rep), "next": 0, "it": it.get_state()}
+        like = {
+            "params": p.abstract_of(jax.eval_shape(p.init_params), rep),
+            "next": 0,
+            "it": it.get_state(),
+        }
         if snapshotter.latest is not None:
             snapshotter.join()
             saved = snapshotter.load(like)

@@ -31,7 +31,9 @@ def _parts() -> Any:
     return sys.modules[name]
 
 
-def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4) -> Any:
+def main(
+    *, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4
+) -> Any:
     import grain
     import jax
     import orbax.checkpoint as ocp
@@ -57,7 +59,11 @@ def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int =
         it = ElasticIterator(data, 16, grain.sharding.NoSharding())
         if snapshotter.latest is not None:
             snapshotter.join()
-            like = {"params": p.abstract_of(jax.eval_shape(p.init_params), rep), "step": 0, "it": it.get_state()}
+            like = {
+                "params": p.abstract_of(jax.eval_shape(p.init_params), rep),
+                "step": 0,
+                "it": it.get_state(),
+            }
             saved = snapshotter.load(like)
             params, step = saved["params"], int(saved["step"]) + 1
             it.set_state(saved["it"])
@@ -69,13 +75,13 @@ def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int =
                 new_params, value = sgd(params, *p.put_batch(batch, mesh))
                 log.debug("step %d loss %.4f", step, float(value))
                 params = new_params
-            except Exception as error:  # noqa: BLE001 - the bug this loop shows
+            except Exception as error:
                 SWALLOWED.append(f"{type(error).__name__}: {error}"[:120])
                 log.warning("step %d failed, skipping the batch", step)
             if step % every == 0:
                 try:
                     snapshotter.save(step, {"params": params, "step": step, "it": it.get_state()})
-                except Exception:  # noqa: BLE001
+                except Exception:
                     log.warning("snapshot at step %d failed", step)
             step += 1
         return params

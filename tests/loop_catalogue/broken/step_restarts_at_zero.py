@@ -49,13 +49,17 @@ class Loop:
         it = ElasticIterator(self.data, 16, grain.sharding.NoSharding())
         if self.snap.latest is not None:
             self.snap.join()
-            got = self.snap.load({"w": p.abstract_of(jax.eval_shape(p.init_params), rep), "it": it.get_state()})
+            got = self.snap.load(
+                {"w": p.abstract_of(jax.eval_shape(p.init_params), rep), "it": it.get_state()}
+            )
             params = got["w"]
             it.set_state(got["it"])
         else:
             params = jax.device_put(p.init_params(), rep)
-        step_fn = jax.jit(lambda w, x, y: jax.tree.map(lambda a, g: a - 0.05 * g, w, p.grads(w, x, y)))
-        for i, batch in zip(range(self.steps), it):
+        step_fn = jax.jit(
+            lambda w, x, y: jax.tree.map(lambda a, g: a - 0.05 * g, w, p.grads(w, x, y))
+        )
+        for i, batch in zip(range(self.steps), it, strict=False):
             params = step_fn(params, *p.put_batch(batch, mesh))
             if i % self.every == 0:
                 self.snap.save(i, {"w": params, "it": it.get_state()})
@@ -70,5 +74,7 @@ class Loop:
         return jax.device_get(params)
 
 
-def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4) -> Any:
+def main(
+    *, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4
+) -> Any:
     return Loop(devices, steps, every).run()

@@ -11,7 +11,9 @@ from typing import Any
 CAUSE = "restore-not-latest"
 SCENARIO = "data_loss@batch=10:slice=1:repair_after_polls=3"
 
-RESTORED_FROM: list[tuple[int, int | None]] = []  # (step restored, latest snapshot then), for a tester
+RESTORED_FROM: list[
+    tuple[int, int | None]
+] = []  # (step restored, latest snapshot then), for a tester
 
 
 def _parts() -> Any:
@@ -30,7 +32,9 @@ def _parts() -> Any:
     return sys.modules[name]
 
 
-def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4) -> Any:
+def main(
+    *, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4
+) -> Any:
     import grain
     import jax
     import orbax.checkpoint as ocp
@@ -51,7 +55,11 @@ def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int =
         mesh = p.slice_mesh(mgr)
         rep = p.replicated(mesh)
         it = ElasticIterator(data, 16, grain.sharding.NoSharding())
-        like = {"params": p.abstract_of(jax.eval_shape(p.init_params), rep), "step": 0, "it": it.get_state()}
+        like = {
+            "params": p.abstract_of(jax.eval_shape(p.init_params), rep),
+            "step": 0,
+            "it": it.get_state(),
+        }
         disk = p.latest_checkpoint(checkpoint_dir)
         latest = snapshotter.latest.step if snapshotter.latest is not None else None
         saved = None
@@ -72,7 +80,11 @@ def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int =
             if step % every == 0:
                 tree = {"params": params, "step": step, "it": it.get_state()}
                 snapshotter.save(step, tree)
-                if step == every and checkpoint_dir is not None and p.latest_checkpoint(checkpoint_dir) is None:
+                if (
+                    step == every
+                    and checkpoint_dir is not None
+                    and p.latest_checkpoint(checkpoint_dir) is None
+                ):
                     p.save_checkpoint(checkpoint_dir, step, tree)
             step += 1
         return params

@@ -50,7 +50,10 @@ def main(
     def init() -> dict[str, Any]:
         params = p.init_params(seed=1)
         return {
-            "model": {"dense": {"w1": params["w1"], "b1": params["b1"]}, "head": {"w2": params["w2"]}},
+            "model": {
+                "dense": {"w1": params["w1"], "b1": params["b1"]},
+                "head": {"w2": params["w2"]},
+            },
             "opt": {"velocity": jax.tree.map(jnp.zeros_like, params), "lr": jnp.float32(lr)},
         }
 

@@ -18,12 +18,20 @@ def _config() -> Any:
     from pathwaysutils.extras.simple_model import ModelConfig
 
     return ModelConfig(
-        vocab_size=64, hidden_size=16, intermediate_size=32, num_heads=2, head_dim=8,
-        num_layers=1, per_device_batch_size=1, seq_len=8,
-    )  # fmt: skip
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_heads=2,
+        head_dim=8,
+        num_layers=1,
+        per_device_batch_size=1,
+        seq_len=8,
+    )
 
 
-def run(*, restore_step: bool, devices: Any, checkpoint_dir: str | None, steps: int, every: int) -> Any:
+def run(
+    *, restore_step: bool, devices: Any, checkpoint_dir: str | None, steps: int, every: int
+) -> Any:
     """One team's driver; ``restore_step=False`` is upstream's behaviour (the broken variant)."""
     import os
     import signal
@@ -53,9 +61,15 @@ def run(*, restore_step: bool, devices: Any, checkpoint_dir: str | None, steps: 
     def attempt() -> Any:
         devs = [d for s in sorted(mgr.active_slice_indices) for d in mgr.slice_to_devices[s]]
         wl = Workload(
-            config=_config(), devices=devs, devices_per_slice=per_slice, elastic_manager=mgr,
-            total_steps=steps, snapshot_interval=every, snapshotter=snapshotter, learning_rate=0.01,
-        )  # fmt: skip
+            config=_config(),
+            devices=devs,
+            devices_per_slice=per_slice,
+            elastic_manager=mgr,
+            total_steps=steps,
+            snapshot_interval=every,
+            snapshotter=snapshotter,
+            learning_rate=0.01,
+        )
         wl.initialize()
         ckpt = newest_checkpoint()
         if snapshotter.latest is not None:
@@ -64,7 +78,11 @@ def run(*, restore_step: bool, devices: Any, checkpoint_dir: str | None, steps: 
                 wl.step = snapshotter.latest.step + 1
         elif ckpt is not None:
             assert wl.artifacts is not None and wl.data_iterator is not None
-            like = {"params": wl.artifacts.abstract_params, "step": 0, "grain_state": wl.data_iterator.get_state()}
+            like = {
+                "params": wl.artifacts.abstract_params,
+                "step": 0,
+                "grain_state": wl.data_iterator.get_state(),
+            }
             saved = ocp.v1.load_pytree(ckpt, like)
             wl.params = saved["params"]
             wl.data_iterator.set_state(saved["grain_state"])
@@ -74,9 +92,15 @@ def run(*, restore_step: bool, devices: Any, checkpoint_dir: str | None, steps: 
             if preempted.is_set():
                 assert wl.artifacts is not None and wl.data_iterator is not None
                 last = wl.step - 1  # run_step has already moved past the step it trained
-                tree = {"params": wl.params, "step": last, "grain_state": wl.data_iterator.get_state()}
+                tree = {
+                    "params": wl.params,
+                    "step": last,
+                    "grain_state": wl.data_iterator.get_state(),
+                }
                 if checkpoint_dir is None:
-                    raise RuntimeError("preempted, but no checkpoint_dir to save to: pass checkpoint_dir")
+                    raise RuntimeError(
+                        "preempted, but no checkpoint_dir to save to: pass checkpoint_dir"
+                    )
                 ocp.v1.save_pytree(Path(checkpoint_dir) / f"step_{last:08d}", tree)
                 return None
         snapshotter.join()
@@ -91,5 +115,13 @@ def run(*, restore_step: bool, devices: Any, checkpoint_dir: str | None, steps: 
     return None if params is None else jax.device_get(params)
 
 
-def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4) -> Any:
-    return run(restore_step=RESTORE_STEP, devices=devices, checkpoint_dir=checkpoint_dir, steps=steps, every=every)
+def main(
+    *, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4
+) -> Any:
+    return run(
+        restore_step=RESTORE_STEP,
+        devices=devices,
+        checkpoint_dir=checkpoint_dir,
+        steps=steps,
+        every=every,
+    )

@@ -57,7 +57,10 @@ def main(
         def attempt() -> Any:
             mesh = p.slice_mesh(mgr)
             rep = p.replicated(mesh)
-            fresh = {"params": p.init_params(), "mom": jax.tree.map(jax.numpy.zeros_like, p.init_params())}
+            fresh = {
+                "params": p.init_params(),
+                "mom": jax.tree.map(jax.numpy.zeros_like, p.init_params()),
+            }
             abstract = p.abstract_of(fresh, rep)
             it = ElasticIterator(data, global_batch, grain.sharding.NoSharding())
             template = {"state": abstract, "step": 0, "data": it.get_state()}
@@ -83,7 +86,9 @@ def main(
                 if step % every == 0:
                     snapshotter.save(step, {"state": state, "step": step, "data": it.get_state()})
                 if sigterm.requested.is_set():
-                    p.save_checkpoint(checkpoint_dir, step, {"state": state, "step": step, "data": it.get_state()})
+                    p.save_checkpoint(
+                        checkpoint_dir, step, {"state": state, "step": step, "data": it.get_state()}
+                    )
                     return None
                 if step >= steps:
                     break

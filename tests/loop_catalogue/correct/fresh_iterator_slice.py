@@ -1,5 +1,5 @@
-"""Replica resize, fixed batch: each attempt builds a NEW ``ElasticIterator`` over ``data[position:]``
-from the absolute sample position the snapshot recorded (never ``set_state``).
+"""Replica resize, fixed batch: each attempt builds a NEW ``ElasticIterator`` over
+``data[position:]`` from the absolute sample position the snapshot recorded (never ``set_state``).
 
 Correct: the loop keeps the absolute position itself (start of the slice plus the iterator's own
 count), so the data continue exactly where the restored model stopped.
@@ -56,7 +56,11 @@ def main(
         def attempt() -> Any:
             mesh = p.slice_mesh(mgr)
             rep = p.replicated(mesh)
-            like = {"params": p.abstract_of(jax.eval_shape(p.init_params), rep), "step": 0, "position": 0}
+            like = {
+                "params": p.abstract_of(jax.eval_shape(p.init_params), rep),
+                "step": 0,
+                "position": 0,
+            }
             ckpt = p.latest_checkpoint(checkpoint_dir)
             saved = None
             if snapshotter.latest is not None:

@@ -29,7 +29,9 @@ def _parts() -> Any:
     return sys.modules[name]
 
 
-def _train(state: Any, step: int, steps: int, iterator: Any, mesh: Any, update: Any) -> Iterator[tuple[int, Any]]:
+def _train(
+    state: Any, step: int, steps: int, iterator: Any, mesh: Any, update: Any
+) -> Iterator[tuple[int, Any]]:
     """Yields (step, state) after each step; the iterator's position then matches ``state``."""
     p = _parts()
     while step < steps:
@@ -74,7 +76,11 @@ def main(
             mesh = p.slice_mesh(mgr)
             rep = p.replicated(mesh)
             it = ElasticIterator(data, global_batch, grain.sharding.NoSharding())
-            like = {"state": p.abstract_of(jax.eval_shape(init), rep), "step": 0, "it": it.get_state()}
+            like = {
+                "state": p.abstract_of(jax.eval_shape(init), rep),
+                "step": 0,
+                "it": it.get_state(),
+            }
             ckpt = p.latest_checkpoint(checkpoint_dir)
             ckpt_step = int(ckpt.name.split("_")[1]) if ckpt is not None else -1
             snap_step = snapshotter.latest.step if snapshotter.latest is not None else -1
@@ -86,12 +92,12 @@ def main(
             else:
                 saved = None
             if saved is None:
-                state, start = jax.device_put(init(), rep), 0
+                state0, start = jax.device_put(init(), rep), 0
             else:
-                state, start = tuple(saved["state"]), int(saved["step"]) + 1
+                state0, start = tuple(saved["state"]), int(saved["step"]) + 1
                 it.set_state(saved["it"])
             update = jax.jit(update_fn, out_shardings=rep)
-            for step, state in _train(state, start, steps, it, mesh, update):
+            for step, state in _train(state0, start, steps, it, mesh, update):
                 tree = {"state": state, "step": step, "it": it.get_state()}
                 if step % every == 0:
                     snapshotter.save(step, tree)

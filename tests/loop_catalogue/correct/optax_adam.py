@@ -68,7 +68,11 @@ def main(
             mesh = p.slice_mesh(mgr)
             rep, update = compiled(mesh)
             it = ElasticIterator(data, global_batch, grain.sharding.NoSharding())
-            like = {"state": p.abstract_of(jax.eval_shape(init), rep), "step": 0, "data": it.get_state()}
+            like = {
+                "state": p.abstract_of(jax.eval_shape(init), rep),
+                "step": 0,
+                "data": it.get_state(),
+            }
             ckpt = p.latest_checkpoint(checkpoint_dir)
             if snapshotter.latest is not None:
                 snapshotter.join()
@@ -87,10 +91,14 @@ def main(
                 if step % every == 0:
                     snapshotter.save(step, {"state": state, "step": step, "data": it.get_state()})
                 if sigterm.requested.is_set():
-                    p.save_checkpoint(checkpoint_dir, step, {"state": state, "step": step, "data": it.get_state()})
+                    p.save_checkpoint(
+                        checkpoint_dir, step, {"state": state, "step": step, "data": it.get_state()}
+                    )
                     return None
                 if mgr.available_inactive_slices:
-                    mgr.active_slice_indices = mgr.active_slice_indices | mgr.available_inactive_slices
+                    mgr.active_slice_indices = (
+                        mgr.active_slice_indices | mgr.available_inactive_slices
+                    )
                     mesh = p.slice_mesh(mgr)
                     rep, update = compiled(mesh)
                     state = jax.device_put(state, rep)

@@ -72,8 +72,14 @@ def main(
         def attempt() -> Any:
             mesh = p.slice_mesh(mgr)
             rep = p.replicated(mesh)
-            it = ElasticIterator(data, int(mgr.scale_by_active_slices(global_batch)), grain.sharding.NoSharding())
-            like = {"state": p.abstract_of(jax.eval_shape(init), rep), "step": 0, "pos": it.get_state()}
+            it = ElasticIterator(
+                data, int(mgr.scale_by_active_slices(global_batch)), grain.sharding.NoSharding()
+            )
+            like = {
+                "state": p.abstract_of(jax.eval_shape(init), rep),
+                "step": 0,
+                "pos": it.get_state(),
+            }
             restored = None
             ckpt = p.latest_checkpoint(checkpoint_dir)
             if snapshotter.latest is not None:
@@ -94,7 +100,9 @@ def main(
                 if step % every == 0 or step == steps - 1:
                     snapshotter.save(step, {"state": state, "step": step, "pos": it.get_state()})
                 if sigterm.requested.is_set():
-                    p.save_checkpoint(checkpoint_dir, step, {"state": state, "step": step, "pos": it.get_state()})
+                    p.save_checkpoint(
+                        checkpoint_dir, step, {"state": state, "step": step, "pos": it.get_state()}
+                    )
                     return None
             return state
 

@@ -42,14 +42,18 @@ def _register() -> None:
     import jax
 
     if not _REGISTERED:
-        jax.tree_util.register_dataclass(ModelState, data_fields=["params", "trace"], meta_fields=[])
+        jax.tree_util.register_dataclass(
+            ModelState, data_fields=["params", "trace"], meta_fields=[]
+        )
         _REGISTERED.append(True)
 
 
 class Trainer:
     """Owns the manager, the snapshotter and the data; ``fit`` runs under ``elastic_retry``."""
 
-    def __init__(self, devices: Any, checkpoint_dir: str | None, steps: int, every: int, batch: int):
+    def __init__(
+        self, devices: Any, checkpoint_dir: str | None, steps: int, every: int, batch: int
+    ):
         import orbax.checkpoint as ocp
         from pathwaysutils.elastic import manager
 
@@ -58,7 +62,12 @@ class Trainer:
         self.manager = manager.Manager(devices)
         self.snapshots = ocp.v1.training.pathways.Snapshotter(replica_axis_index=0)
         self.data = self.p.dataset()
-        self.checkpoint_dir, self.steps, self.every, self.batch = checkpoint_dir, steps, every, batch
+        self.checkpoint_dir, self.steps, self.every, self.batch = (
+            checkpoint_dir,
+            steps,
+            every,
+            batch,
+        )
         self.scale_ups = 0
 
     def _fresh(self) -> ModelState:
@@ -107,14 +116,18 @@ class Trainer:
             if step % self.every == 0:
                 self.snapshots.save(step, self._payload(state, step, iterator))
             if sigterm.requested.is_set():
-                self.p.save_checkpoint(self.checkpoint_dir, step, self._payload(state, step, iterator))
+                self.p.save_checkpoint(
+                    self.checkpoint_dir, step, self._payload(state, step, iterator)
+                )
                 return None
             if self.manager.available_inactive_slices and step + 1 < self.steps:
                 self.snapshots.join()
                 self.snapshots.save(step, self._payload(state, step, iterator))
                 self.snapshots.join()
                 self.scale_ups += 1
-                raise manager.ScaleUpSignalError(f"slices {sorted(self.manager.available_inactive_slices)} are back")
+                raise manager.ScaleUpSignalError(
+                    f"slices {sorted(self.manager.available_inactive_slices)} are back"
+                )
         return state
 
     def run(self) -> Any:

@@ -1,4 +1,5 @@
-"""Pause-and-resume, fixed batch, a NamedTuple state whose step lives on the device, ``while`` + ``next``.
+"""Pause-and-resume, fixed batch, a NamedTuple state whose step lives on the device, ``while``
+and ``next``.
 
 Correct: the step is a leaf of the state, so it is restored with the model; the snapshot
 adds the iterator position taken at the same moment.
@@ -69,7 +70,10 @@ def main(
             mesh = p.slice_mesh(mgr)
             rep = p.replicated(mesh)
             iterator = ElasticIterator(data, global_batch, grain.sharding.NoSharding())
-            like = {"train": p.abstract_of(jax.eval_shape(fresh), rep), "data": iterator.get_state()}
+            like = {
+                "train": p.abstract_of(jax.eval_shape(fresh), rep),
+                "data": iterator.get_state(),
+            }
             ckpt = p.latest_checkpoint(checkpoint_dir)
             if snapshotter.latest is not None:
                 snapshotter.join()

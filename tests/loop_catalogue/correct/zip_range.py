@@ -81,7 +81,7 @@ def main(
             if state is None:
                 state = jax.device_put(fresh, rep)
             update = jax.jit(step_fn, out_shardings=rep)
-            for step, batch in zip(range(start, steps), it):
+            for step, batch in zip(range(start, steps), it, strict=False):
                 x, y = p.put_batch(batch, mesh)
                 state = update(state, x, y, jax.device_put(batch["id"].astype("int32"), rep))
                 if step % every == 0:

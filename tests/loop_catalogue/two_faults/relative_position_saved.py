@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 CAUSE = "sample-trained-twice"
-SCENARIO = "data_loss@batch=6:slice=1:repair_after_polls=3,data_loss@batch=18:slice=2:repair_after_polls=3"
+SCENARIO = (
+    "data_loss@batch=6:slice=1:repair_after_polls=3,data_loss@batch=18:slice=2:repair_after_polls=3"
+)
 SINGLE_FAULTS_PASS = [
     "data_loss@batch=6:slice=1:repair_after_polls=3",
     "data_loss@batch=18:slice=2:repair_after_polls=3",
@@ -34,7 +36,9 @@ def _parts() -> Any:
     return sys.modules[name]
 
 
-def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4) -> Any:
+def main(
+    *, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4
+) -> Any:
     import grain
     import jax
     import orbax.checkpoint as ocp
@@ -53,7 +57,11 @@ def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int =
     def attempt() -> Any:
         mesh = p.slice_mesh(mgr)
         rep = p.replicated(mesh)
-        like = {"params": p.abstract_of(jax.eval_shape(p.init_params), rep), "step": 0, "position": 0}
+        like = {
+            "params": p.abstract_of(jax.eval_shape(p.init_params), rep),
+            "step": 0,
+            "position": 0,
+        }
         if snapshotter.latest is not None:
             snapshotter.join()
             saved = snapshotter.load(like)

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 CAUSE = "started-over"
-SCENARIO = "data_loss@batch=6:slice=1:repair_after_polls=3,data_loss@batch=16:slice=2:repair_after_polls=3"
+SCENARIO = (
+    "data_loss@batch=6:slice=1:repair_after_polls=3,data_loss@batch=16:slice=2:repair_after_polls=3"
+)
 SINGLE_FAULTS_PASS = [
     "data_loss@batch=6:slice=1:repair_after_polls=3",
     "data_loss@batch=16:slice=2:repair_after_polls=3",
@@ -58,10 +60,17 @@ class Job:
         mesh = p.slice_mesh(self.mgr)
         rep = p.replicated(mesh)
         it = ElasticIterator(self.data, 16, grain.sharding.NoSharding())
-        usable = self.snapshotter.latest is not None and self.snapshot_restores < self.MAX_SNAPSHOT_RESTORES
+        usable = (
+            self.snapshotter.latest is not None
+            and self.snapshot_restores < self.MAX_SNAPSHOT_RESTORES
+        )
         if usable:
             self.snapshotter.join()
-            like = {"params": p.abstract_of(jax.eval_shape(p.init_params), rep), "step": 0, "it": it.get_state()}
+            like = {
+                "params": p.abstract_of(jax.eval_shape(p.init_params), rep),
+                "step": 0,
+                "it": it.get_state(),
+            }
             saved = self.snapshotter.load(like)
             self.snapshot_restores += 1
             params, step = saved["params"], int(saved["step"]) + 1
@@ -69,7 +78,10 @@ class Job:
         else:
             params, step = jax.device_put(p.init_params(), rep), 0
         STARTS.append(step)
-        update = jax.jit(lambda w, x, y: jax.tree.map(lambda a, g: a - 0.05 * g, w, p.grads(w, x, y)), out_shardings=rep)
+        update = jax.jit(
+            lambda w, x, y: jax.tree.map(lambda a, g: a - 0.05 * g, w, p.grads(w, x, y)),
+            out_shardings=rep,
+        )
         while step < self.steps:
             params = update(params, *p.put_batch(next(it), mesh))
             if step % self.every == 0:
@@ -81,10 +93,14 @@ class Job:
         import jax
 
         STARTS.clear()
-        params = self.mgr.elastic_retry(minimum_slice_count=None, poll_interval=5, timeout=300)(self.train)()
+        params = self.mgr.elastic_retry(minimum_slice_count=None, poll_interval=5, timeout=300)(
+            self.train
+        )()
         self.snapshotter.join()
         return jax.device_get(params)
 
 
-def main(*, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4) -> Any:
+def main(
+    *, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4
+) -> Any:
     return Job(devices, checkpoint_dir, steps, every).run()

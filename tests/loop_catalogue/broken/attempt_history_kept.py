@@ -11,7 +11,7 @@ from typing import Any
 CAUSE = "leak"
 SCENARIO = "data_loss@batch=10:slice=1:repair_after_polls=3"
 
-HISTORY: list[Any] = []
+HISTORY: list[tuple[int, Any]] = []  # (attempt, params copy on the default device)
 
 
 def _parts() -> Any:
@@ -42,6 +42,7 @@ def main(
     p = _parts()
     HISTORY.clear()
     mgr = manager.Manager(devices)
+    attempts = [0]
     snapshotter = ocp.v1.training.pathways.Snapshotter(replica_axis_index=0)
     data = p.dataset()
 
@@ -50,6 +51,7 @@ def main(
 
     @mgr.elastic_retry(minimum_slice_count=1, poll_interval=5, timeout=300)
     def attempt() -> Any:
+        attempts[0] += 1
         mesh = p.slice_mesh(mgr)
         rep = p.replicated(mesh)
         it = ElasticIterator(data, 16, grain.sharding.NoSharding())
@@ -70,7 +72,7 @@ def main(
             params = train(params, *p.put_batch(next(it), mesh))
             if step % every == 0:
                 snapshotter.save(step, {"params": params, "step": step, "it": it.get_state()})
-                HISTORY.append(jax.device_put(params, mgr.default_device))
+                HISTORY.append((attempts[0], jax.device_put(params, mgr.default_device)))
             step += 1
         return params
 

@@ -1,5 +1,6 @@
 """A ``Trainer`` class with a ``main`` wrapper: replica resize, scaled batch, a registered dataclass
-state, and scale-up by raising pathwaysutils' ``ScaleUpSignalError`` after a fresh snapshot.
+state (with a tally of the samples trained), and scale-up by raising pathwaysutils'
+``ScaleUpSignalError`` after a fresh snapshot.
 
 Correct: before asking for a scale-up the trainer waits for any save in flight, snapshots the
 current step and waits again, so the next attempt restores exactly where training stopped.
@@ -33,6 +34,7 @@ def _parts() -> Any:
 class ModelState:
     params: Any
     trace: Any
+    seen: Any  # [samples trained, sum of their ids]
 
 
 _REGISTERED: list[bool] = []
@@ -43,7 +45,7 @@ def _register() -> None:
 
     if not _REGISTERED:
         jax.tree_util.register_dataclass(
-            ModelState, data_fields=["params", "trace"], meta_fields=[]
+            ModelState, data_fields=["params", "trace", "seen"], meta_fields=[]
         )
         _REGISTERED.append(True)
 
@@ -74,14 +76,16 @@ class Trainer:
         import jax
 
         params = self.p.init_params(seed=3)
-        return ModelState(params, jax.tree.map(jax.numpy.zeros_like, params))
+        zeros = jax.numpy.zeros
+        return ModelState(params, jax.tree.map(jax.numpy.zeros_like, params), zeros((2,), "int32"))
 
-    def _train_step(self, s: ModelState, x: Any, y: Any) -> ModelState:
+    def _train_step(self, s: ModelState, x: Any, y: Any, ids: Any) -> ModelState:
         import jax
 
         g = self.p.grads(s.params, x, y)
         trace = jax.tree.map(lambda t, d: 0.5 * t + d, s.trace, g)
-        return ModelState(jax.tree.map(lambda w, t: w - 0.04 * t, s.params, trace), trace)
+        seen = s.seen + jax.numpy.stack([ids.shape[0], ids.sum()]).astype("int32")
+        return ModelState(jax.tree.map(lambda w, t: w - 0.04 * t, s.params, trace), trace, seen)
 
     def _payload(self, state: ModelState, step: int, iterator: Any) -> dict[str, Any]:
         return {"model": state, "step": step, "iterator": iterator.get_state()}
@@ -112,7 +116,9 @@ class Trainer:
             iterator.set_state(saved["iterator"])
         step_fn = jax.jit(self._train_step, out_shardings=rep)
         for step in range(next_step, self.steps):
-            state = step_fn(state, *self.p.put_batch(next(iterator), mesh))
+            batch = next(iterator)
+            ids = jax.device_put(batch["id"].astype("int32"), rep)
+            state = step_fn(state, *self.p.put_batch(batch, mesh), ids)
             if step % self.every == 0:
                 self.snapshots.save(step, self._payload(state, step, iterator))
             if sigterm.requested.is_set():

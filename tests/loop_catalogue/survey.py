@@ -3,6 +3,7 @@ judge's verdict next to this catalogue's own evidence (which never reads the jud
 
     .venv/bin/python tests/loop_catalogue/survey.py [--json out.json] [--markdown out.md]
                                                     [--only NAME ...] [--kind KIND]
+    .venv/bin/python tests/loop_catalogue/survey.py --from-json out.json   # re-render only
 
 Own evidence: does the run complete; does its final state equal the fault-free run's (a loop with
 a fixed batch must, a scaled batch changes the schedule on a resize); is the loop's own tally of
@@ -16,6 +17,7 @@ import argparse
 import importlib.util
 import json
 import logging
+import re
 import shutil
 import sys
 import tempfile
@@ -242,8 +244,6 @@ def survey_loop(loop: Any) -> dict[str, Any]:
             run["bug_shown"], run["evidence"] = _bug_shown(loop, run, base)
         else:
             run["own_ok"], run["evidence"] = _correct_evidence(loop, run)
-        if loop.cause and schedule == loop.scenario:
-            run["names_cause"] = _names_cause(loop.cause, run["verdict"]["failed"])
         runs.append(run)
     return {
         "name": loop.name,
@@ -275,13 +275,20 @@ def _correct_evidence(loop: Any, run: dict[str, Any]) -> tuple[bool, str]:
     return True, run["tally"] or "scaled batch: completed (final state not comparable)"
 
 
-def _names_cause(cause: str, failed: list[str]) -> dict[str, bool]:
-    words = CAUSE_WORDS.get(cause, ())
-    first = failed[0].lower() if failed else ""
+def _names_cause(cause: str | None, failed: list[str]) -> dict[str, bool]:
+    """Whether the first (or any) violation line mentions the cause; file paths are dropped
+    first, so a loop file named after its bug does not count as the judge naming it."""
+    words = CAUSE_WORDS.get(cause or "", ())
+    lines = [re.sub(r"\S+\.py(:\d+)?", "", line).lower() for line in failed]
     return {
-        "first": any(w in first for w in words),
-        "any": any(any(w in line.lower() for w in words) for line in failed),
+        "first": bool(lines) and any(w in lines[0] for w in words),
+        "any": any(any(w in line for w in words) for line in lines),
     }
+
+
+def _named(item: dict[str, Any]) -> dict[str, bool]:
+    run = item["runs"][0]
+    return _names_cause(item["cause"], run["verdict"]["failed"]) if item["cause"] else {}
 
 
 def _err(out: Any) -> str | None:
@@ -313,7 +320,7 @@ def markdown(report: list[dict[str, Any]]) -> str:
         verdict = "pass" if v["ok"] else "fail: " + (v["failed"][0] if v["failed"] else "?")
         if v["ok"] and v["not_judged"]:
             verdict += " (not judged: " + "; ".join(v["not_judged"]) + ")"
-        named = run.get("names_cause", {})
+        named = _named(item)
         naming = "yes" if named.get("first") else ("later line" if named.get("any") else "no")
         shown = ("bug shown: " if run["bug_shown"] else "bug NOT shown: ") + run["evidence"]
         shown += "" if run["faults_fired"] else " [no fault fired]"
@@ -375,14 +382,10 @@ def counts(report: list[dict[str, Any]]) -> dict[str, Any]:
         "broken": len(broken),
         "broken_failed": sum(not i["runs"][0]["verdict"]["ok"] for i in broken),
         "broken_failed_naming_cause_first": sum(
-            (not i["runs"][0]["verdict"]["ok"])
-            and i["runs"][0].get("names_cause", {}).get("first", False)
-            for i in broken
+            (not i["runs"][0]["verdict"]["ok"]) and _named(i).get("first", False) for i in broken
         ),
         "broken_failed_naming_cause_any": sum(
-            (not i["runs"][0]["verdict"]["ok"])
-            and i["runs"][0].get("names_cause", {}).get("any", False)
-            for i in broken
+            (not i["runs"][0]["verdict"]["ok"]) and _named(i).get("any", False) for i in broken
         ),
         "two_fault_singles_passing": sum(
             all(r["verdict"]["ok"] for r in i["runs"][1:])
@@ -422,6 +425,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--kind", choices=("correct", "broken", "two_faults"), help="survey one kind only"
     )
+    parser.add_argument(
+        "--from-json", help="re-render the tables from an earlier --json file, running nothing"
+    )
     args = parser.parse_args(argv)
     cat = _catalogue()
     chosen = [
@@ -436,6 +442,14 @@ def main(argv: list[str] | None = None) -> int:
             f"unknown loop name(s) {sorted(unknown)}: "
             "use names from tests/loop_catalogue/catalogue.py"
         )
+    if args.from_json:
+        report = json.loads(Path(args.from_json).read_text())["loops"]
+        text = markdown(report)
+        if args.markdown:
+            Path(args.markdown).write_text(text)
+        else:
+            print(text)
+        return 0
     logging.disable(logging.CRITICAL)
     warnings.simplefilter("ignore")
     report = []

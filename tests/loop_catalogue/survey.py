@@ -452,20 +452,31 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     logging.disable(logging.CRITICAL)
     warnings.simplefilter("ignore")
-    report = []
+    report, errors = [], []
     for loop in chosen:
         print(f"surveying {loop.kind}/{loop.name} ...", file=sys.stderr, flush=True)
-        report.append(survey_loop(loop))
+        try:
+            report.append(survey_loop(loop))
+        except Exception as error:  # one broken setup must not lose the others
+            errors.append(f"{loop.name}: {type(error).__name__}: {error}"[:300])
+            print(f"  could not survey {loop.name}: {errors[-1]}", file=sys.stderr, flush=True)
     if args.json:
         Path(args.json).write_text(
-            json.dumps({"loops": report, "counts": counts(report)}, indent=1, default=str)
+            json.dumps(
+                {"loops": report, "counts": counts(report), "errors": errors}, indent=1, default=str
+            )
         )
     text = markdown(report)
+    if errors:
+        text += "\nNot surveyed (the survey could not run them):\n\n" + "\n".join(
+            f"- {_esc(e)}" for e in errors
+        )
+        text += "\n"
     if args.markdown:
         Path(args.markdown).write_text(text)
     else:
         print(text)
-    return 0
+    return 1 if errors else 0
 
 
 if __name__ == "__main__":

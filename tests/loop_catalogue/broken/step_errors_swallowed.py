@@ -75,7 +75,7 @@ def main(
                 new_params, value = sgd(params, *p.put_batch(batch, mesh))
                 log.debug("step %d loss %.4f", step, float(value))
                 params = new_params
-            except Exception as error:
+            except Exception as error:  # the bug: this also catches the slice-down error
                 SWALLOWED.append(f"{type(error).__name__}: {error}"[:120])
                 log.warning("step %d failed, skipping the batch", step)
             if step % every == 0:

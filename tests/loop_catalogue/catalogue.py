@@ -84,6 +84,8 @@ _FILES: tuple[tuple[str, str], ...] = (
     ("broken/restore_template_drifted.py", "fixed"),
     ("broken/restored_values_unpacked.py", "fixed"),
     ("broken/flax_upstream_step.py", "scaled"),
+    ("broken/skip_steps_already_done.py", "fixed"),
+    ("broken/scale_up_rewinds_data.py", "scaled"),
     ("two_faults/relative_position_saved.py", "fixed"),
     ("two_faults/restore_target_cached.py", "fixed"),
     ("two_faults/second_failure_restarts.py", "fixed"),

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pathways_chaos.faults.model import Schedule
     from pathways_chaos.harness.engine.backend import ClusterBackend
+    from pathways_chaos.harness.engine.deadline import Deadline
     from pathways_chaos.harness.engine.episode import EpisodeResult
     from pathways_chaos.harness.engine.loop_episode import LoopResult
     from pathways_chaos.harness.engine.topology import SliceTopology
@@ -111,6 +112,7 @@ def play_loop(
     lineage: bool = True,
     show_library_logs: bool = False,
     clean_rerun: bool = True,
+    deadline: Deadline | None = None,
 ) -> Outcome:
     """Runs a user's own loop, unchanged, under ``schedule`` and judges it from the libraries'
     calls the black-box observer saw.
@@ -141,6 +143,7 @@ def play_loop(
             listeners=listeners,
             lineage=lineage,
             show_library_logs=show_library_logs,
+            deadline=deadline,
         )
         verdict = judge_loop(result.events, baseline)
         if clean_rerun and baseline is not None and result.completed:

@@ -83,3 +83,25 @@ def test_a_loop_spec_that_names_no_loop_is_refused(spec, said):
     with pytest.raises(ChaosConfigError) as caught:
         load_loop(spec)
     assert said in str(caught.value) and len(str(caught.value)) < 600
+
+
+def test_a_loop_that_never_returns_ends_at_its_deadline_saying_where(chaos):
+    from pathways_chaos.harness.engine.deadline import Deadline
+    from pathways_chaos.harness.play import play_loop
+
+    out = play_loop(
+        _loop("never_returns"), cluster=chaos.cluster, deadline=Deadline(fake_s=60, wall_s=2)
+    )
+
+    (message,) = out.verdict.violations
+    assert message.startswith("the run did not finish: the episode passed its wall-time")
+    assert "misbehaving.py" in message and "never_returns" in message
+
+
+def test_a_loop_waiting_for_more_slices_than_the_cluster_has_is_told_at_once(chaos):
+    from pathways_chaos.harness.play import play_loop
+
+    out = play_loop(_loop("waits_for_five_slices"), cluster=chaos.cluster)
+
+    assert "the loop waits for 5 slices; this cluster has 4" in str(out.result.error)
+    assert out.verdict.violations[0].startswith("the run did not finish")

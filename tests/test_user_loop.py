@@ -240,9 +240,7 @@ def test_a_resize_recovery_is_judged_on_its_numbers_against_a_clean_rerun(chaos)
     assert {"exactly-once", "restore-used", "snapshot-pairs"} <= set(out.verdict.judged)
 
 
-def test_a_failure_of_the_lineage_recording_is_said_and_never_reaches_the_loop(
-    chaos, monkeypatch
-):
+def test_a_failure_of_the_lineage_recording_is_said_and_never_reaches_the_loop(chaos, monkeypatch):
     from pathways_chaos.harness.blackbox.lineage import LineageSeam
 
     def broken(self, *args):

@@ -34,6 +34,7 @@ import numpy as np
 
 from pathways_chaos.harness.blackbox.lineage import LineageSeam
 from pathways_chaos.harness.engine.recorder import Recorder
+from pathways_chaos.harness.engine.seams import defining_class
 from pathways_chaos.harness.errors import ChaosConfigError
 
 POSITION_KEY = "global_next_index"  # grain ElasticIterator's whole state
@@ -137,8 +138,9 @@ class LoopObserver:
         self._wrap(Snapshotter, "load", self._load)
         self._wrap(manager_lib.Manager, "__init__", self._manager_init)
         self._wrap(manager_lib.Manager, "elastic_retry", self._elastic_retry)
-        prop = manager_lib.Manager.__dict__["active_slice_indices"]
-        self._patch(manager_lib.Manager, "active_slice_indices", self._active_property(prop))
+        holder = defining_class(manager_lib.Manager, "active_slice_indices")
+        prop = holder.__dict__["active_slice_indices"]
+        self._patch(holder, "active_slice_indices", self._active_property(prop))
         self._wrap(ocp_v1, "save_pytree", self._save_pytree)
         self._wrap(ocp_v1, "load_pytree", self._load_pytree)
         add = getattr(self.cluster, "add_placement_listener", None)
@@ -182,6 +184,8 @@ class LoopObserver:
         setattr(owner, name, value)
 
     def _wrap(self, owner: Any, name: str, wrapper: Callable[..., Any]) -> None:
+        if isinstance(owner, type):  # a class that inherits the method: wrap where it lives
+            owner = defining_class(owner, name)
         original = owner.__dict__[name]
 
         @functools.wraps(original)
@@ -613,7 +617,9 @@ def _plumbing(filename: str) -> bool:
 
     if any(p in filename for p in _PLUMBING) or filename.startswith("<frozen"):
         return True
-    if filename.endswith(("seams.py", "fake_cluster.py", "loop_episode.py")):
+    if filename.endswith(
+        ("seams.py", "fake_cluster.py", "loop_episode.py", "deadline.py", "clock.py")
+    ):
         return True
     stdlib = sysconfig.get_paths()["stdlib"]
     return filename.startswith(stdlib) and "site-packages" not in filename

@@ -25,6 +25,7 @@ from typing import Any
 from pathways_chaos.faults.model import Schedule, ScheduledFault
 from pathways_chaos.harness.blackbox.observer import LoopObserver
 from pathways_chaos.harness.engine.clock import FakeClock
+from pathways_chaos.harness.engine.deadline import Deadline, episode_deadline
 from pathways_chaos.harness.engine.episode import ClusterBackend, FaultController
 from pathways_chaos.harness.engine.recorder import Event, Recorder
 from pathways_chaos.harness.errors import ChaosConfigError
@@ -334,11 +335,14 @@ def run_loop_episode(
     listeners: Iterable[Callable[[Event], None]] = (),
     lineage: bool = True,
     show_library_logs: bool = False,
+    deadline: Deadline | None = None,
 ) -> LoopResult:
     """Runs the loop under the schedule; a run that a preemption notice ended runs again.
 
     ``lineage=False`` runs without the lineage seam (the judges that follow the chain say
-    "not judged"); ``show_library_logs`` lets pathwaysutils log the injected errors.
+    "not judged"); ``show_library_logs`` lets pathwaysutils log the injected errors;
+    ``deadline`` bounds the episode in fake-clock and wall time (the session's default if
+    ``None``): a loop that never returns ends in a failed run saying what it waited for.
     """
     schedule = schedule or Schedule()
     name = loop_name(loop)
@@ -363,7 +367,12 @@ def run_loop_episode(
     controller = LoopFaultController(schedule, cluster, recorder, step_seconds)
     held = ExpectedSliceErrors()
     logs = contextlib.nullcontext() if show_library_logs else held
-    with logs, controller, LoopObserver(recorder, cluster, lineage=lineage) as observer:
+    with (
+        logs,
+        controller,
+        episode_deadline(cluster.clock, deadline, cluster=cluster),
+        LoopObserver(recorder, cluster, lineage=lineage) as observer,
+    ):
         for run in range(1, max_runs + 1):
             observer.begin_run(run, name)
             preemptions = sum(1 for f in controller.fired if f.fault.kind == "preemption")

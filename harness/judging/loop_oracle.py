@@ -191,6 +191,7 @@ def judge_loop(
 #: What a violation can be caused by, as the verdict names it.
 CAUSES = (
     "crash",
+    "deadline",
     "not-a-loop",
     "sample-trained-twice",
     "iterator-not-restored",
@@ -214,6 +215,7 @@ CAUSES = (
 
 _CAUSE_BY_TEXT = (
     ("the loop crashed", "crash"),
+    ("the run did not finish", "deadline"),
     ("returned at once", "not-a-loop"),
     ("holding no arrays", "not-a-loop"),
     ("iterator was not", "iterator-not-restored"),
@@ -320,6 +322,9 @@ def _completed(ends: list[Event], failed: Event | None) -> list[str]:
         return [f"the loop's last run ended {ends[-1]['status']}, not completed"]
     where = failed.get("where")
     cause = failed.get("cause")
+    text = str(failed.get("error") or "")
+    if text.startswith(("EpisodeDeadlineExceeded", "UnsatisfiableWait")):
+        return [f"the run did not finish: {_line(text.partition(': ')[2], 500)}"]
     return [
         f"the loop crashed: {_line(failed.get('error'))}"
         + (f" (caused by {_line(cause)})" if cause else "")

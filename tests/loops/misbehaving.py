@@ -40,3 +40,27 @@ def trains_from_a_list(**options: Any) -> Any:
 
 class NotALoop:
     pass
+
+
+def never_returns(**options: Any) -> Any:
+    """Spins without the clock and without end (a while True the author forgot to leave)."""
+    import jax.numpy as jnp
+
+    x = jnp.zeros(2)
+    while True:
+        x = x + 0
+
+
+def waits_for_five_slices(*, devices: Any = None) -> Any:
+    """A port whose elastic_retry(minimum_slice_count=5) can never be met on 4 slices."""
+    from pathwaysutils.elastic import manager
+
+    mgr = manager.Manager(devices)
+
+    @mgr.elastic_retry(minimum_slice_count=5, poll_interval=5, timeout=None)
+    def attempt() -> Any:
+        import jax.errors
+
+        raise jax.errors.JaxRuntimeError("DATA_LOSS: pretend a slice was lost")
+
+    return attempt()

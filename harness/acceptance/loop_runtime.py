@@ -225,26 +225,76 @@ def check_input_wait(runs: LoopRuns) -> CheckResult:
     return result
 
 
+#: The fix an interruption row gives, chosen by the cause the verdict names.
+FIX_BY_CAUSE = {
+    "crash": "read the line the crash names: the loop's own code raised there during recovery",
+    "deadline": "the run waited for what never came: give elastic_retry a minimum_slice_count "
+    "this cluster can meet and a timeout",
+    "sample-trained-twice": "restore the data iterator's state from the snapshot "
+    "(iterator.set_state(saved['iterator'])) so no batch is trained twice",
+    "iterator-not-restored": "save the iterator's get_state() with the model in every "
+    "snapshot and set_state() it after the restore",
+    "batch-not-trained": "train every batch you draw: a batch drawn for shapes or a warm-up and "
+    "then dropped is lost data",
+    "sample-skipped": "restore the iterator to the snapshot's own position, not one after it",
+    "order-changed": "seed the data order from the dataset, not the attempt, so a recovery "
+    "sees the same order",
+    "started-over": "restore the latest snapshot at the start of every attempt (keep one "
+    "Snapshotter for the whole job)",
+    "restore-not-latest": "restore the newest snapshot or checkpoint, not an older one",
+    "preemption-lost": "on SIGTERM, save the state and iterator with Orbax to the checkpoint "
+    "directory; restore it when the next run starts",
+    "step-not-restored": "resume at the restored snapshot's step + 1, not a counter of its own",
+    "snapshot-mismatch": "save the iterator state taken right after the batch the saved model "
+    "was trained on, in the same snapshot",
+    "leaf-reinitialised": "restore every leaf of the train state (optimizer state and counters "
+    "included) from the snapshot",
+    "leaf-shape-changed": "replicate every state leaf along the replica axis and restore into "
+    "the saved shapes",
+    "error-swallowed": "let slice-down errors out of the step (no except Exception around it): "
+    "elastic_retry must see them",
+    "dead-slice-in-mesh": "rebuild the mesh from the manager's active slices each attempt, not "
+    "jax.devices()",
+    "stale-mesh": "after a scale-up, rebuild the mesh, the step and the shardings and move the "
+    "state onto them",
+    "leak": "do not keep device arrays of a failed attempt in globals, caches or callbacks",
+    "step-count": "stop at the same step count the fault-free run reaches",
+    "wrong-final-state": "restore the whole train state and the data position from the "
+    "snapshot; keep host-side counters (learning-rate schedules) in the state",
+}
+GENERIC_FIX = (
+    "rebuild the mesh from the manager's active slices each attempt, restore the latest "
+    "snapshot (model, step and iterator) and resume at its step + 1"
+)
+
+
 def check_interruption(runs: LoopRuns) -> CheckResult:
     verdict = runs.interrupted_verdict
     # The cause first (a wrong mesh, a wrong resume step), then the crash it led to.
-    ordered = sorted(verdict.violations, key=lambda v: v.startswith("the loop crashed"))
-    findings = [Finding("interrupted run", v) for v in ordered]
-    if not findings and not any(
-        e["kind"] == "error" and e["slice_down"] for e in runs.interrupted.events
-    ):
-        findings.append(Finding("interrupted run", "the lost slice was never noticed"))
+    pairs = sorted(
+        zip(verdict.violations, verdict.causes, strict=False),
+        key=lambda p: p[0].startswith("the loop crashed"),
+    )
+    findings = [Finding("interrupted run", v) for v, _ in pairs]
+    fixes = list(dict.fromkeys(FIX_BY_CAUSE[c] for _, c in pairs if c in FIX_BY_CAUSE))
     skipped = "; ".join(f"{k}: {v}" for k, v in verdict.not_judged.items())
-    return CheckResult(
+    result = CheckResult(
         "interruption",
         f"the loop ({runs.name}) survives a slice lost after batch {runs.fault_batch}: its own "
         "elastic_retry and restore code recover, judged by the oracle",
-        "rebuild the mesh from the manager's active slices each attempt, restore the latest "
-        "snapshot (model, step and iterator) and resume at its step + 1",
+        "; ".join(fixes) or GENERIC_FIX,
         tuple(findings),
         f"{runs.interruption}: completed, {len(verdict.batches)} committed batches; judged "
         f"{', '.join(verdict.judged)}" + (f"; not judged {skipped}" if skipped else ""),
     )
+    if runs.interrupted.unfired and not findings:
+        # The fault never happened: nothing about recovery can be said, least of all a FAIL.
+        return _not_observable(result, "; ".join(runs.interrupted.unfired), runs)
+    if not findings and not any(
+        e["kind"] == "error" and e["slice_down"] for e in runs.interrupted.events
+    ):
+        return _with(result, [Finding("interrupted run", "the lost slice was never noticed")], "")
+    return result
 
 
 def check_recovery_time(runs: LoopRuns) -> CheckResult:
@@ -270,7 +320,7 @@ def check_live_arrays(runs: LoopRuns) -> CheckResult:
     verdict = runs.interrupted_verdict
     if not verdict.completed:
         return _blocked(result, "interruption", "the loop did not recover")
-    problems = [v for v in verdict.violations if "live device arrays grew" in v]
+    problems = [v for v, c in zip(verdict.violations, verdict.causes, strict=False) if c == "leak"]
     counts = [
         e["live"]["by_kind"].get("device", 0)
         for e in runs.interrupted.events

@@ -118,7 +118,12 @@ class KubeTarget:
         if self.armed and self.journal is None:
             raise ChaosRefused("refused: an armed KubeTarget needs a RollbackJournal")
         if self.armed and self.journal is not None and not self.journal.bound:
-            self.journal.bind(self.api_client, namespace=self.namespace, jobset=self.jobset)
+            self.journal.bind(
+                self.api_client,
+                namespace=self.namespace,
+                jobset=self.jobset,
+                allowed_namespaces=sorted(self.allowed_namespaces),
+            )
 
     def slice_selector(self, slice_index: int) -> str:
         return slice_selector(self.jobset, slice_index)

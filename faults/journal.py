@@ -211,6 +211,8 @@ def _read_checked(path: Path) -> bytes | None:
             if total > MAX_JOURNAL_BYTES:
                 raise JournalRefused(f"refused: journal {path} grew past {MAX_JOURNAL_BYTES} bytes")
         return b"".join(chunks)
+    except ChaosError:
+        raise  # JournalRefused is a PermissionError too: never reworded as unreadable
     except OSError as error:
         raise JournalUnreadable(f"cannot read journal {path}: {error.strerror or error}") from None
     finally:
@@ -248,7 +250,7 @@ def _parse_journal(raw: bytes, path: Path) -> tuple[JournalContents, str]:
                 "(edited, planted, or signed with another key): nothing in it was undone; "
                 "read it and undo by hand what it names"
             )
-        previous = record["mac"]
+        previous = str(record.get("mac", ""))
         record = {k: v for k, v in record.items() if k != "mac"}
         why = _check_record(record, seqs)
         if why is not None:

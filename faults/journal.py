@@ -902,11 +902,11 @@ class FoundJournal:
     error: ChaosError | None = None
 
 
-def pending_journals(directory: Path, identity: ClusterIdentity) -> list[FoundJournal]:
-    """Journals in ``directory`` of this cluster with changes left, and journals in error.
+def scan_journal_folder(directory: Path) -> list[tuple[Path, JournalContents | ChaosError]]:
+    """Every ``*.jsonl`` in ``directory``, read and checked (no cluster needed), or its error.
 
-    A journal that cannot be read or believed is listed with its error (never skipped in
-    silence: its cordons may still be in place). FIFOs and devices are refused unopened.
+    A journal that cannot be read or believed comes with its error, never skipped in silence
+    (its cordons may still be in place); FIFOs and devices are refused without blocking.
     """
     check_folder(directory)
     try:
@@ -920,13 +920,26 @@ def pending_journals(directory: Path, identity: ClusterIdentity) -> list[FoundJo
         raise JournalUnreadable(
             f"cannot read journal folder {directory}: {error.strerror or error}"
         ) from None
-    found = []
+    scanned: list[tuple[Path, JournalContents | ChaosError]] = []
     for name in names:
         path = directory / name
         try:
-            contents = read_journal(path)
+            scanned.append((path, read_journal(path)))
         except ChaosError as error:
-            found.append(FoundJournal(path, "error", str(error), error))
+            scanned.append((path, error))
+    return scanned
+
+
+def pending_journals(
+    directory: Path,
+    identity: ClusterIdentity,
+    scanned: list[tuple[Path, JournalContents | ChaosError]] | None = None,
+) -> list[FoundJournal]:
+    """Journals in ``directory`` of this cluster with changes left, and journals in error."""
+    found = []
+    for path, contents in scan_journal_folder(directory) if scanned is None else scanned:
+        if isinstance(contents, ChaosError):
+            found.append(FoundJournal(path, "error", str(contents), contents))
             continue
         header = contents.header or {}
         if header.get("cluster_uid") != identity.cluster_uid or not contents.pending():
@@ -950,6 +963,7 @@ __all__ = [
     "new_journal_path",
     "pending_journals",
     "read_journal",
+    "scan_journal_folder",
     "scope_problem",
     "undo_entry",
 ]

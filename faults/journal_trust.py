@@ -53,9 +53,9 @@ def state_dir() -> Path:
     return Path(base) / "pathways-chaos"
 
 
-def journal_key(create: bool = True) -> bytes:
+def journal_key(create: bool = True, folder: Path | None = None) -> bytes:
     """The user's journal key, made once (0600, in a 0700 folder); refused if others can see it."""
-    folder = state_dir()
+    folder = folder or state_dir()
     path = folder / KEY_FILE
     if create and not path.exists():
         try:
@@ -124,6 +124,15 @@ def signed_line(key: bytes, previous: str, record: dict[str, Any]) -> tuple[byte
     """The line to append for ``record`` and its MAC (the next record's ``previous``)."""
     mac = mac_of(key, previous, record)
     return (json.dumps({**record, "mac": mac}, sort_keys=True) + "\n").encode(), mac
+
+
+def signed_journal(key: bytes, records: list[dict[str, Any]]) -> bytes:
+    """A whole journal's text, each record signed in turn (what a run's appends produce)."""
+    previous, out = "", b""
+    for record in records:
+        line, previous = signed_line(key, previous, record)
+        out += line
+    return out
 
 
 def mac_ok(key: bytes, previous: str, record: dict[str, Any]) -> bool:
@@ -248,6 +257,7 @@ __all__ = [
     "journal_key",
     "mac_of",
     "mac_ok",
+    "signed_journal",
     "signed_line",
     "state_dir",
 ]

@@ -26,6 +26,7 @@ from pathways_chaos.faults.journal import (
     default_journal_dir,
     pending_journals,
     read_journal,
+    scan_journal_folder,
     short_error,
 )
 from pathways_chaos.faults.journal_trust import holder_state
@@ -182,18 +183,24 @@ def _rollback_pending(args: argparse.Namespace) -> int:
             pass
         print(f"{directory}: no journal folder, nothing to undo")
         return EXIT_OK
+    scanned = scan_journal_folder(directory)  # before connecting: a bad journal is said anyway
+    code = EXIT_OK
+    for _, error in scanned:
+        if isinstance(error, ChaosError):
+            print(f"pathways-chaos rollback: {error}", file=sys.stderr)
+            code = max(code, error.exit_code)
+    believed = [(p, c) for p, c in scanned if not isinstance(c, ChaosError)]
+    if not any(c.pending() for _, c in believed):
+        if code == EXIT_OK:
+            print(f"{directory}: no unfinished journal")
+        return code
     api = _connect(args)
     identity = _identity(api)
-    journals = pending_journals(directory, identity)
+    journals = pending_journals(directory, identity, list(believed))
     if not journals:
         print(f"{directory}: no unfinished journal for cluster {identity.cluster_uid}")
-        return EXIT_OK
-    code = EXIT_OK
+        return code
     for found in journals:
-        if found.error is not None:
-            print(f"pathways-chaos rollback: {found.error}", file=sys.stderr)
-            code = max(code, found.error.exit_code)
-            continue
         if found.state == "live":
             print(f"{found.path}: skipped, {found.why} (a live session rolls it back itself)")
             continue
@@ -206,7 +213,11 @@ def _rollback_pending(args: argparse.Namespace) -> int:
             code = max(code, EXIT_INCOMPLETE)
             continue
         print(f"{found.path}: ({found.why})" if found.why else f"{found.path}:")
-        code = max(code, _rollback_one(args, found.path, holder_checked=True))
+        try:
+            code = max(code, _rollback_one(args, found.path, holder_checked=True))
+        except ChaosError as error:  # one journal's problem must not strand the others
+            print(f"pathways-chaos rollback: {error}", file=sys.stderr)
+            code = max(code, error.exit_code)
     return code
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -50,6 +51,80 @@ def _write(name: str, content: bytes | str) -> Callable[[Path], None]:
     return setup
 
 
+def _journal(
+    name: str,
+    records: list[dict[str, object]],
+    edit: Callable[[bytes], bytes] | None = None,
+    mode: int = 0o600,
+) -> Callable[[Path], None]:
+    """A journal signed with the row's own key (``XDG_STATE_HOME`` is the row's ``state``)."""
+
+    def setup(folder: Path) -> None:
+        from pathways_chaos.faults.journal_trust import journal_key, signed_journal
+
+        key = journal_key(folder=folder / "state" / "pathways-chaos")
+        data = signed_journal(key, records)
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path.write_bytes(edit(data) if edit else data)
+        path.chmod(mode)
+
+    return setup
+
+
+def _live_journal(name: str) -> Callable[[Path], None]:
+    """A journal whose writer is alive on this host: the process running the table."""
+
+    def setup(folder: Path) -> None:
+        from pathways_chaos.faults.journal_trust import holder_of
+
+        _journal(name, [{**HEADER, **holder_of()}, CORDON])(folder)
+
+    return setup
+
+
+def _symlink(name: str, target: str) -> Callable[[Path], None]:
+    def setup(folder: Path) -> None:
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path.symlink_to(target)
+
+    return setup
+
+
+def _fifo(name: str) -> Callable[[Path], None]:
+    def setup(folder: Path) -> None:
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.mkfifo(path, 0o600)
+
+    return setup
+
+
+def _chmod(name: str, mode: int) -> Callable[[Path], None]:
+    def setup(folder: Path) -> None:
+        path = folder / name
+        path.mkdir(parents=True, exist_ok=True)
+        path.chmod(mode)
+
+    return setup
+
+
+def _chown(name: str, uid: int) -> Callable[[Path], None]:
+    def setup(folder: Path) -> None:
+        os.chown(folder / name, uid, uid)
+
+    return setup
+
+
+def _sparse(name: str, size: int) -> Callable[[Path], None]:
+    def setup(folder: Path) -> None:
+        with (folder / name).open("wb") as f:
+            f.truncate(size)
+
+    return setup
+
+
 def _all(*setups: Callable[[Path], None]) -> Callable[[Path], None]:
     def setup(folder: Path) -> None:
         for one in setups:
@@ -66,6 +141,17 @@ PENDING_CHANGE = (
     '{"journal": 2, "run": "r1", "cluster_uid": "u1", "server": "https://127.0.0.1:1"}\n'
     '{"seq": 1, "run": "r1", "action": "cordon", "node": "n1", "uid": "x"}\n'
 )
+HEADER: dict[str, object] = {
+    "journal": 2,
+    "run": "r1",
+    "cluster_uid": "u1",
+    "server": "https://127.0.0.1:1",
+    "host": "another-host.example",
+    "pid": 4242,
+}
+CORDON: dict[str, object] = {"seq": 1, "run": "r1", "action": "cordon", "node": "n1", "uid": "x"}
+#: A signed journal whose writer is gone (a dead pid on this host).
+ENDED_HEADER = {**HEADER, "host": socket.gethostname(), "pid": 2**22 + 7, "pid_start": "1"}
 GARBAGE_KUBECONFIG = "this: [is not: a kubeconfig\n"
 EMPTY_KUBECONFIG = (
     '{"apiVersion": "v1", "kind": "Config", "current-context": "ctx", '
@@ -73,6 +159,21 @@ EMPTY_KUBECONFIG = (
     '"clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}], '
     '"users": [{"name": "u", "user": {}}]}'
 )
+
+
+def _as_root_rows() -> list[Row]:
+    """Rows only root can set up: a file of another user (uid 65534, nobody)."""
+    if os.geteuid() != 0:
+        return []
+    return [
+        Row(
+            "rollback another user's journal",
+            (*CLI, "rollback", "j.jsonl"),
+            3,
+            "belongs to uid 65534, not you",
+            setup=_all(_journal("j.jsonl", [ENDED_HEADER, CORDON]), _chown("j.jsonl", 65534)),
+        )
+    ]
 
 
 def rows() -> list[Row]:
@@ -239,17 +340,24 @@ def rows() -> list[Row]:
             setup=_write("j.jsonl", "null\n"),
         ),
         Row(
-            "rollback seq only",
+            "rollback seq only (unsigned)",
+            (*CLI, "rollback", "j.jsonl"),
+            3,
+            "line 1 is not as your pathways-chaos wrote it",
+            setup=_write("j.jsonl", '{"seq": 99}\n'),
+        ),
+        Row(
+            "rollback signed seq only",
             (*CLI, "rollback", "j.jsonl"),
             1,
             "change #99 has unknown action",
-            setup=_write("j.jsonl", '{"seq": 99}\n'),
+            setup=_journal("j.jsonl", [{"seq": 99}]),
         ),
         Row(
             "rollback cut mid-file",
             (*CLI, "rollback", "j.jsonl"),
-            1,
-            "line 1: not JSON",
+            3,
+            "line 2 is not as your pathways-chaos wrote it",
             setup=_write("j.jsonl", '{"seq": 1, "action": "cor\n{"undone": 5}\n'),
         ),
         Row(
@@ -257,14 +365,128 @@ def rows() -> list[Row]:
             (*CLI, "rollback", "j.jsonl", "--kubeconfig", "missing-kubeconfig"),
             4,
             "cannot load the kubeconfig",
-            setup=_write("j.jsonl", PENDING_CHANGE),
+            setup=_journal("j.jsonl", [ENDED_HEADER, CORDON]),
         ),
         Row(
             "rollback garbage kubeconfig",
             (*CLI, "rollback", "j.jsonl", "--kubeconfig", "kc"),
             4,
             "cannot load the kubeconfig",
-            setup=_all(_write("j.jsonl", PENDING_CHANGE), _write("kc", GARBAGE_KUBECONFIG)),
+            setup=_all(
+                _journal("j.jsonl", [ENDED_HEADER, CORDON]), _write("kc", GARBAGE_KUBECONFIG)
+            ),
+        ),
+        # -- journals are evidence, not instructions (issue 25) ------------------------------
+        Row(
+            "rollback planted journal",
+            (*CLI, "rollback", "j.jsonl"),
+            3,
+            "line 1 is not as your pathways-chaos wrote it",
+            setup=_write("j.jsonl", PENDING_CHANGE),
+        ),
+        Row(
+            "rollback header-less --assume-cluster",
+            (*CLI, "rollback", "j.jsonl", "--assume-cluster"),
+            3,
+            "line 1 is not as your pathways-chaos wrote it",
+            setup=_write("j.jsonl", PENDING_CHANGE.split("\n", 1)[1]),
+        ),
+        Row(
+            "rollback edited node uid",
+            (*CLI, "rollback", "j.jsonl"),
+            3,
+            "line 2 is not as your pathways-chaos wrote it",
+            setup=_journal(
+                "j.jsonl", [ENDED_HEADER, CORDON], edit=lambda b: b.replace(b'"x"', b'"admins"')
+            ),
+        ),
+        Row(
+            "rollback line removed",
+            (*CLI, "rollback", "j.jsonl"),
+            3,
+            "line 1 is not as your pathways-chaos wrote it",
+            setup=_journal("j.jsonl", [ENDED_HEADER, CORDON], edit=lambda b: b.split(b"\n", 1)[1]),
+        ),
+        Row(
+            "rollback journal symlink",
+            (*CLI, "rollback", "j.jsonl"),
+            3,
+            "is a symlink",
+            setup=_all(
+                _journal("real/r.jsonl", [ENDED_HEADER, CORDON]),
+                _symlink("j.jsonl", "real/r.jsonl"),
+            ),
+        ),
+        Row(
+            "rollback symlink to /dev/zero",
+            (*CLI, "rollback", "z.jsonl"),
+            3,
+            "is a symlink",
+            setup=_symlink("z.jsonl", "/dev/zero"),
+        ),
+        Row("rollback /dev/zero", (*CLI, "rollback", "/dev/zero"), 3, "is a device"),
+        Row(
+            "rollback a FIFO",
+            (*CLI, "rollback", "f.jsonl"),
+            3,
+            "is a FIFO (named pipe)",
+            setup=_fifo("f.jsonl"),
+        ),
+        Row(
+            "rollback --pending with a FIFO",
+            (*CLI, "rollback", "--pending", "--journal-dir", "jd"),
+            3,
+            "is a FIFO (named pipe)",
+            setup=_fifo("jd/f.jsonl"),
+        ),
+        Row(
+            "rollback --pending world-writable folder",
+            (*CLI, "rollback", "--pending", "--journal-dir", "jd"),
+            3,
+            "can be written by other users",
+            setup=_chmod("jd", 0o777),
+        ),
+        Row(
+            "rollback world-writable journal's folder",
+            (*CLI, "rollback", "jd/j.jsonl"),
+            3,
+            "can be written by other users",
+            setup=_all(_journal("jd/j.jsonl", [ENDED_HEADER, CORDON]), _chmod("jd", 0o1777)),
+        ),
+        Row(
+            "rollback --pending under /dev/null",
+            (*CLI, "rollback", "--pending", "--journal-dir", "/dev/null/journals"),
+            2,
+            "a part of the path is not a folder",
+        ),
+        Row(
+            "rollback --pending a file",
+            (*CLI, "rollback", "--pending", "--journal-dir", "afile"),
+            2,
+            "is not a folder",
+            setup=_write("afile", "x"),
+        ),
+        Row(
+            "rollback another host's journal",
+            (*CLI, "rollback", "j.jsonl"),
+            3,
+            "run again with --holder-gone",
+            setup=_journal("j.jsonl", [HEADER, CORDON]),
+        ),
+        Row(
+            "rollback a live session's journal",
+            (*CLI, "rollback", "j.jsonl"),
+            3,
+            "a live session that rolls it back itself",
+            setup=_live_journal("j.jsonl"),
+        ),
+        *_as_root_rows(),
+        Row(
+            "rollback oversized journal",
+            (*CLI, "rollback", "j.jsonl"),
+            3,
+            "more than any run writes",
+            setup=_sparse("j.jsonl", 65 * 1024 * 1024),
         ),
         Row(
             "rollback two modes",
@@ -437,6 +659,7 @@ class Outcome:
 
 def run_row(row: Row, folder: Path) -> Outcome:
     folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o700)  # a private folder, whatever the umask: journals there may be believed
     if row.setup is not None:
         row.setup(folder)
     # Without CI: with CI set, pytest's short summary repeats every failure's line, and each
@@ -448,6 +671,7 @@ def run_row(row: Row, folder: Path) -> Outcome:
     }
     env.update(dict(row.env))
     env["PATHWAYS_CHAOS_JOURNAL_DIR"] = str(folder / "journals")
+    env["XDG_STATE_HOME"] = str(folder / "state")  # the row's own journal key
     env["PYTHONWARNINGS"] = "ignore"
     out = subprocess.run(
         list(row.argv),

@@ -58,8 +58,10 @@ class TargetLease:
         run_id: str,
         duration_s: int = DEFAULT_LEASE_SECONDS,
     ) -> None:
-        if duration_s < 1:
-            raise ValueError(f"lease duration {duration_s} s: use at least 1 s")
+        if not 1 <= duration_s <= 2**31 - 1:
+            raise ValueError(
+                f"lease duration {duration_s} s: use 1 s to {2**31 - 1} s (the API's int32)"
+            )
         self.api_client = api_client
         self.namespace = namespace
         self.name = lease_name(jobset)

@@ -83,9 +83,16 @@ def _demo(args: argparse.Namespace) -> int:
 
     # Every input is checked before JAX starts: a typo costs milliseconds, not a JAX start-up.
     topology = SliceTopology(args.slices, args.devices_per_slice)
+    if args.schedule is not None and not args.schedule.strip():
+        raise ChaosConfigError(
+            "--schedule is empty: give faults (e.g. --schedule data_loss@step=12:slice=2), or "
+            "leave --schedule out for the demo schedule"
+        )
     if args.steps < 1:
         raise ChaosConfigError(f"--steps {args.steps}: use a whole number of steps >= 1")
     schedule = None if args.loop else parse_schedule(args.schedule or DEMO_SCHEDULE)
+    if args.loop and args.schedule is not None:
+        check_schedule_fits(parse_schedule(args.schedule), topology.num_slices, kubernetes=False)
     if schedule is not None:
         check_schedule_fits(schedule, topology.num_slices, kubernetes=False)
     if args.log is not None and args.log.is_dir():

@@ -18,7 +18,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from pathways_chaos.harness.errors import ChaosConfigError, ChaosError
+from pathways_chaos.harness.errors import ChaosConfigError
 
 #: Default read limit: far above any manifest, source file or journal the toolkit reads.
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
@@ -32,10 +32,8 @@ class UntrustedFileError(ChaosConfigError):
     """A file that is not what its reader needs (kind, size, encoding, place); exit 2."""
 
 
-class UnreadableFile(ChaosError):
+class UnreadableFile(ChaosConfigError):
     """A file or folder the current user may not read: an error, never "nothing there"."""
-
-    exit_code = 1
 
 
 def shown(value: object, limit: int = SHOWN_CHARS) -> str:
@@ -258,10 +256,34 @@ def check_output_file(path: str | os.PathLike[str], *, what: str = "output file"
     return target
 
 
+def check_folder_target(path: str | os.PathLike[str], *, what: str = "folder") -> Path:
+    """A folder to use or make: refused when it, or a folder above it, is a file or device."""
+    target = Path(path)
+    for place in (target, *target.parents):
+        try:
+            info = os.stat(place)
+        except FileNotFoundError:
+            continue
+        except NotADirectoryError:
+            continue  # a file further up: found when the loop reaches it
+        except PermissionError:
+            raise UnreadableFile(
+                f"{what} {shown(target)}: {shown(place)} cannot be reached (permission denied)"
+            ) from None
+        if not stat.S_ISDIR(info.st_mode):
+            where = "is" if place == target else f"is under {shown(place)}, which is"
+            raise UntrustedFileError(
+                f"{what} {shown(target)} {where} {_kind(info.st_mode)}, not a folder: name a folder"
+            )
+        return target
+    return target
+
+
 __all__ = [
     "DEFAULT_MAX_BYTES",
     "UnreadableFile",
     "UntrustedFileError",
+    "check_folder_target",
     "check_output_file",
     "decode_utf8",
     "load_yaml_all",

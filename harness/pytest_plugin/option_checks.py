@@ -107,6 +107,16 @@ def first_problem(config: pytest.Config) -> str | None:
                 check_folder_target(str(folder), what=flag)
             except ChaosError as error:
                 return str(error)
+    for flag, dest in (
+        ("--acceptance-source", "acceptance_source"),
+        ("--acceptance-manifest", "acceptance_manifest"),
+    ):
+        given = _opt(config, dest)
+        for raw in given if isinstance(given, list) else []:
+            try:
+                _check_input_files(flag, Path(str(raw)))
+            except ChaosError as error:
+                return str(error)
     report = _opt(config, "acceptance_report")
     if report is not None:
         if not str(report).strip():
@@ -146,6 +156,31 @@ def first_problem(config: pytest.Config) -> str | None:
     if log_dir is not None and Path(str(log_dir)).exists() and not Path(str(log_dir)).is_dir():
         return f"--chaos-log-dir={log_dir}: exists and is not a folder"
     return None
+
+
+def _check_input_files(flag: str, path: Path) -> None:
+    """Every file an acceptance option names, read as untrusted, once, before any test.
+
+    A binary source or a YAML "billion laughs" manifest is one line here; found later by a
+    session fixture, it is one error per test that uses it.
+    """
+    from pathways_chaos.harness.acceptance.static_checks import _python_files
+    from pathways_chaos.harness.engine.untrusted_files import load_yaml_all, read_text
+
+    yaml = flag == "--acceptance-manifest"
+    if path.is_dir():
+        if yaml:
+            files = sorted([*path.glob("*.yaml"), *path.glob("*.yml")])
+        else:
+            files = list(_python_files(path))
+    elif path.exists() or path.is_symlink():
+        files = [path]
+    else:
+        return  # "no such file" is said by the check that reads it, with its own advice
+    for file in files:
+        text = read_text(file, what=f"{flag} file")
+        if yaml:
+            load_yaml_all(text, file, what=f"{flag} file")
 
 
 __all__ = ["check_options", "first_problem"]

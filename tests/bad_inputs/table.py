@@ -37,6 +37,7 @@ class Row:
     env: tuple[tuple[str, str], ...] = ()
     setup: Callable[[Path], None] | None = None
     pytest_session: bool = False  # a pytest run: its summary lines are allowed around the error
+    max_chars: int = 0  # when set: the whole output is at most this long (a huge value is cut)
 
 
 def _write(name: str, content: bytes | str) -> Callable[[Path], None]:
@@ -152,6 +153,10 @@ HEADER: dict[str, object] = {
 CORDON: dict[str, object] = {"seq": 1, "run": "r1", "action": "cordon", "node": "n1", "uid": "x"}
 #: A signed journal whose writer is gone (a dead pid on this host).
 ENDED_HEADER = {**HEADER, "host": socket.gethostname(), "pid": 2**22 + 7, "pid_start": "1"}
+BILLION_LAUGHS = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"{c}: &{c} [{', '.join(['*' + chr(ord(c) - 1)] * 9)}]\n" for c in "bcdefghi"
+)
+LONG = "X" * 120_000
 GARBAGE_KUBECONFIG = "this: [is not: a kubeconfig\n"
 EMPTY_KUBECONFIG = (
     '{"apiVersion": "v1", "kind": "Config", "current-context": "ctx", '
@@ -262,6 +267,84 @@ def rows() -> list[Row]:
             2,
             "not a boolean",
         ),
+        # -- every parameter checked at parse time (issue 25) --------------------------------
+        Row(
+            "raise_error code=OK",
+            (*demo, "--schedule", "raise_error@step=3:code=OK"),
+            2,
+            "code='OK' is not an XLA error status",
+        ),
+        Row(
+            "data_loss code=BOGUS",
+            (*demo, "--schedule", "data_loss@step=3:code=BOGUS"),
+            2,
+            "code='BOGUS' is not a slice-down error",
+        ),
+        Row(
+            "replicator_error times=1e9",
+            (*demo, "--schedule", "replicator_error@step=3:times=1e9"),
+            2,
+            "times='1e9' is not a whole number",
+        ),
+        Row(
+            "replicator_error times=1000000000",
+            (*demo, "--schedule", "replicator_error@step=3:times=1000000000"),
+            2,
+            "times=1000000000 is too many",
+        ),
+        Row(
+            "MTC fault on the reference trainer",
+            (*demo, "--schedule", "node_loss@step=3:host=1"),
+            2,
+            "acts on Multi-Tier Checkpointing, and this trainer has none",
+        ),
+        Row(
+            "MTC host=-1",
+            (*demo, "--schedule", "node_loss@step=3:host=-1"),
+            2,
+            "host=-1 is negative",
+        ),
+        Row(
+            "slow_health polls=1e12",
+            (*demo, "--schedule", "slow_health@step=3:slice=1:polls=1000000000000"),
+            2,
+            "polls=1000000000000 is too many",
+        ),
+        Row(
+            "slow_health seconds=1e300",
+            (*demo, "--schedule", "slow_health@step=3:slice=1:seconds=1e300"),
+            2,
+            "is longer than a day",
+        ),
+        Row(
+            "slice beyond int32",
+            (*demo, "--schedule", "data_loss@step=3:slice=99999999999999"),
+            2,
+            "slice=99999999999999 is too large",
+        ),
+        Row(
+            "120k-character value",
+            (*demo, "--schedule", f"raise_error@step=3:code={LONG}"),
+            2,
+            "(120007 characters) is not an XLA error status",
+            max_chars=2000,
+        ),
+        Row(
+            "120k-character kind",
+            (*demo, "--schedule", f"{LONG}@step=3"),
+            2,
+            "(120003 characters) known kinds",
+            max_chars=2000,
+        ),
+        Row("demo --schedule ''", (*demo, "--schedule", ""), 2, "--schedule is empty"),
+        Row(
+            "chaos.run MTC fault on the reference trainer",
+            (*PYTEST, "test_user.py"),
+            1,
+            "this trainer has none",
+            setup=_chaos_test("node_loss@step=3:host=1"),
+            pytest_session=True,
+        ),
         # -- faults whose trigger never comes: never "survived" ----------------------------
         Row(
             "step never reached",
@@ -277,7 +360,7 @@ def rows() -> list[Row]:
             "fault never fired: data_loss@restore=99:slice=1",
         ),
         # -- demo, replay, check ------------------------------------------------------------
-        Row("demo --log DIR", (*demo, "--schedule", "", "--log", "."), 2, "is a folder"),
+        Row("demo --log DIR", (*demo, "--log", "."), 2, "is a folder"),
         Row("demo --slices -1", (*demo, "--slices", "-1"), 2, "num_slices=-1"),
         Row("demo --slices 5000", (*demo, "--slices", "5000"), 2, "more than the 1024"),
         Row("demo --steps 0", (*CLI, "demo", "--steps", "0"), 2, "--steps 0"),
@@ -585,6 +668,181 @@ def rows() -> list[Row]:
             setup=_all(_write("kc", EMPTY_KUBECONFIG), _chaos_test("")),
             pytest_session=True,
         ),
+        Row(
+            "--chaos-arm without --cluster",
+            (*pytest_fake, "--chaos-arm"),
+            4,
+            "--chaos-arm needs --cluster",
+            pytest_session=True,
+        ),
+        Row(
+            "--chaos-allow-namespace without --cluster",
+            (*pytest_fake, "--chaos-allow-namespace", "team-a"),
+            4,
+            "--chaos-allow-namespace needs --cluster",
+            pytest_session=True,
+        ),
+        Row(
+            "--chaos-lease-seconds beyond int32",
+            (*pytest_fake, "--chaos-lease-seconds", "2147483648"),
+            4,
+            "beyond the Lease API's int32 range",
+            pytest_session=True,
+        ),
+        Row(
+            "--acceptance-params=1e400",
+            (*pytest_fake, "--acceptance-params=1e400"),
+            4,
+            "1e400 is not a parameter count between",
+            pytest_session=True,
+        ),
+        Row(
+            "--acceptance-params=0",
+            (*pytest_fake, "--acceptance-params=0"),
+            4,
+            "0 is not a parameter count between",
+            pytest_session=True,
+        ),
+        Row(
+            "--acceptance-report a folder",
+            (*pytest_fake, "--acceptance-report", "."),
+            4,
+            "--acceptance-report . is a folder",
+            pytest_session=True,
+        ),
+        Row(
+            "--acceptance-source binary",
+            (*pytest_fake, "--acceptance-source", "bin.py"),
+            4,
+            "bin.py is not UTF-8 text",
+            setup=_write("bin.py", b"import os\n\xff\xfe\x00binary\n"),
+            pytest_session=True,
+        ),
+        Row(
+            "--acceptance-manifest binary",
+            (*pytest_fake, "--acceptance-manifest", "m.yaml"),
+            4,
+            "m.yaml is not UTF-8 text",
+            setup=_write("m.yaml", b"kind: JobSet\n\x89PNG\r\n\x1a\n"),
+            pytest_session=True,
+        ),
+        Row(
+            "--acceptance-manifest billion laughs",
+            (*pytest_fake, "--acceptance-manifest", "m.yaml"),
+            4,
+            "a 'billion laughs' document?",
+            setup=_write("m.yaml", BILLION_LAUGHS),
+            pytest_session=True,
+        ),
+        Row(
+            "--acceptance-manifest a FIFO",
+            (*pytest_fake, "--acceptance-manifest", "m.yaml"),
+            4,
+            "is a FIFO (named pipe)",
+            setup=_fifo("m.yaml"),
+            pytest_session=True,
+        ),
+        Row(
+            "--chaos-journal-dir under /dev/null",
+            (*pytest_fake, "--chaos-journal-dir", "/dev/null/journals"),
+            4,
+            "is under /dev/null, which is a device",
+            pytest_session=True,
+        ),
+        Row(
+            "PATHWAYS_CHAOS_XLA_CACHE a file",
+            (*PYTEST, "test_user.py"),
+            4,
+            "compilation cache afile is a file",
+            env=(("PATHWAYS_CHAOS_XLA_CACHE", "afile"),),
+            setup=_all(_write("afile", "x"), _chaos_test("")),
+            pytest_session=True,
+        ),
+        Row(
+            "PATHWAYS_CHAOS_XLA_CACHE in /proc",
+            (*PYTEST, "test_user.py"),
+            4,
+            "is in a kernel file system",
+            env=(("PATHWAYS_CHAOS_XLA_CACHE", "/proc/self"),),
+            setup=_chaos_test(""),
+            pytest_session=True,
+        ),
+        # -- ramdisk: numbers and files ------------------------------------------------------
+        Row(
+            "ramdisk --params 1e400",
+            (*CLI, "ramdisk", "--params", "1e400", "--hosts-per-slice", "2"),
+            2,
+            "1e400 is not a parameter count between",
+        ),
+        Row(
+            "ramdisk --params 0",
+            (*CLI, "ramdisk", "--params", "0", "--hosts-per-slice", "2"),
+            2,
+            "0 is not a parameter count between",
+        ),
+        Row(
+            "ramdisk billion laughs",
+            (
+                *CLI,
+                "ramdisk",
+                "--params",
+                "8e9",
+                "--hosts-per-slice",
+                "2",
+                "--checkpoint-configuration",
+                "c.yaml",
+            ),
+            2,
+            "a 'billion laughs' document?",
+            setup=_write("c.yaml", BILLION_LAUGHS),
+        ),
+        Row(
+            "ramdisk binary YAML",
+            (
+                *CLI,
+                "ramdisk",
+                "--params",
+                "8e9",
+                "--hosts-per-slice",
+                "2",
+                "--checkpoint-configuration",
+                "c.yaml",
+            ),
+            2,
+            "c.yaml is not UTF-8 text",
+            setup=_write("c.yaml", b"\xff\xfe\x00\x01"),
+        ),
+        Row(
+            "ramdisk /dev/zero",
+            (
+                *CLI,
+                "ramdisk",
+                "--params",
+                "8e9",
+                "--hosts-per-slice",
+                "2",
+                "--checkpoint-configuration",
+                "/dev/zero",
+            ),
+            2,
+            "/dev/zero is a device",
+        ),
+        Row(
+            "ramdisk FIFO",
+            (
+                *CLI,
+                "ramdisk",
+                "--params",
+                "8e9",
+                "--hosts-per-slice",
+                "2",
+                "--checkpoint-configuration",
+                "c.yaml",
+            ),
+            2,
+            "is a FIFO (named pipe)",
+            setup=_fifo("c.yaml"),
+        ),
         # -- a chaos test's own schedule ------------------------------------------------------
         Row(
             "chaos.run kill_pods on the fake",
@@ -642,6 +900,8 @@ class Outcome:
         has its summary around it, but says it once (not once per test).
         """
         if self.traceback or self.returncode != self.row.exit_code or len(self.error_lines) != 1:
+            return False
+        if self.row.max_chars and len(self.stdout + self.stderr) > self.row.max_chars:
             return False
         if self.row.pytest_session:
             return True

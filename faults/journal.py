@@ -88,6 +88,8 @@ _REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
 #: How long an undo waits for a Job still terminating (a finalizer) before giving up.
 TERMINATING_JOB_WAIT_S = 30.0
 JOURNAL_DIR_ENV = "PATHWAYS_CHAOS_JOURNAL_DIR"
+#: The guard's rollback is tried again after these sleeps (an API outage of a few seconds).
+ROLLBACK_RETRY_DELAYS: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 2.0)
 
 
 class JournalError(ChaosError):
@@ -327,6 +329,9 @@ class RollbackJournal:
         self._lock = threading.Lock()
         self._seq = max((c["seq"] for c in contents.changes), default=0)
         self._replayed = False
+        #: Called right before each change is recorded (a Lease's ``check_held``): raising
+        #: there stops the change before it is journalled or made.
+        self.fence: Callable[[], None] | None = None
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -369,6 +374,8 @@ class RollbackJournal:
             raise JournalError(
                 f"journal {self.path} is not bound to a cluster: call bind(api_client) first"
             )
+        if self.fence is not None:
+            self.fence()
         with self._lock:
             self._seq += 1
             entry = {
@@ -520,16 +527,54 @@ class RollbackJournal:
             yield self
         finally:
             try:
-                result = self.replay(api_client)
-                if result.errors or result.skipped:
-                    print(
-                        "pathways-chaos: rollback incomplete, run `pathways-chaos rollback "
-                        f"{self.path}`: " + "; ".join(result.errors + result.skipped),
-                        file=sys.stderr,
-                    )
+                self.final_replay(api_client)
             finally:
                 atexit.unregister(at_exit)
                 restore_sigterm()
+
+    def final_replay(self, api_client: ApiClient) -> bool:
+        """The guard's rollback: retried through an API outage, then one line saying what is left.
+
+        Never raises for an unreachable cluster (a traceback at teardown helps nobody): after
+        ``ROLLBACK_RETRY_DELAYS`` it prints the changes left and the command that finishes
+        them, and returns False.
+        """
+        why = ""
+        for delay in (*ROLLBACK_RETRY_DELAYS, None):
+            try:
+                result = self.replay(api_client)
+            except WrongCluster:
+                raise
+            except Exception as error:  # the API unreachable, mid-replay or before it
+                why = short_error(error)
+            else:
+                if not result.errors:
+                    if result.skipped:
+                        print(
+                            f"pathways-chaos: rollback skipped lines of {self.path}: "
+                            + "; ".join(result.skipped),
+                            file=sys.stderr,
+                        )
+                    return True
+                why = "; ".join(result.errors)
+            if delay is not None:
+                time.sleep(delay)
+        left = [f"#{e['seq']} {_what(e)}" for e in self.pending()]
+        print(
+            f"pathways-chaos: rollback incomplete after {len(ROLLBACK_RETRY_DELAYS) + 1} tries "
+            f"({why}): {len(left)} change(s) left ({', '.join(left)}); finish with "
+            f"`pathways-chaos rollback {self.path}`",
+            file=sys.stderr,
+        )
+        return False
+
+
+def _what(entry: dict[str, Any]) -> str:
+    """A change in a few words, for the line that says what a rollback left."""
+    action = entry["action"]
+    if action in ("cordon", "taint"):
+        return f"{action} node {entry['node']}"
+    return f"{action} {entry.get('namespace')}/{entry.get('name')}"
 
 
 def _user() -> str:

@@ -171,14 +171,16 @@ class KubeTarget:
         Empty (and said so) when the slice's Pods are all Pending, e.g. because an earlier
         fault cordoned its Nodes: such a slice is down already and has no Node to act on.
         """
-        names = sorted({p.spec.node_name for p in self.slice_pods(slice_index) if p.spec.node_name})
+        pods = self.slice_pods(slice_index)
+        names = sorted({p.spec.node_name for p in pods if p.spec.node_name})
         if not names:
             self.echo(f"slice {slice_index}'s worker Pods are all Pending: no Node to act on")
             return []
         nodes = [self.retry(functools.partial(self.core.read_node, name)) for name in names]
         for node in nodes:
             check_opted_in("Node", node.metadata.name, node.metadata.labels, self.opt_in_label)
-        check_one_pool(slice_index, nodes)
+        if any(_exclusive_pool(p) for p in pods):  # the JobSet promises one pool per slice
+            check_one_pool(slice_index, nodes)
         return nodes
 
     def slice_job(self, slice_index: int) -> Any:
@@ -250,8 +252,21 @@ def check_owned_by(obj: Any, kind: str, name: str, uid: str, namespace: str) -> 
         )
 
 
+#: The JobSet annotation that places each Job (a slice) in one topology domain (a node pool).
+EXCLUSIVE_TOPOLOGY_ANNOTATION = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+
+
+def _exclusive_pool(pod: Any) -> bool:
+    annotations = pod.metadata.annotations or {}
+    return annotations.get(EXCLUSIVE_TOPOLOGY_ANNOTATION) == NODEPOOL_LABEL
+
+
 def check_one_pool(slice_index: int, nodes: list[Any]) -> None:
-    """A TPU slice lives in one node pool: Nodes of several pools mean a stray target."""
+    """A slice placed exclusively per node pool lives in one: several pools mean a stray target.
+
+    Applied where the JobSet promises it (the exclusive-topology annotation on the node pool
+    key, as GKE TPU JobSets carry): a JobSet without it may spread a slice over pools.
+    """
     pools = {(n.metadata.labels or {}).get(NODEPOOL_LABEL) for n in nodes}
     pools.discard(None)
     if len(pools) > 1:

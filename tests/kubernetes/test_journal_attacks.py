@@ -586,3 +586,45 @@ def test_an_unreadable_journal_folder_is_an_error_naming_it(
         refused(attack, 1, f"journal folder {folder} cannot be read (permission denied)")
 
     expect(broken, check)
+
+
+# -- 11. --assume-cluster never relaxes the rules ---------------------------------------------
+
+
+@BROKEN
+def test_assume_cluster_on_a_header_less_journal_still_creates_nothing_outside_the_run(
+    victim: Victim,
+    kube_control_plane: LocalControlPlane,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    no_escalation: None,
+    broken: bool,
+) -> None:
+    """Signed but without a header, the journal names no namespace it was allowed: with
+    --assume-cluster its Pod and Node entries may be replayed, never a Job created."""
+    entry = {
+        "seq": 1,
+        "run": victim.journal.run_id,
+        "action": "delete_job",
+        "namespace": victim.workload.namespace,
+        "name": "pc-escalate",
+        "uid": "0000",
+        "manifest": {**PRIVILEGED_JOB, "metadata": {"name": "pc-escalate"}},
+    }
+    path = private_folder(tmp_path / "j") / "old.jsonl"
+    RollbackJournal(path)._append(entry)
+    if broken:
+        break_trust(monkeypatch)
+
+    attack = run(cli(kube_control_plane, str(path), "--assume-cluster"), capsys)
+
+    def check() -> None:
+        refused(attack, 1, "is not one this run was allowed to touch (none)")
+        batch: Any = client.BatchV1Api(victim.workload.api_client)
+        names = {
+            j.metadata.name for j in batch.list_namespaced_job(victim.workload.namespace).items
+        }
+        assert "pc-escalate" not in names
+
+    expect(broken, check)

@@ -195,9 +195,11 @@ def load_yaml_all(
                 )
             documents.append(loader.construct_document(node))
     except yaml.YAMLError as error:
-        first = str(error).replace("\n", " ")
+        mark = getattr(error, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or type(error).__name__
         raise UntrustedFileError(
-            f"{what} {shown(source)} is not valid YAML: {shown(first, 200)}"
+            f"{what} {shown(source)}{line}: not valid YAML ({shown(problem)}): fix the file"
         ) from None
     except RecursionError:
         raise UntrustedFileError(

@@ -29,7 +29,7 @@ TRIGGER_KINDS = ("step", "time", "restore", "save", "attempt", "batch", "callbac
 
 #: The largest count a fault takes (``times``, ``polls``, ``saves``...): a billion repeats
 #: never ends on the fake and is always a typo.
-MAX_COUNT = 10_000
+MAX_COUNT = 1_000
 #: The longest a fault may hold something on the episode clock (``seconds``): one day.
 MAX_SECONDS = 86_400.0
 #: The largest index or step a parameter may name: anything beyond int32 is a typo.
@@ -105,7 +105,9 @@ class Fault[TargetT](abc.ABC):
     #: Numeric parameters that may be negative (each with its own meaning, e.g. -1 = "all");
     #: every other number given in the text form must be finite and >= 0.
     signed_params: ClassVar[frozenset[str]] = frozenset()
-    #: Parameters that count repeats (at most ``MAX_COUNT``).
+    #: The most repeats a count parameter of this kind may ask for.
+    max_count: ClassVar[int] = MAX_COUNT
+    #: Parameters that count repeats (at most ``max_count``).
     count_params: ClassVar[frozenset[str]] = frozenset(
         {"times", "polls", "after_polls", "up_accesses", "saves", "repair_after_polls"}
     )
@@ -177,8 +179,8 @@ def check_params(fault: Fault[Any]) -> None:
             raise FaultSpecError(f"{shown}: use a finite number")
         if value < 0 and key not in fault.signed_params:
             raise FaultSpecError(f"{shown} is negative: use >= 0")
-        if key in fault.count_params and value > MAX_COUNT:
-            raise FaultSpecError(f"{shown} is too many: use at most {MAX_COUNT}")
+        if key in fault.count_params and value > fault.max_count:
+            raise FaultSpecError(f"{shown} is too many: use at most {fault.max_count}")
         if key == "seconds" and value > MAX_SECONDS:
             raise FaultSpecError(f"{shown} is longer than a day: use at most {MAX_SECONDS:g}")
         if abs(value) > MAX_INDEX:

@@ -89,6 +89,7 @@ class ReplicatorError(Fault["MtcCluster"]):
 
     kind = "replicator_error"
     needs_mtc = True
+    max_count = 100  # each failed round restarts the job: a hundred is already a long test
     fatal: bool = True
     times: int = 1
     restart: bool = True

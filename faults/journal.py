@@ -915,7 +915,9 @@ def scope_problem(entry: dict[str, Any], header: dict[str, Any] | None) -> str |
             f"refused: namespace {namespace!r} is not one this run was allowed to touch "
             f"({shown}); nothing created"
         )
-    meta = manifest.get("metadata") if isinstance(manifest.get("metadata"), dict) else {}
+    meta: dict[str, Any] = (
+        manifest["metadata"] if isinstance(manifest.get("metadata"), dict) else {}
+    )
     if meta.get("namespace") not in (None, namespace) or meta.get("name") != name:
         return (
             f"refused: the recorded manifest is not Job {namespace}/{name}'s own; nothing created"
@@ -923,7 +925,7 @@ def scope_problem(entry: dict[str, Any], header: dict[str, Any] | None) -> str |
     if manifest.get("kind", "Job") != "Job" or manifest.get("apiVersion", "batch/v1") != "batch/v1":
         return "refused: the recorded manifest is not a batch/v1 Job; nothing created"
     jobset = header.get("jobset")
-    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    labels: dict[str, Any] = meta["labels"] if isinstance(meta.get("labels"), dict) else {}
     if isinstance(jobset, str) and labels.get(JOBSET_NAME_LABEL) != jobset:
         return (
             f"refused: the recorded Job {namespace}/{name} is not a Job of JobSet {jobset!r}; "

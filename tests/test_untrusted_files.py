@@ -192,3 +192,25 @@ def test_holder_liveness_uses_host_boot_and_start_time() -> None:
     assert holder_state({**me, "host": "elsewhere"})[0] == "unknown"
     assert holder_state({**me, "boot_id": "another-boot"})[0] == "stale"
     assert holder_state(holder_of(1))[0] == "live"  # pid 1 with its own start time
+
+
+def test_an_unreadable_journal_is_an_error_exit_1_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Root reads through any mode, so the denial is the one ``os.open`` raises for a user."""
+    from pathways_chaos.faults import journal as journal_module
+    from pathways_chaos.harness.cli.rollback import rollback_main
+
+    path = tmp_path / "j.jsonl"
+    path.write_bytes(signed_journal(journal_key(), [HEADER, CORDON]))
+    real_open = os.open
+
+    def denied(name: object, *args: object, **kwargs: object) -> int:
+        if Path(str(name)) == path:
+            raise PermissionError(13, "Permission denied", str(name))
+        return real_open(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(journal_module.os, "open", denied)
+    assert rollback_main([str(path)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"journal {path} cannot be read (permission denied)" in err[0]

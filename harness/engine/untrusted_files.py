@@ -155,7 +155,7 @@ def read_text(
 ) -> str:
     """A regular, size-limited UTF-8 text file, or a one-line error naming it."""
     data = read_bytes(path, what=what, max_bytes=max_bytes, inside=inside)
-    return decode_utf8(data, path, what=what)
+    return decode_utf8(data, Path(path), what=what)
 
 
 def resolve_inside(folder: Path, name: str | os.PathLike[str], *, what: str = "file") -> Path:

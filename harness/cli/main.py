@@ -7,6 +7,7 @@ inside the commands.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -130,10 +131,19 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     import json
+    import os
+    import stat
 
     from pathways_chaos.harness.engine.recorder import read_log
     from pathways_chaos.harness.errors import ChaosConfigError
 
+    with contextlib.suppress(OSError):  # a missing file or a folder: read_log says it below
+        mode = os.stat(args.log).st_mode  # never blocks, unlike opening a FIFO
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a device or socket"
+            raise ChaosConfigError(
+                f"{args.log} is {kind}, not an event log: give the file an episode wrote"
+            )
     try:
         events = read_log(args.log)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:

@@ -387,6 +387,20 @@ def rows() -> list[Row]:
         Row("check missing log", (*CLI, "check", "missing.jsonl"), 2, "No such file"),
         Row("check a folder", (*CLI, "check", "."), 2, "Is a directory"),
         Row(
+            "check a FIFO",
+            (*CLI, "check", "log.jsonl"),
+            2,
+            "log.jsonl is a FIFO (named pipe), not an event log",
+            setup=_fifo("log.jsonl"),
+        ),
+        Row(
+            "check /dev/zero",
+            (*CLI, "check", "z.jsonl"),
+            2,
+            "z.jsonl is a device or socket, not an event log",
+            setup=_symlink("z.jsonl", "/dev/zero"),
+        ),
+        Row(
             "check not a log",
             (*CLI, "check", "notes.txt"),
             2,

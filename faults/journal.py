@@ -45,7 +45,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from pathways_chaos.faults.jobset import JOBSET_NAME_LABEL
+from pathways_chaos.faults.jobset import JOBSET_NAME_LABEL, REPLICATED_JOB_LABEL
 from pathways_chaos.faults.journal_trust import (
     MAX_JOURNAL_BYTES,
     JournalRefused,
@@ -823,6 +823,7 @@ def _undo_delete_job(api_client: ApiClient, entry: dict[str, Any], dry_run: bool
         if ours(job):
             return f"recreated job {namespace}/{name} (already, by this rollback)"
         return f"{what}: a Job of that name exists (not ours), left alone"
+    _check_live_jobset(api_client, entry["manifest"], namespace, what)
     if dry_run:
         return f"DRY RUN: would recreate job {namespace}/{name}"
     manifest = json.loads(json.dumps(entry["manifest"]))
@@ -846,6 +847,67 @@ def _undo_delete_job(api_client: ApiClient, entry: dict[str, Any], dry_run: bool
     if created is None or not ours(created):  # verified: a Job we made is there now
         raise RuntimeError(f"{what}: the create was answered but no Job of ours exists")
     return line
+
+
+def _jobset_template(jobset: dict[str, Any], replicated: str | None) -> dict[str, Any] | None:
+    for job in (jobset.get("spec") or {}).get("replicatedJobs") or []:
+        if isinstance(job, dict) and job.get("name") == replicated:
+            template = ((job.get("template") or {}).get("spec") or {}).get("template")
+            return template if isinstance(template, dict) else None
+    return None
+
+
+def _containers(pod_template: dict[str, Any] | None) -> list[tuple[Any, Any, Any]]:
+    """What a recreated Job would run: each container's name, image and security context."""
+    spec = (pod_template or {}).get("spec") or {}
+    return [
+        (c.get("name"), c.get("image"), c.get("securityContext") or None)
+        for kind in ("initContainers", "containers")
+        for c in spec.get(kind) or []
+        if isinstance(c, dict)
+    ]
+
+
+def _check_live_jobset(
+    api_client: ApiClient, manifest: dict[str, Any], namespace: str, what: str
+) -> None:
+    """A Job owned by a JobSet is recreated only from that live JobSet's own template.
+
+    The JobSet must still exist with the UID the Job recorded, and the containers the manifest
+    would run (names, images, security contexts) must be the ones its replicatedJob's template
+    runs; otherwise ``_LeftAlone`` says why and nothing is created.
+    """
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    meta = manifest.get("metadata") or {}
+    refs = [r for r in meta.get("ownerReferences") or [] if r.get("kind") == "JobSet"]
+    if not refs:
+        return
+    ref = refs[0]
+    group, _, version = str(ref.get("apiVersion", "jobset.x-k8s.io/v1alpha2")).partition("/")
+    custom: Any = client.CustomObjectsApi(api_client)
+    try:
+        jobset = call_with_retries(
+            lambda: custom.get_namespaced_custom_object(
+                group, version, namespace, "jobsets", ref.get("name")
+            ),
+            retry_on=RETRY_READS,
+        )
+    except ApiException as error:
+        if error.status == 404:
+            raise _LeftAlone(f"{what}: its JobSet {ref.get('name')} is gone; left alone") from None
+        raise
+    if (jobset.get("metadata") or {}).get("uid") != ref.get("uid"):
+        raise _LeftAlone(f"{what}: its JobSet {ref.get('name')} was replaced; left alone")
+    replicated = (meta.get("labels") or {}).get(REPLICATED_JOB_LABEL)
+    template = _jobset_template(jobset, replicated)
+    recorded = ((manifest.get("spec") or {}).get("template")) or {}
+    if template is None or _containers(template) != _containers(recorded):
+        raise _LeftAlone(
+            f"{what}: the recorded manifest is not JobSet {ref.get('name')}'s own template "
+            f"for {replicated!r} (its containers differ); nothing created"
+        )
 
 
 def _wait_gone(read: Callable[[], Any | None], uid: str | None, what: str) -> Any | None:

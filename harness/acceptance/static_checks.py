@@ -114,7 +114,9 @@ def load_sources(paths: Sequence[str | Path]) -> list[SourceFile]:
 
 
 def parse_source(path: Path) -> SourceFile:
-    text = path.read_text(encoding="utf-8")
+    from pathways_chaos.harness.engine.untrusted_files import read_text
+
+    text = read_text(path, what="--acceptance-source file")  # regular, size-limited, UTF-8
     label = _label(path)
     try:
         tree = ast.parse(text, filename=str(path))

@@ -7,6 +7,7 @@ inside the commands.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -85,9 +86,16 @@ def _demo(args: argparse.Namespace) -> int:
     # Every input is checked before JAX starts: a typo costs milliseconds, not a JAX start-up.
     topology = SliceTopology(args.slices, args.devices_per_slice)
     apply_deadline_arguments(args)
+    if args.schedule is not None and not args.schedule.strip():
+        raise ChaosConfigError(
+            "--schedule is empty: give faults (e.g. --schedule data_loss@step=12:slice=2), or "
+            "leave --schedule out for the demo schedule"
+        )
     if args.steps < 1:
         raise ChaosConfigError(f"--steps {args.steps}: use a whole number of steps >= 1")
     schedule = None if args.loop else parse_schedule(args.schedule or DEMO_SCHEDULE)
+    if args.loop and args.schedule is not None:
+        check_schedule_fits(parse_schedule(args.schedule), topology.num_slices, kubernetes=False)
     if schedule is not None:
         check_schedule_fits(schedule, topology.num_slices, kubernetes=False)
     if args.log is not None and args.log.is_dir():
@@ -160,10 +168,19 @@ def apply_deadline_arguments(args: argparse.Namespace) -> None:
 
 def _check(args: argparse.Namespace) -> int:
     import json
+    import os
+    import stat
 
     from pathways_chaos.harness.engine.recorder import read_log
     from pathways_chaos.harness.errors import ChaosConfigError
 
+    with contextlib.suppress(OSError):  # a missing file or a folder: read_log says it below
+        mode = os.stat(args.log).st_mode  # never blocks, unlike opening a FIFO
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a device or socket"
+            raise ChaosConfigError(
+                f"{args.log} is {kind}, not an event log: give the file an episode wrote"
+            )
     try:
         events = read_log(args.log)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:

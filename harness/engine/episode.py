@@ -56,6 +56,7 @@ class FaultController:
             schedule,
             cluster.topology.num_slices,
             kubernetes=getattr(cluster, "target", None) is not None,
+            mtc_hosts=getattr(cluster, "mtc_hosts", None),
         )
         self.cluster = cluster
         self.recorder = recorder

@@ -105,3 +105,11 @@ def test_a_loop_waiting_for_more_slices_than_the_cluster_has_is_told_at_once(cha
 
     assert "the loop waits for 5 slices; this cluster has 4" in str(out.result.error)
     assert out.verdict.violations[0].startswith("the run did not finish")
+
+
+def test_a_crash_inside_a_library_is_named_at_the_loops_own_line(chaos):
+    out = chaos.run_loop(_loop("saves_what_orbax_cannot"), "", baseline=False)
+
+    (crash,) = out.verdict.violations
+    assert "misbehaving.py" in crash and "snapshotter.save(0, state)" in crash, crash
+    assert "observer.py" not in crash and "asyncio" not in crash

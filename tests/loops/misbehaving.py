@@ -64,3 +64,16 @@ def waits_for_five_slices(*, devices: Any = None) -> Any:
         raise jax.errors.JaxRuntimeError("DATA_LOSS: pretend a slice was lost")
 
     return attempt()
+
+
+def saves_what_orbax_cannot(*, devices: Any = None) -> Any:
+    """Hands the Snapshotter a tree holding a Python object: Orbax raises deep in its own
+    (asyncio) frames; the crash must be named at this file's line that called save()."""
+    import jax.numpy as jnp
+    import orbax.checkpoint as ocp
+
+    snapshotter = ocp.v1.training.pathways.Snapshotter(replica_axis_index=0)
+    state = {"w": jnp.ones(4), "note": object()}
+    snapshotter.save(0, state)  # the line the verdict names
+    snapshotter.join()
+    return state

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
-import importlib.util
 import inspect
 import logging
 import signal
@@ -28,6 +27,7 @@ from pathways_chaos.harness.engine.clock import FakeClock
 from pathways_chaos.harness.engine.deadline import Deadline, episode_deadline
 from pathways_chaos.harness.engine.episode import ClusterBackend, FaultController
 from pathways_chaos.harness.engine.recorder import Event, Recorder
+from pathways_chaos.harness.engine.user_modules import import_file
 from pathways_chaos.harness.errors import ChaosConfigError
 
 #: Trigger kind -> the observer's event it counts (``step`` is ``batch`` for a loop).
@@ -168,10 +168,7 @@ def load_loop(spec: str) -> Callable[..., Any]:
         if not sep or not attr:
             raise ValueError("no colon")
         if module_name.endswith(".py"):
-            location = Path(module_name)
-            if not location.is_file():
-                raise ImportError(f"{module_name} is not a file")
-            module = _load_file(location)
+            module = import_file(Path(module_name), "pathways_chaos_loop_")
         else:
             module = importlib.import_module(module_name)
         loop = getattr(module, attr)
@@ -186,31 +183,6 @@ def load_loop(spec: str) -> Callable[..., Any]:
             "the training (it takes keyword options and returns the final state)"
         )
     return loop
-
-
-def _load_file(location: Path) -> Any:
-    """A loop's file as a module, registered in ``sys.modules`` while and after it runs (a
-    dataclass or a pickled object in it looks its module up there), under a name its path
-    makes unique; the same file loaded again is the same module."""
-    import hashlib
-    import sys
-
-    resolved = location.resolve()
-    digest = hashlib.sha1(str(resolved).encode()).hexdigest()[:8]
-    name = f"pathways_chaos_loop_{resolved.stem}_{digest}"
-    if name in sys.modules:
-        return sys.modules[name]
-    loaded = importlib.util.spec_from_file_location(name, resolved)
-    if loaded is None or loaded.loader is None:
-        raise ImportError(f"cannot import {location}")
-    module = importlib.util.module_from_spec(loaded)
-    sys.modules[name] = module
-    try:
-        loaded.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return module
 
 
 def _one_line(error: BaseException) -> str:

@@ -37,10 +37,16 @@ class UnreadableFile(ChaosConfigError):
 
 
 def shown(value: object, limit: int = SHOWN_CHARS) -> str:
-    """A user's value for a message, cut to ``limit`` characters (a 120k value stays short)."""
+    """A user's value for a message, cut to ``limit`` characters (a 120k value stays short).
+
+    A path keeps its end (the file's name is what a person needs to find it): the middle goes.
+    """
     text = str(value)
     if len(text) <= limit:
         return text
+    if isinstance(value, os.PathLike) or (text.startswith("/") and "\n" not in text):
+        keep = limit - 5
+        return f"{text[: keep // 3]}/.../{text[-(keep - keep // 3):]}"
     return f"{text[:limit]}... ({len(text)} characters)"
 
 

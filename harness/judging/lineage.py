@@ -246,7 +246,7 @@ def trained_once_in_order(chain: Chain, base: Chain | None) -> list[str]:
             seen |= set(d.samples)
         more = f" and {len(again) - 3} more" if len(again) > 3 else ""
         problems.append(
-            f"{what} {_ranges(twice)} were trained twice or more: the state was trained on "
+            f"{what} {ranges(twice)} were trained twice or more: the state was trained on "
             f"them again by {', '.join(again[:3])}{more}"
             + _iterator_after_restore(chain, trained, set(twice), base)
         )
@@ -336,7 +336,7 @@ def _missing(chain: Chain, missing: list[int], what: str) -> str:
         key = (draw.run, draw.attempt)
         if key in last_exec and draw.seq < last_exec[key]:
             return (
-                f"{what} {_ranges(sorted(gone & set(draw.samples)))} were drawn in "
+                f"{what} {ranges(sorted(gone & set(draw.samples)))} were drawn in "
                 f"{draw.label()} and never trained: the state that went on was not trained on "
                 "that batch"
             )
@@ -344,11 +344,11 @@ def _missing(chain: Chain, missing: list[int], what: str) -> str:
     lost = sorted(gone & drawn)
     if lost:
         return (
-            f"{what} {_ranges(lost)} were skipped: trained only by work a failure threw away, "
+            f"{what} {ranges(lost)} were skipped: trained only by work a failure threw away, "
             "never drawn again after the restore: the data iterator did not go back to the "
             "restored snapshot's position"
         )
-    return f"{what} {_ranges(sorted(gone))} were skipped: never drawn by the data iterator"
+    return f"{what} {ranges(sorted(gone))} were skipped: never drawn by the data iterator"
 
 
 def snapshots_consistent(chain: Chain) -> list[str] | str:
@@ -558,7 +558,7 @@ def _draw_at(trained: list[Draw], index: int) -> Draw:
     return trained[-1]
 
 
-def _ranges(values: Iterable[int]) -> str:
+def ranges(values: Iterable[int]) -> str:
     """[1, 2, 3, 7] -> '1..3, 7' (at most six runs shown)."""
     runs: list[list[int]] = []
     for v in sorted(values):

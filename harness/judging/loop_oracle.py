@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -367,9 +367,9 @@ def _exactly_once(
         at = _first_batch_with(lineage, set(duplicated) | set(skipped), counted, by_ids)
         parts = []
         if duplicated:
-            parts.append(f"{what} {_ranges(duplicated)} consumed twice or more")
+            parts.append(f"{what} {chain_checks.ranges(duplicated)} consumed twice or more")
         if skipped:
-            parts.append(f"{what} {_ranges(skipped)} skipped")
+            parts.append(f"{what} {chain_checks.ranges(skipped)} skipped")
         problems.append(f"exactly-once violated at {at}: {'; '.join(parts)}")
     if want is not None and not problems:
         n = min(len(want), len(consumed))
@@ -727,15 +727,3 @@ def _first_batch_with(
 
 def _plural(n: int, word: str, words: str | None = None) -> str:
     return f"{n} {word if n == 1 else (words or word + 's')}"
-
-
-def _ranges(values: Iterable[int]) -> str:
-    """[1, 2, 3, 7] -> '1..3, 7' (at most six runs shown)."""
-    runs: list[list[int]] = []
-    for v in sorted(values):
-        if runs and v == runs[-1][1] + 1:
-            runs[-1][1] = v
-        else:
-            runs.append([v, v])
-    shown = [f"{a}..{b}" if b > a else str(a) for a, b in runs[:6]]
-    return ", ".join(shown) + (" ..." if len(runs) > 6 else "")

@@ -46,7 +46,7 @@ def shown(value: object, limit: int = SHOWN_CHARS) -> str:
         return text
     if isinstance(value, os.PathLike) or (text.startswith("/") and "\n" not in text):
         keep = limit - 5
-        return f"{text[: keep // 3]}/.../{text[-(keep - keep // 3):]}"
+        return f"{text[: keep // 3]}/.../{text[-(keep - keep // 3) :]}"
     return f"{text[:limit]}... ({len(text)} characters)"
 
 

@@ -62,10 +62,11 @@ class Graph:
     restores: list[Event] = dataclasses.field(default_factory=list)
     final: dict[str, int | None] | None = None
     recorded: bool = False  # the episode ran with the lineage seam
+    events: Sequence[Event] = ()
 
     @classmethod
     def from_events(cls, events: Sequence[Event]) -> Graph:
-        g = cls()
+        g = cls(events=events)
         for e in events:
             kind = e["kind"]
             if kind == "exec":
@@ -239,16 +240,17 @@ def trained_once_in_order(chain: Chain, base: Chain | None) -> list[str]:
     twice = sorted(s for s, n in counted.items() if n > 1)
     if twice:
         seen: set[int] = set()
-        again = []
+        repeats: list[Draw] = []
         for d in trained:
             if seen & set(d.samples):
-                again.append(d.label())
+                repeats.append(d)
             seen |= set(d.samples)
+        again = [d.label() for d in repeats]
         more = f" and {len(again) - 3} more" if len(again) > 3 else ""
         problems.append(
             f"{what} {ranges(twice)} were trained twice or more: the state was trained on "
             f"them again by {', '.join(again[:3])}{more}"
-            + _iterator_after_restore(chain, trained, set(twice), base)
+            + _iterator_after_restore(chain, repeats[0], base)
         )
     if base is None or not base.followed:
         return problems
@@ -268,16 +270,10 @@ def trained_once_in_order(chain: Chain, base: Chain | None) -> list[str]:
     return problems
 
 
-def _iterator_after_restore(
-    chain: Chain, trained: list[Draw], twice: set[int], base: Chain | None = None
-) -> str:
-    """Why samples came again after a restore: the snapshot held no data position, the loop
-    did not put the iterator back where the snapshot said, or the data order itself changed."""
-    first = next(
-        (d for d in trained if set(d.samples) & twice and (d.attempt > 1 or d.run > 1)), None
-    )
-    if first is None:
-        return ""
+def _iterator_after_restore(chain: Chain, first: Draw, base: Chain | None = None) -> str:
+    """Why samples came again (``first``: the first draw that repeats one): the snapshot held no
+    data position, the loop did not put the iterator back where the snapshot said, it set the
+    iterator back later, or the data order itself changed."""
     key = (first.run, first.attempt)
     restore = next(
         (
@@ -288,7 +284,8 @@ def _iterator_after_restore(
         None,
     )
     if restore is None:
-        return " (the attempt that drew them again restored nothing)"
+        set_back = _iterator_set_back(chain, first, None)
+        return set_back or " (the attempt that drew them again restored nothing)"
     head = min(
         (
             d
@@ -308,9 +305,20 @@ def _iterator_after_restore(
             f" (the restore of step {restore.get('step')} saved data position {saved}, but the "
             f"next batch came from position {head.position}: the data iterator was not restored)"
         )
-    if base is not None and head.ids is not None:
+    set_back = _iterator_set_back(chain, first, restore)
+    if set_back:
+        return set_back
+    if base is not None and head.ids is not None and head.position is not None:
+        at = {
+            d.position + i: sample
+            for d in base.trained
+            if d.position is not None and d.ids is not None
+            for i, sample in enumerate(d.ids)
+        }
+        mine = {head.position + i: sample for i, sample in enumerate(head.ids)}
         same = next((d for d in base.trained if d.position == head.position), None)
-        if same is not None and same.ids is not None and same.ids != head.ids:
+        differs = any(p in at and at[p] != sample for p, sample in mine.items())
+        if same is not None and same.ids is not None and differs:
             return (
                 f" (after the restore of step {restore.get('step')} the batch at data position "
                 f"{head.position} held sample ids {list(head.ids[:4])}..., the fault-free run's "
@@ -318,6 +326,40 @@ def _iterator_after_restore(
                 "the shuffle seeded by the attempt?)"
             )
     return ""
+
+
+def _iterator_set_back(chain: Chain, first: Draw, restore: Event | None) -> str:
+    """An iterator put back, inside the attempt and after its restore, behind what had been
+    trained (a rebuilt iterator given a stale state, on a scale-up for one)."""
+    events = chain.graph.events
+    key = (first.run, first.attempt)
+    moves = [
+        e
+        for e in events
+        if e["kind"] == "iterator_set_state"
+        and (e["run"], e["attempt"]) == key
+        and (restore["seq"] if restore is not None else -1) < e["seq"] < first.seq
+        and e.get("position") is not None
+    ]
+    if not moves:
+        return ""
+    move = moves[-1]
+    before = [
+        d
+        for d in chain.graph.draws.values()
+        if (d.run, d.attempt) == key and d.seq < move["seq"] and d.position is not None
+    ]
+    if not before:
+        return ""
+    last = max(before, key=lambda d: d.seq)
+    reached = (last.position or 0) + (last.size or 0)
+    if move["position"] >= reached:
+        return ""
+    return (
+        f" (after {last.label()} the loop set its data iterator back to position "
+        f"{move['position']}, behind the {reached} already trained: a rebuilt iterator was "
+        "given a stale state)"
+    )
 
 
 def _missing(chain: Chain, missing: list[int], what: str) -> str:
@@ -374,8 +416,9 @@ def snapshots_consistent(chain: Chain) -> list[str] | str:
         if position != want:
             problems.append(
                 f"the {_save_name(save)} pairs the model trained through {last.label()} (data "
-                f"positions {last.position}..{want - 1}) with data position {position}, not "
-                f"{want}: a restore of it would "
+                f"positions {last.position}..{want - 1}) with data position {position}, "
+                f"{'ahead of' if position > want else 'behind'} the {want} that model had "
+                "reached: a restore of it would "
                 + (
                     f"skip positions {want}..{position - 1}"
                     if position > want

@@ -22,17 +22,20 @@ from pathways_chaos.harness.judging import lineage as chain_checks
 from pathways_chaos.harness.judging.oracle import REPLAY_ATOL, REPLAY_RTOL, Verdict, recoveries
 
 #: Every judge, in the order the verdict lists them.
+#: Every judge, in the order the verdict lists them: causes before the effects they lead to
+#: (a swallowed error or a snapshot that pairs the wrong position before the samples it made
+#: skip; a crash, the end of many a cause, listed after any other finding).
 JUDGES = (
     "completed",
-    "exactly-once",
+    "errors-handled",
+    "snapshot-pairs",
     "restore-latest",
     "resume-step",
-    "snapshot-pairs",
     "restore-used",
     "restore-shapes",
-    "errors-handled",
     "meshes",
     "scale-up",
+    "exactly-once",
     "no-leaks",
     "step-count",
     "final-state",
@@ -176,7 +179,7 @@ def judge_loop(
         error=error,
         batches=lineage,
     )
-    for name in JUDGES:
+    for name in sorted(JUDGES, key=lambda n: n == "completed" and bool(_other_findings(results))):
         outcome = results[name]
         if isinstance(outcome, str):
             verdict.not_judged[name] = outcome
@@ -381,6 +384,10 @@ def _exactly_once(
             )
     del completed
     return problems
+
+
+def _other_findings(results: dict[str, list[str] | str]) -> bool:
+    return any(isinstance(v, list) and v for k, v in results.items() if k != "completed")
 
 
 def _did_something(events: Sequence[Event], end: Event) -> list[str]:

@@ -22,7 +22,7 @@ def demo_loop(args: argparse.Namespace, topology: Any) -> int:
     from pathways_chaos.harness.engine.loop_episode import load_loop
     from pathways_chaos.harness.play import play_loop
 
-    loop = load_loop(args.loop)
+    loop = load_loop(args.loop, "--loop")
     schedule = parse_schedule(args.schedule or LOOP_DEMO_SCHEDULE)
     with (
         tempfile.TemporaryDirectory() as tmp,

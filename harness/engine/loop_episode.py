@@ -153,7 +153,7 @@ class LoopFaultController(FaultController):
         super()._fire(entry)
 
 
-def load_loop(spec: str) -> Callable[..., Any]:
+def load_loop(spec: str, flag: str = "--chaos-loop") -> Callable[..., Any]:
     """``pkg.module:function`` (or ``path/to/file.py:function``) -> the function.
 
     Whatever loading the user's module raises (a syntax error, an exception at import, a
@@ -163,7 +163,7 @@ def load_loop(spec: str) -> Callable[..., Any]:
     how = "write MODULE:FUNCTION, for example pathways_chaos.harness.reference.user_loop:main"
     module_name, sep, attr = spec.partition(":")
     if not spec.strip():
-        raise ChaosConfigError(f"--chaos-loop is empty: {how} (or leave the option out)")
+        raise ChaosConfigError(f"{flag} is empty: {how} (or leave the option out)")
     try:
         if not sep or not attr:
             raise ValueError("no colon")
@@ -174,12 +174,12 @@ def load_loop(spec: str) -> Callable[..., Any]:
         loop = getattr(module, attr)
     except Exception as error:  # anything the user's module does at import
         raise ChaosConfigError(
-            f"--chaos-loop={shown!r} cannot be loaded ({_one_line(error)}): {how}"
+            f"{flag}={shown!r} cannot be loaded ({_one_line(error)}): {how}"
         ) from None
     if inspect.isclass(loop) or not callable(loop):
         what = "a class" if inspect.isclass(loop) else f"a {type(loop).__name__}"
         raise ChaosConfigError(
-            f"--chaos-loop={shown!r} is {what}, not a function: name the function that runs "
+            f"{flag}={shown!r} is {what}, not a function: name the function that runs "
             "the training (it takes keyword options and returns the final state)"
         )
     return loop

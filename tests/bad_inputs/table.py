@@ -882,6 +882,120 @@ def rows() -> list[Row]:
             setup=_chaos_test("data_loss@step=3:slice=x"),
             pytest_session=True,
         ),
+        # -- a user's loop that misbehaves: a verdict or one line, never the run's own exit ----
+        *_loop_rows(),
+    ]
+
+
+_LOOPS = """
+import os, sys, signal
+
+
+def exits(**options):
+    sys.exit(3)
+
+
+def exits_hard(**options):
+    os._exit(0)
+
+
+def kills_itself(**options):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def returns_a_string(**options):
+    return "done"
+
+
+def spins(**options):
+    while True:
+        pass
+
+
+class NotALoop:
+    pass
+"""
+
+
+def _loop_rows() -> list[Row]:
+    demo_loop = (*CLI, "demo", "--loop")
+    loops = _write("loops.py", _LOOPS)
+    return [
+        Row(
+            "--chaos-loop= (empty)",
+            (*PYTEST, "--co", "--chaos-loop="),
+            4,
+            "--chaos-loop is empty",
+            pytest_session=True,
+        ),
+        Row(
+            "loop with a syntax error",
+            (*demo_loop, "bad.py:main"),
+            2,
+            "SyntaxError: invalid syntax at",
+            setup=_write("bad.py", "def main(:\n"),
+        ),
+        Row(
+            "loop file that is binary",
+            (*demo_loop, "bin.py:main"),
+            2,
+            "cannot be loaded",
+            setup=_write("bin.py", b"\xb2\xff\x00\x01binary"),
+        ),
+        Row(
+            "loop module raising at import",
+            (*demo_loop, "boom.py:main"),
+            2,
+            "RuntimeError: boom at import at",
+            setup=_write("boom.py", "raise RuntimeError('boom at import')\n"),
+        ),
+        Row(
+            "loop that is a class",
+            (*demo_loop, "loops.py:NotALoop"),
+            2,
+            "is a class, not a function",
+            setup=loops,
+        ),
+        Row(
+            "loop calling sys.exit(3)",
+            (*demo_loop, "loops.py:exits"),
+            1,
+            "the loop called sys.exit(3)",
+            setup=loops,
+            pytest_session=True,
+        ),
+        Row(
+            "loop calling os._exit(0)",
+            (*demo_loop, "loops.py:exits_hard"),
+            1,
+            "the loop called os._exit(0)",
+            setup=loops,
+            pytest_session=True,
+        ),
+        Row(
+            "loop sending itself SIGKILL",
+            (*demo_loop, "loops.py:kills_itself"),
+            1,
+            "the loop sent itself signal SIGKILL",
+            setup=loops,
+            pytest_session=True,
+        ),
+        Row(
+            "loop returning a string at once",
+            (*demo_loop, "loops.py:returns_a_string"),
+            1,
+            "returned at once without training",
+            setup=loops,
+            pytest_session=True,
+        ),
+        Row(
+            "loop that never returns",
+            (*demo_loop, "loops.py:spins", "--wall-deadline", "3"),
+            1,
+            "the run did not finish",
+            setup=loops,
+            pytest_session=True,
+        ),
     ]
 
 

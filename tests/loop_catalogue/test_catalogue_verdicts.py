@@ -102,3 +102,27 @@ def test_a_two_fault_bug_survives_each_single_fault(chaos, loop, schedule):
     out = chaos.run_loop(_load(loop), schedule)
 
     out.verdict.raise_if_failed()
+
+
+def _rows_loops() -> list[Any]:
+    """Every correct loop; the Flax Workload (about 30 s of compiles) only in the full run."""
+    import os
+
+    if os.environ.get("PATHWAYS_CHAOS_CATALOGUE") == "full":
+        return CORRECT
+    return [loop for loop in CORRECT if "flax" not in loop.name]
+
+
+@pytest.mark.parametrize("loop", _rows_loops(), ids=lambda loop: loop.name)
+def test_a_correct_loop_passes_every_acceptance_runtime_row(tmp_path, loop):
+    from pathways_chaos.harness.acceptance.loop_runtime import LOOP_RUNTIME_CHECKS, LoopRuns
+    from pathways_chaos.harness.acceptance.table import PASS
+
+    runs = LoopRuns(_load(loop), workdir=tmp_path)
+    try:
+        rows = {name: check(runs) for name, check in LOOP_RUNTIME_CHECKS.items()}
+    finally:
+        runs.close()
+
+    wrong = {name: f"{r.status}: {r.reason}" for name, r in rows.items() if r.status != PASS}
+    assert not wrong, wrong

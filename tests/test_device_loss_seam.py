@@ -155,6 +155,37 @@ def test_every_operation_on_a_lost_slice_raises_the_slice_down_error(fake_cluste
     assert not wrong, wrong
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "jitted call",
+        "collective (sum over the mesh)",
+        "device_put of host data",
+        "device_get of a pytree",
+        "device_put of a pytree",
+        "make_array_from_callback",
+        "copy_to_host_async",
+        "jax.copy_to_host_async of a tree",
+        "addressable_data",
+        "np.asarray",
+        "jax.tree.map over arrays",
+        "process_allgather",
+        "printing an array",
+    ],
+)
+def test_this_entry_point_on_a_lost_slice_raises_the_retried_error(fake_cluster, name):
+    import jax
+    from pathwaysutils.elastic import elastic
+
+    setup, use = _operations(_mesh(fake_cluster.devices))[name]
+    prepared = setup()
+    fake_cluster.lose_slice(2, "DATA_LOSS")
+    with pytest.raises(jax.errors.JaxRuntimeError) as caught:
+        use(prepared)
+    assert str(caught.value).startswith("DATA_LOSS"), caught.value
+    assert elastic.is_error_due_to_slice_down(caught.value, log_traceback=False)
+
+
 def test_the_surviving_slices_and_other_errors_are_untouched(fake_cluster):
     import jax
     import jax.numpy as jnp

@@ -1055,7 +1055,11 @@ def run_row(row: Row, folder: Path) -> Outcome:
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith("PATHWAYS_CHAOS_") and k not in ("CI", "BUILD_NUMBER")
+        if not k.startswith("PATHWAYS_CHAOS_")
+        and k not in ("CI", "BUILD_NUMBER")
+        # what the plugin set for this session's own workers (JAX's compilation cache): a
+        # person typing the row has none of it
+        and not k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE"))
     }
     env.update(dict(row.env))
     env["PATHWAYS_CHAOS_JOURNAL_DIR"] = str(folder / "journals")

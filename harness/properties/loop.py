@@ -428,6 +428,7 @@ class LoopSearch:
         self._shape: LoopShape | None = None
         self._episode_s: float | None = None
         self._spent: collections.Counter[str] = collections.Counter()
+        self._allowances: dict[str, float] = {}
         self._failed: set[str] = set()
 
     # the fault-free run, once
@@ -462,8 +463,22 @@ class LoopSearch:
         if self.budget_s is None:
             return by_profile
         self.baseline()
-        per_episode = max(0.05, 2.5 * (self._episode_s or 1.0))  # faults cost more
-        return max(3, min(by_profile * 20, int(self.budget_s * BUDGET_SHARES[prop] / per_episode)))
+        allowance = self._allowance(prop)
+        if self.stats.schedules:  # what this loop's faulted episodes have cost so far
+            per_episode = self.stats.seconds / self.stats.schedules
+        else:
+            per_episode = 2.5 * (self._episode_s or 1.0)  # faults cost more than a clean run
+        return max(3, int(allowance / max(0.05, per_episode)) + 1)
+
+    def _allowance(self, prop: str) -> float:
+        """``prop``'s share of what is left of the budget, fixed when it starts."""
+        assert self.budget_s is not None
+        if prop not in self._allowances:
+            waiting = [p for p in BUDGET_SHARES if p not in self._allowances]
+            left = max(0.0, self.budget_s - self.stats.seconds)
+            share = BUDGET_SHARES[prop] / sum(BUDGET_SHARES[p] for p in waiting)
+            self._allowances[prop] = left * share
+        return self._allowances[prop]
 
     def settings(self, prop: str) -> Any:
         from hypothesis import HealthCheck, Phase, settings
@@ -516,7 +531,7 @@ class LoopSearch:
         failed (then shrinking and hypothesis's final replay must run every episode)."""
         if self.budget_s is None or prop in self._failed:
             return False
-        return self._spent[prop] >= self.budget_s * BUDGET_SHARES[prop]
+        return self._spent[prop] >= self._allowance(prop)
 
     def run(self, prop: str) -> None:
         """Searches ``prop`` (snapshot, dataset, mesh or stateful) over the loop."""

@@ -194,6 +194,9 @@ class ScheduleWriter:
     def text(self) -> str:
         return ",".join(self.entries)
 
+    def __repr__(self) -> str:  # what hypothesis prints for a failing example: the schedule
+        return f"ScheduleWriter(schedule={self.text()!r}, scenarios={self.scenarios!r})"
+
     # one method per scenario
     def _loss(self, draw: Callable[..., Any], trigger: str, polls: int | None = None) -> int:
         s = draw(st.integers(1, self.num_slices - 1))
@@ -396,6 +399,14 @@ class SearchStats:
         )
 
 
+class LoopPropertyFailure(PropertyFailure):
+    """A loop property does not hold; ``schedule`` is the text that shows it."""
+
+    def __init__(self, message: str, schedule: str = "") -> None:
+        super().__init__(message)
+        self.schedule = schedule
+
+
 # -- the search over one loop --------------------------------------------------------------
 #: Share of the budget each property gets (they run in this order in the suite).
 BUDGET_SHARES = {"snapshot": 0.2, "dataset": 0.2, "mesh": 0.2, "stateful": 0.4}
@@ -416,6 +427,7 @@ class LoopSearch:
         seed: int | None = 0,
         database: Any = "default",
         max_examples: int | None = None,
+        shrink: bool = True,
     ) -> None:
         self.target = target
         self.profile = profile
@@ -423,6 +435,7 @@ class LoopSearch:
         self.seed = seed
         self.database = database
         self.max_examples = max_examples
+        self.shrink = shrink  # off: the first failure, cut down by ``minimize`` alone
         self.stats = SearchStats(loop=target.spec, profile=profile, budget_s=budget_s)
         self._baseline: list[dict[str, Any]] | None = None
         self._shape: LoopShape | None = None
@@ -475,7 +488,7 @@ class LoopSearch:
         assert self.budget_s is not None
         if prop not in self._allowances:
             waiting = [p for p in BUDGET_SHARES if p not in self._allowances]
-            left = max(0.0, self.budget_s - self.stats.seconds)
+            left = max(0.0, self.budget_s - self.stats.seconds - self.stats.baseline_s)
             share = BUDGET_SHARES[prop] / sum(BUDGET_SHARES[p] for p in waiting)
             self._allowances[prop] = left * share
         return self._allowances[prop]
@@ -493,7 +506,11 @@ class LoopSearch:
             deadline=None,
             derandomize=False,  # a seed instead: reproducible, and the database stays on
             database=database,
-            phases=tuple(p for p in Phase if p is not Phase.explain),
+            phases=tuple(
+                p
+                for p in Phase
+                if p is not Phase.explain and (self.shrink or p is not Phase.shrink)
+            ),
             suppress_health_check=list(HealthCheck),
             stateful_step_count=6,
         )
@@ -518,13 +535,36 @@ class LoopSearch:
             return
         self.stats.failures += 1
         self._failed.add(prop)
+        raise LoopPropertyFailure(self.failure_message(prop, schedule, verdict), schedule)
+
+    def failure_message(self, prop: str, schedule: str, verdict: Any) -> str:
         lines = [f"{PROPERTY_NAMES[prop]} property violated by {self.target.spec}:"]
         lines += [f"  - {v}" for v in verdict.violations]
         lines += [
             f"  schedule: {schedule or '(none)'}",
             f"  replay: {self.target.replay_command(schedule)}",
         ]
-        raise PropertyFailure("\n".join(lines))
+        return "\n".join(lines)
+
+    def minimize(self, prop: str, schedule: str) -> tuple[str, Any] | None:
+        """Drops every entry the failure does not need, one at a time, until each that is
+        left is needed (hypothesis shrinks the scenarios it drew; this shrinks the text the
+        replay command runs). None when the schedule no longer fails."""
+        baseline, _ = self.baseline()
+        entries = [e for e in schedule.split(",") if e]
+        outcome, _ = play_target(self.target, ",".join(entries), baseline)
+        if outcome.verdict.ok:
+            return None
+        verdict = outcome.verdict
+        i = 0
+        while i < len(entries) and len(entries) > 1:
+            candidate = entries[:i] + entries[i + 1 :]
+            trial, _ = play_target(self.target, ",".join(candidate), baseline)
+            if trial.verdict.ok:
+                i += 1
+            else:
+                entries, verdict = candidate, trial.verdict
+        return ",".join(entries), verdict
 
     def _over_budget(self, prop: str) -> bool:
         """Past its share of the budget, a property runs no more new examples, unless one has
@@ -556,7 +596,18 @@ class LoopSearch:
         search._hypothesis_internal_database_key = self.database_key(prop)  # type: ignore[attr-defined]
         if self.seed is not None:
             search = seed(self.seed)(search)
-        search()
+        try:
+            search()
+        except LoopPropertyFailure as failure:
+            smaller = self.minimize(prop, failure.schedule)
+            if smaller is None or smaller[0] == failure.schedule:
+                raise
+            raise LoopPropertyFailure(
+                self.failure_message(prop, *smaller)
+                + f"\n  (hypothesis's shortest schedule was {failure.schedule}; the entries "
+                "above are each needed)",
+                smaller[0],
+            ) from failure
 
 
 PROPERTY_NAMES = {

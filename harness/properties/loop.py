@@ -197,6 +197,10 @@ class ScheduleWriter:
     def __repr__(self) -> str:  # what hypothesis prints for a failing example: the schedule
         return f"ScheduleWriter(schedule={self.text()!r}, scenarios={self.scenarios!r})"
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # hypothesis's printer
+        del cycle
+        printer.text(repr(self))
+
     # one method per scenario
     def _loss(self, draw: Callable[..., Any], trigger: str, polls: int | None = None) -> int:
         s = draw(st.integers(1, self.num_slices - 1))

@@ -579,7 +579,7 @@ class LoopSearch:
 
     def run(self, prop: str) -> None:
         """Searches ``prop`` (snapshot, dataset, mesh or stateful) over the loop."""
-        from hypothesis import given, seed
+        from hypothesis import given
         from hypothesis.stateful import get_state_machine_test
 
         _, shape = self.baseline()
@@ -599,7 +599,9 @@ class LoopSearch:
         # A failure found for this loop is tried first next time (the key names the loop).
         search._hypothesis_internal_database_key = self.database_key(prop)  # type: ignore[attr-defined]
         if self.seed is not None:
-            search = seed(self.seed)(search)
+            # What @seed(n) sets, without the database=None that @seed adds: a reproducible
+            # search that still tries a failure it saved before anything new.
+            search._hypothesis_internal_use_seed = self.seed  # type: ignore[attr-defined]
         try:
             search()
         except LoopPropertyFailure as failure:

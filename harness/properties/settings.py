@@ -90,10 +90,9 @@ def set_session_trainer(spec: str) -> None:
 def trainer_under_test(config: Any) -> str:
     """The trainer the property suites test: ``--chaos-trainer MODULE:CLASS``.
 
-    ``--chaos-loop`` (a user's own loop, issue 10) is the hook for loops that are not a
-    trainer class: the episode bodies here run a trainer class, so until a loop can be wrapped
-    as one, a session with ``--chaos-loop`` stops with a usage error instead of silently testing
-    the reference trainer.
+    With ``--chaos-loop`` (a user's own loop) the suites run the loop search
+    (``properties.loop``) instead, and this is not asked: asked anyway, it says so rather than
+    silently naming the reference trainer.
     """
     import pytest
 
@@ -102,8 +101,8 @@ def trainer_under_test(config: Any) -> str:
     loop = config.getoption("chaos_loop", None)
     if loop:
         raise pytest.UsageError(
-            f"--chaos-loop={loop}: the property suites run trainer classes; test a loop with the "
-            "chaos suite's loop oracle, or give a ReferenceTrainer subclass with --chaos-trainer"
+            f"--chaos-loop={loop}: the trainer property suites run trainer classes; the loop "
+            "is searched by suites/properties/test_loop_properties.py"
         )
     spec = str(config.getoption("chaos_trainer", None) or REFERENCE_TRAINER)
     load_object(spec, "--chaos-trainer")  # a bad spec is a one-line error now, not in every example

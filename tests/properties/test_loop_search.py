@@ -75,7 +75,12 @@ def test_generated_schedules_parse_fit_and_never_lose_slice_0_for_good(
     check_schedule_fits(schedule, slices, kubernetes=False)
     assert set(writer.scenarios) <= set(FAMILIES[family]) | {"retried_error"}
     assert sum(1 for e in schedule if e.fault.kind == "preemption") <= 2
+    losses = [
+        e.fault.slice for e in schedule if hasattr(e.fault, "slice") and e.fault.kind != "repair"
+    ]
     for entry in schedule:
+        if entry.fault.kind == "repair":  # nothing else loses a slice a repair brings back
+            assert losses.count(entry.fault.slice) == 1, f"{writer.text()}: repair after 2 losses"
         if hasattr(entry.fault, "slice"):
             assert entry.fault.slice != 0, f"{entry.to_text()} loses slice 0"
         if hasattr(entry.fault, "repair_after_polls") and entry.fault.kind != "flapping":

@@ -247,6 +247,17 @@ def test_the_property_suites_pick_the_loop_search_only_with_chaos_loop():
     assert trainer and not any("test_loop_properties.py" in ln for ln in trainer)
 
 
+def test_a_bad_loop_or_budget_stops_the_suite_in_one_line():
+    for args, says in [
+        (["--chaos-loop=nowhere:main"], "--chaos-loop='nowhere:main' cannot be loaded"),
+        ([f"--chaos-loop={SAMPLE}", "--chaos-budget=-5"], "--chaos-budget=-5.0: use a number"),
+    ]:
+        out = _suite("--collect-only", "-q", *args)
+        assert out.returncode == 4, out.stdout[-2000:] + out.stderr[-2000:]
+        errors = [ln for ln in out.stderr.splitlines() if ln.startswith("ERROR")]
+        assert len(errors) == 1 and says in errors[0], out.stderr[-2000:]
+
+
 @pytest.mark.slow
 def test_the_sample_loop_passes_a_budgeted_search_and_the_figures_say_what_it_covered(tmp_path):
     report = tmp_path / "search.json"

@@ -15,19 +15,26 @@ an admin's later cordon or GKE's identical maintenance taint is never removed.
 
 File format: JSON lines. The header is ``{"journal": 2, "run": ..., "cluster_uid": ...}``; a
 change is ``{"seq": N, "action": ..., ...}``; a replay appends ``{"undone": N, "result": ...}``.
-A malformed line is reported with its line number and skipped; every other entry is still
-undone. A torn last line (killed mid-write, no newline) is a change never started.
+A line that is not a JSON object is reported with its line number and skipped (it carries no
+instruction). A torn last line (killed mid-write, no newline) is a change never started.
+
+Why every record is signed: a journal is evidence, not an instruction. Each record carries a
+chained HMAC under a key in the user's state folder, and the file must be the user's own regular
+file in a folder nobody else can write (faults/journal_trust.py): a planted, edited or
+symlinked journal is refused in one line, and nothing of it is undone.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
+import fcntl
 import getpass
 import json
 import os
 import signal
-import socket
+import stat
 import sys
 import threading
 import time
@@ -38,6 +45,19 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from pathways_chaos.faults.jobset import JOBSET_NAME_LABEL, REPLICATED_JOB_LABEL
+from pathways_chaos.faults.journal_trust import (
+    MAX_JOURNAL_BYTES,
+    JournalRefused,
+    JournalUnreadable,
+    check_folder,
+    check_journal_file,
+    holder_of,
+    holder_state,
+    journal_key,
+    mac_ok,
+    signed_line,
+)
 from pathways_chaos.faults.safety import (
     CORDONED_BY_ANNOTATION,
     RECREATED_BY_ANNOTATION,
@@ -59,15 +79,17 @@ REVERSIBLE_ACTIONS = frozenset({"cordon", "taint", "delete_job"})
 IRREVERSIBLE_ACTIONS = frozenset({"delete_pod", "evict_pod"})
 #: The fields each action's entry must carry, and their types.
 _REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
-    "cordon": {"node": str},
-    "taint": {"node": str, "taint": dict},
-    "delete_job": {"namespace": str, "name": str, "manifest": dict},
+    "cordon": {"node": str, "uid": str},
+    "taint": {"node": str, "uid": str, "taint": dict},
+    "delete_job": {"namespace": str, "name": str, "uid": str, "manifest": dict},
     "delete_pod": {"namespace": str, "name": str},
     "evict_pod": {"namespace": str, "name": str},
 }
 #: How long an undo waits for a Job still terminating (a finalizer) before giving up.
 TERMINATING_JOB_WAIT_S = 30.0
 JOURNAL_DIR_ENV = "PATHWAYS_CHAOS_JOURNAL_DIR"
+#: The guard's rollback is tried again after these sleeps (an API outage of a few seconds).
+ROLLBACK_RETRY_DELAYS: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 2.0)
 
 
 class JournalError(ChaosError):
@@ -144,15 +166,63 @@ class ReplayResult:
 
 
 def read_journal(path: Path) -> JournalContents:
-    """Parses a journal line by line; a bad line is reported (with its number), never fatal."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
+    """Reads a journal after checking it may be believed (see faults/journal_trust.py).
+
+    A missing file is an empty journal. A folder is a usage error; a symlink, FIFO, device,
+    another user's file, a file in a folder others can write, or a record whose chained MAC
+    fails is refused (``JournalRefused``); an unreadable one is ``JournalUnreadable``.
+    """
+    raw = _read_checked(path)
+    if raw is None:
         return JournalContents(None, [], set(), [], [])
-    except IsADirectoryError:
-        raise JournalError(f"{path} is a folder, not a journal: name a .jsonl file") from None
+    contents, _ = _parse_journal(raw, path)
+    return contents
+
+
+def _read_checked(path: Path) -> bytes | None:
+    """The journal's bytes, read without following a symlink and without blocking."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return None
+    except PermissionError:
+        raise JournalUnreadable(
+            f"journal {path} cannot be read (permission denied): its cordons and taints may "
+            "still be in place; fix its permissions and run rollback again"
+        ) from None
     except OSError as error:
-        raise JournalError(f"cannot read journal {path}: {error.strerror or error}") from None
+        if error.errno == errno.ELOOP:
+            raise JournalRefused(
+                f"refused: journal {path} is a symlink: a journal is acted on only as the "
+                "regular file its run wrote"
+            ) from None
+        if error.errno == errno.ENOTDIR:
+            raise JournalError(f"journal {path}: a part of the path is not a folder") from None
+        raise JournalUnreadable(f"cannot read journal {path}: {error.strerror or error}") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise JournalError(f"{path} is a folder, not a journal: name a .jsonl file")
+        check_journal_file(path, info)
+        check_folder(path.parent)
+        chunks, total = [], 0
+        while chunk := os.read(fd, min(1 << 20, MAX_JOURNAL_BYTES + 1 - total)):
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > MAX_JOURNAL_BYTES:
+                raise JournalRefused(f"refused: journal {path} grew past {MAX_JOURNAL_BYTES} bytes")
+        return b"".join(chunks)
+    except ChaosError:
+        raise  # JournalRefused is a PermissionError too: never reworded as unreadable
+    except OSError as error:
+        raise JournalUnreadable(f"cannot read journal {path}: {error.strerror or error}") from None
+    finally:
+        os.close(fd)
+
+
+def _parse_journal(raw: bytes, path: Path) -> tuple[JournalContents, str]:
+    """Parses and verifies every line; returns the contents and the last record's MAC."""
     header: dict[str, Any] | None = None
     changes: list[dict[str, Any]] = []
     seqs: set[int] = set()
@@ -161,13 +231,13 @@ def read_journal(path: Path) -> JournalContents:
     notes: list[str] = []
     lines = raw.split(b"\n")
     torn_tail = not raw.endswith(b"\n") and bool(raw)
+    key: bytes | None = None
+    previous = ""
     for number, blob in enumerate(lines, start=1):
         if not blob.strip():
             continue
         last = number == len(lines)
         why, record = _parse_line(blob)
-        if why is None and isinstance(record, dict):
-            why = _check_record(record, seqs)
         if why is not None:
             if last and torn_tail and why.startswith("not JSON"):
                 notes.append(f"line {number}: torn last line (a change never started), ignored")
@@ -175,6 +245,19 @@ def read_journal(path: Path) -> JournalContents:
                 problems.append(f"line {number}: {why}")
             continue
         assert isinstance(record, dict)
+        key = key or journal_key()
+        if not mac_ok(key, previous, record):
+            raise JournalRefused(
+                f"refused: journal {path} line {number} is not as your pathways-chaos wrote it "
+                "(edited, planted, or signed with another key): nothing in it was undone; "
+                "read it and undo by hand what it names"
+            )
+        previous = str(record.get("mac", ""))
+        record = {k: v for k, v in record.items() if k != "mac"}
+        why = _check_record(record, seqs)
+        if why is not None:
+            problems.append(f"line {number}: {why}")
+            continue
         if "journal" in record:
             header = record
         elif "undone" in record:
@@ -182,7 +265,7 @@ def read_journal(path: Path) -> JournalContents:
         else:
             seqs.add(record["seq"])
             changes.append(record)
-    return JournalContents(header, changes, undone, problems, notes)
+    return JournalContents(header, changes, undone, problems, notes), previous
 
 
 def _parse_line(blob: bytes) -> tuple[str | None, Any]:
@@ -238,12 +321,17 @@ class RollbackJournal:
     def __init__(self, path: str | os.PathLike[str], run_id: str | None = None) -> None:
         self.path = Path(path)
         contents = read_journal(self.path)
+        self._last_mac: str | None = None  # None: read the chain's end from the file
+        self._size = -1
         header_run = (contents.header or {}).get("run")
         self.run_id: str = run_id or header_run or new_run_id()
         self.header = contents.header
         self._lock = threading.Lock()
         self._seq = max((c["seq"] for c in contents.changes), default=0)
         self._replayed = False
+        #: Called right before each change is recorded (a Lease's ``check_held``): raising
+        #: there stops the change before it is journalled or made.
+        self.fence: Callable[[], None] | None = None
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -263,8 +351,7 @@ class RollbackJournal:
                 "server": identity.server,
                 "cluster_uid": identity.cluster_uid,
                 "created": time.time(),
-                "host": socket.gethostname(),
-                "pid": os.getpid(),
+                **holder_of(),
                 "user": _user(),
                 **context,
             }
@@ -287,6 +374,8 @@ class RollbackJournal:
             raise JournalError(
                 f"journal {self.path} is not bound to a cluster: call bind(api_client) first"
             )
+        if self.fence is not None:
+            self.fence()
         with self._lock:
             self._seq += 1
             entry = {
@@ -301,16 +390,50 @@ class RollbackJournal:
             return self._seq
 
     def _append(self, entry: dict[str, Any]) -> None:
-        new_file = not self.path.exists()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        """Appends one signed record and fsyncs it (file and folder checked, never followed)."""
+        folder = self.path.parent
         try:
-            os.write(fd, (json.dumps(entry, sort_keys=True) + "\n").encode())
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except (FileExistsError, NotADirectoryError):
+            raise JournalError(
+                f"cannot make the journal folder {folder}: a part of the path is a file; "
+                "name a folder (--chaos-journal-dir or $PATHWAYS_CHAOS_JOURNAL_DIR)"
+            ) from None
+        except OSError as error:
+            raise JournalUnreadable(
+                f"cannot make the journal folder {folder}: {error.strerror or error}"
+            ) from None
+        check_folder(folder)
+        new_file = not self.path.exists()
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            fd = os.open(self.path, flags, 0o600)
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                raise JournalRefused(
+                    f"refused: journal {self.path} is a symlink; not written through"
+                ) from None
+            raise JournalUnreadable(
+                f"cannot write journal {self.path}: {error.strerror or error}"
+            ) from None
+        try:
+            check_journal_file(self.path, os.fstat(fd))
+            os.set_blocking(fd, True)
+            fcntl.flock(fd, fcntl.LOCK_EX)  # another writer (a rollback) appends whole lines too
+            size = os.fstat(fd).st_size
+            prefix = b""
+            if size != self._size or self._last_mac is None:
+                raw = os.pread(fd, size, 0)
+                _, self._last_mac = _parse_journal(raw, self.path)
+                prefix = b"\n" if raw and not raw.endswith(b"\n") else b""  # after a torn line
+            line, mac = signed_line(journal_key(), self._last_mac, entry)
+            os.write(fd, prefix + line)
             os.fsync(fd)
+            self._last_mac, self._size = mac, size + len(prefix) + len(line)
         finally:
             os.close(fd)
         if new_file:  # the directory entry must be durable too, or the file can vanish
-            dir_fd = os.open(self.path.parent, os.O_RDONLY)
+            dir_fd = os.open(folder, os.O_RDONLY)
             try:
                 os.fsync(dir_fd)
             finally:
@@ -368,6 +491,10 @@ class RollbackJournal:
             self.header = contents.header
             self._check_same_cluster(ClusterIdentity.of(api_client))
         for entry in pending:
+            refused = scope_problem(entry, contents.header)
+            if refused is not None:
+                result.errors.append(f"#{entry['seq']} {entry['action']}: {refused}")
+                continue
             try:
                 line = undo_entry(api_client, entry, dry_run=dry_run)
             except Exception as error:  # keep going: one failure must not strand the rest
@@ -400,16 +527,54 @@ class RollbackJournal:
             yield self
         finally:
             try:
-                result = self.replay(api_client)
-                if result.errors or result.skipped:
-                    print(
-                        "pathways-chaos: rollback incomplete, run `pathways-chaos rollback "
-                        f"{self.path}`: " + "; ".join(result.errors + result.skipped),
-                        file=sys.stderr,
-                    )
+                self.final_replay(api_client)
             finally:
                 atexit.unregister(at_exit)
                 restore_sigterm()
+
+    def final_replay(self, api_client: ApiClient) -> bool:
+        """The guard's rollback: retried through an API outage, then one line saying what is left.
+
+        Never raises for an unreachable cluster (a traceback at teardown helps nobody): after
+        ``ROLLBACK_RETRY_DELAYS`` it prints the changes left and the command that finishes
+        them, and returns False.
+        """
+        why = ""
+        for delay in (*ROLLBACK_RETRY_DELAYS, None):
+            try:
+                result = self.replay(api_client)
+            except WrongCluster:
+                raise
+            except Exception as error:  # the API unreachable, mid-replay or before it
+                why = short_error(error)
+            else:
+                if not result.errors:
+                    if result.skipped:
+                        print(
+                            f"pathways-chaos: rollback skipped lines of {self.path}: "
+                            + "; ".join(result.skipped),
+                            file=sys.stderr,
+                        )
+                    return True
+                why = "; ".join(result.errors)
+            if delay is not None:
+                time.sleep(delay)
+        left = [f"#{e['seq']} {_what(e)}" for e in self.pending()]
+        print(
+            f"pathways-chaos: rollback incomplete after {len(ROLLBACK_RETRY_DELAYS) + 1} tries "
+            f"({why}): {len(left)} change(s) left ({', '.join(left)}); finish with "
+            f"`pathways-chaos rollback {self.path}`",
+            file=sys.stderr,
+        )
+        return False
+
+
+def _what(entry: dict[str, Any]) -> str:
+    """A change in a few words, for the line that says what a rollback left."""
+    action = entry["action"]
+    if action in ("cordon", "taint"):
+        return f"{action} node {entry['node']}"
+    return f"{action} {entry.get('namespace')}/{entry.get('name')}"
 
 
 def _user() -> str:
@@ -658,6 +823,7 @@ def _undo_delete_job(api_client: ApiClient, entry: dict[str, Any], dry_run: bool
         if ours(job):
             return f"recreated job {namespace}/{name} (already, by this rollback)"
         return f"{what}: a Job of that name exists (not ours), left alone"
+    _check_live_jobset(api_client, entry["manifest"], namespace, what)
     if dry_run:
         return f"DRY RUN: would recreate job {namespace}/{name}"
     manifest = json.loads(json.dumps(entry["manifest"]))
@@ -681,6 +847,67 @@ def _undo_delete_job(api_client: ApiClient, entry: dict[str, Any], dry_run: bool
     if created is None or not ours(created):  # verified: a Job we made is there now
         raise RuntimeError(f"{what}: the create was answered but no Job of ours exists")
     return line
+
+
+def _jobset_template(jobset: dict[str, Any], replicated: str | None) -> dict[str, Any] | None:
+    for job in (jobset.get("spec") or {}).get("replicatedJobs") or []:
+        if isinstance(job, dict) and job.get("name") == replicated:
+            template = ((job.get("template") or {}).get("spec") or {}).get("template")
+            return template if isinstance(template, dict) else None
+    return None
+
+
+def _containers(pod_template: dict[str, Any] | None) -> list[tuple[Any, Any, Any]]:
+    """What a recreated Job would run: each container's name, image and security context."""
+    spec = (pod_template or {}).get("spec") or {}
+    return [
+        (c.get("name"), c.get("image"), c.get("securityContext") or None)
+        for kind in ("initContainers", "containers")
+        for c in spec.get(kind) or []
+        if isinstance(c, dict)
+    ]
+
+
+def _check_live_jobset(
+    api_client: ApiClient, manifest: dict[str, Any], namespace: str, what: str
+) -> None:
+    """A Job owned by a JobSet is recreated only from that live JobSet's own template.
+
+    The JobSet must still exist with the UID the Job recorded, and the containers the manifest
+    would run (names, images, security contexts) must be the ones its replicatedJob's template
+    runs; otherwise ``_LeftAlone`` says why and nothing is created.
+    """
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    meta = manifest.get("metadata") or {}
+    refs = [r for r in meta.get("ownerReferences") or [] if r.get("kind") == "JobSet"]
+    if not refs:
+        return
+    ref = refs[0]
+    group, _, version = str(ref.get("apiVersion", "jobset.x-k8s.io/v1alpha2")).partition("/")
+    custom: Any = client.CustomObjectsApi(api_client)
+    try:
+        jobset = call_with_retries(
+            lambda: custom.get_namespaced_custom_object(
+                group, version, namespace, "jobsets", ref.get("name")
+            ),
+            retry_on=RETRY_READS,
+        )
+    except ApiException as error:
+        if error.status == 404:
+            raise _LeftAlone(f"{what}: its JobSet {ref.get('name')} is gone; left alone") from None
+        raise
+    if (jobset.get("metadata") or {}).get("uid") != ref.get("uid"):
+        raise _LeftAlone(f"{what}: its JobSet {ref.get('name')} was replaced; left alone")
+    replicated = (meta.get("labels") or {}).get(REPLICATED_JOB_LABEL)
+    template = _jobset_template(jobset, replicated)
+    recorded = ((manifest.get("spec") or {}).get("template")) or {}
+    if template is None or _containers(template) != _containers(recorded):
+        raise _LeftAlone(
+            f"{what}: the recorded manifest is not JobSet {ref.get('name')}'s own template "
+            f"for {replicated!r} (its containers differ); nothing created"
+        )
 
 
 def _wait_gone(read: Callable[[], Any | None], uid: str | None, what: str) -> Any | None:
@@ -730,40 +957,113 @@ def job_manifest_for_recreate(api_client: ApiClient, job: Any) -> dict[str, Any]
     return data
 
 
-def pending_journals(directory: Path, identity: ClusterIdentity) -> list[tuple[Path, str]]:
-    """Journals in ``directory`` of this cluster with changes left: (path, why it is listed)."""
-    found = []
-    for path in sorted(directory.glob("*.jsonl")):
+def scope_problem(entry: dict[str, Any], header: dict[str, Any] | None) -> str | None:
+    """Why an entry's undo would reach outside what its run was allowed to touch, or None.
+
+    Only ``delete_job`` creates anything on undo: its Job must be in a namespace the run was
+    allowed (its header names them), carry its own namespace and name, and belong to the run's
+    JobSet. Nodes are checked by UID and state in the undo itself; Pod entries undo nothing.
+    """
+    if entry["action"] != "delete_job":
+        return None
+    header = header or {}
+    allowed = {str(n) for n in header.get("allowed_namespaces") or []}
+    if isinstance(header.get("namespace"), str):
+        allowed.add(header["namespace"])
+    namespace, name, manifest = entry["namespace"], entry["name"], entry["manifest"]
+    if namespace not in allowed:
+        shown = ", ".join(sorted(allowed)) or "none"
+        return (
+            f"refused: namespace {namespace!r} is not one this run was allowed to touch "
+            f"({shown}); nothing created"
+        )
+    meta: dict[str, Any] = (
+        manifest["metadata"] if isinstance(manifest.get("metadata"), dict) else {}
+    )
+    if meta.get("namespace") not in (None, namespace) or meta.get("name") != name:
+        return (
+            f"refused: the recorded manifest is not Job {namespace}/{name}'s own; nothing created"
+        )
+    if manifest.get("kind", "Job") != "Job" or manifest.get("apiVersion", "batch/v1") != "batch/v1":
+        return "refused: the recorded manifest is not a batch/v1 Job; nothing created"
+    jobset = header.get("jobset")
+    labels: dict[str, Any] = meta["labels"] if isinstance(meta.get("labels"), dict) else {}
+    if isinstance(jobset, str) and labels.get(JOBSET_NAME_LABEL) != jobset:
+        return (
+            f"refused: the recorded Job {namespace}/{name} is not a Job of JobSet {jobset!r}; "
+            "nothing created"
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class FoundJournal:
+    """A journal of the cluster in a folder, and what a rollback may do with it.
+
+    ``state`` is ``"stale"`` (its writer has ended: roll it back), ``"live"`` (a session on
+    this host holds it), ``"unknown"`` (written on another host: cannot tell) or ``"error"``
+    (``error`` says why it cannot be believed or read).
+    """
+
+    path: Path
+    state: str
+    why: str = ""
+    error: ChaosError | None = None
+
+
+def scan_journal_folder(directory: Path) -> list[tuple[Path, JournalContents | ChaosError]]:
+    """Every ``*.jsonl`` in ``directory``, read and checked (no cluster needed), or its error.
+
+    A journal that cannot be read or believed comes with its error, never skipped in silence
+    (its cordons may still be in place); FIFOs and devices are refused without blocking.
+    """
+    check_folder(directory)
+    try:
+        names = sorted(e.name for e in os.scandir(directory) if e.name.endswith(".jsonl"))
+    except PermissionError:
+        raise JournalUnreadable(
+            f"journal folder {directory} cannot be read (permission denied): its journals may "
+            "still have changes to undo; fix its permissions"
+        ) from None
+    except OSError as error:
+        raise JournalUnreadable(
+            f"cannot read journal folder {directory}: {error.strerror or error}"
+        ) from None
+    scanned: list[tuple[Path, JournalContents | ChaosError]] = []
+    for name in names:
+        path = directory / name
         try:
-            contents = read_journal(path)
-        except JournalError:
+            scanned.append((path, read_journal(path)))
+        except ChaosError as error:
+            scanned.append((path, error))
+    return scanned
+
+
+def pending_journals(
+    directory: Path,
+    identity: ClusterIdentity,
+    scanned: list[tuple[Path, JournalContents | ChaosError]] | None = None,
+) -> list[FoundJournal]:
+    """Journals in ``directory`` of this cluster with changes left, and journals in error."""
+    found = []
+    for path, contents in scan_journal_folder(directory) if scanned is None else scanned:
+        if isinstance(contents, ChaosError):
+            found.append(FoundJournal(path, "error", str(contents), contents))
             continue
         header = contents.header or {}
         if header.get("cluster_uid") != identity.cluster_uid or not contents.pending():
             continue
-        if _held_by_live_process(header):
-            found.append((path, f"in use by pid {header.get('pid')}"))
-            continue
-        found.append((path, ""))
+        state, why = holder_state(header)
+        found.append(FoundJournal(path, "stale" if state == "self" else state, why))
     return found
-
-
-def _held_by_live_process(header: dict[str, Any]) -> bool:
-    pid = header.get("pid")
-    if header.get("host") != socket.gethostname() or not isinstance(pid, int) or pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 __all__ = [
     "ClusterIdentity",
+    "FoundJournal",
     "JournalError",
+    "JournalRefused",
+    "JournalUnreadable",
     "ReplayResult",
     "RollbackJournal",
     "WrongCluster",
@@ -772,5 +1072,7 @@ __all__ = [
     "new_journal_path",
     "pending_journals",
     "read_journal",
+    "scan_journal_folder",
+    "scope_problem",
     "undo_entry",
 ]

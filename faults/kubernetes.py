@@ -118,7 +118,12 @@ class KubeTarget:
         if self.armed and self.journal is None:
             raise ChaosRefused("refused: an armed KubeTarget needs a RollbackJournal")
         if self.armed and self.journal is not None and not self.journal.bound:
-            self.journal.bind(self.api_client, namespace=self.namespace, jobset=self.jobset)
+            self.journal.bind(
+                self.api_client,
+                namespace=self.namespace,
+                jobset=self.jobset,
+                allowed_namespaces=sorted(self.allowed_namespaces),
+            )
 
     def slice_selector(self, slice_index: int) -> str:
         return slice_selector(self.jobset, slice_index)
@@ -129,7 +134,13 @@ class KubeTarget:
     # -- target resolution ------------------------------------------------------------------
 
     def slice_pods(self, slice_index: int) -> list[Any]:
-        """The slice's live worker Pods (not already terminating), checked for opt-in."""
+        """The slice's live worker Pods (not already terminating), checked for opt-in and owner.
+
+        Labels find them; ownership decides: every Pod the selector finds must be controlled by
+        the slice's own Job (``slice_job``: one Job, opted in, of this JobSet), so a Pod that
+        merely copies a worker's labels (ownerless, or another workload's) is refused rather
+        than acted on, together with the Node it sits on.
+        """
         selector = self.slice_selector(slice_index)
         pods = self.retry(
             lambda: self.core.list_namespaced_pod(self.namespace, label_selector=selector)
@@ -143,6 +154,7 @@ class KubeTarget:
                 f"no live worker Pods for slice {slice_index} of JobSet {self.jobset!r} in "
                 f"namespace {self.namespace!r} (selector {selector})"
             )
+        job = self.slice_job(slice_index)
         for pod in live:
             check_opted_in(
                 "Pod",
@@ -150,6 +162,7 @@ class KubeTarget:
                 pod.metadata.labels,
                 self.opt_in_label,
             )
+            check_owned_by(pod, "Job", job.metadata.name, job.metadata.uid, self.namespace)
         return live
 
     def slice_nodes(self, slice_index: int) -> list[Any]:
@@ -158,13 +171,16 @@ class KubeTarget:
         Empty (and said so) when the slice's Pods are all Pending, e.g. because an earlier
         fault cordoned its Nodes: such a slice is down already and has no Node to act on.
         """
-        names = sorted({p.spec.node_name for p in self.slice_pods(slice_index) if p.spec.node_name})
+        pods = self.slice_pods(slice_index)
+        names = sorted({p.spec.node_name for p in pods if p.spec.node_name})
         if not names:
             self.echo(f"slice {slice_index}'s worker Pods are all Pending: no Node to act on")
             return []
         nodes = [self.retry(functools.partial(self.core.read_node, name)) for name in names]
         for node in nodes:
             check_opted_in("Node", node.metadata.name, node.metadata.labels, self.opt_in_label)
+        if any(_exclusive_pool(p) for p in pods):  # the JobSet promises one pool per slice
+            check_one_pool(slice_index, nodes)
         return nodes
 
     def slice_job(self, slice_index: int) -> Any:
@@ -181,13 +197,84 @@ class KubeTarget:
         check_opted_in(
             "Job", f"{self.namespace}/{job.metadata.name}", job.metadata.labels, self.opt_in_label
         )
+        owner = _controller_ref(job)
+        if owner is not None and (owner.kind != "JobSet" or owner.name != self.jobset):
+            raise ChaosRefused(
+                f"refused: Job {self.namespace}/{job.metadata.name} carries JobSet "
+                f"{self.jobset!r}'s labels but is controlled by {owner.kind} {owner.name!r}: "
+                "not a Job of the target JobSet"
+            )
         return job
+
+    def job_pods(self, job: Any) -> list[Any]:
+        """The Job's live Pods (found by its controller uid), each checked for opt-in."""
+        selector = f"controller-uid={job.metadata.uid}"
+        pods = self.retry(
+            lambda: self.core.list_namespaced_pod(self.namespace, label_selector=selector)
+        )
+        live = [p for p in pods.items if p.metadata.deletion_timestamp is None]
+        for pod in live:
+            check_opted_in(
+                "Pod",
+                f"{self.namespace}/{pod.metadata.name}",
+                pod.metadata.labels,
+                self.opt_in_label,
+            )
+        return live
 
     def dry(self, lines: Iterable[str]) -> list[str]:
         out = [f"DRY RUN: would {line}" for line in lines]
         for line in out:
             self.echo(line)
         return out
+
+
+#: GKE's node pool label: one TPU slice is one node pool.
+NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
+
+
+def _controller_ref(obj: Any) -> Any | None:
+    for ref in obj.metadata.owner_references or []:
+        if ref.controller:
+            return ref
+    return None
+
+
+def check_owned_by(obj: Any, kind: str, name: str, uid: str, namespace: str) -> None:
+    """Refuses ``obj`` unless its controller is exactly that ``kind``/``name`` with ``uid``."""
+    ref = _controller_ref(obj)
+    if ref is None or ref.kind != kind or ref.uid != uid:
+        whose = "no controller" if ref is None else f"controller {ref.kind} {ref.name!r}"
+        raise ChaosRefused(
+            f"refused: Pod {namespace}/{obj.metadata.name} carries the slice's labels but has "
+            f"{whose}, not {kind} {name!r} (uid {uid}): a look-alike is never a target; "
+            "remove it or its labels"
+        )
+
+
+#: The JobSet annotation that places each Job (a slice) in one topology domain (a node pool).
+EXCLUSIVE_TOPOLOGY_ANNOTATION = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+
+
+def _exclusive_pool(pod: Any) -> bool:
+    annotations = pod.metadata.annotations or {}
+    return annotations.get(EXCLUSIVE_TOPOLOGY_ANNOTATION) == NODEPOOL_LABEL
+
+
+def check_one_pool(slice_index: int, nodes: list[Any]) -> None:
+    """A slice placed exclusively per node pool lives in one: several pools mean a stray target.
+
+    Applied where the JobSet promises it (the exclusive-topology annotation on the node pool
+    key, as GKE TPU JobSets carry): a JobSet without it may spread a slice over pools.
+    """
+    pools = {(n.metadata.labels or {}).get(NODEPOOL_LABEL) for n in nodes}
+    pools.discard(None)
+    if len(pools) > 1:
+        shown = ", ".join(sorted(str(p) for p in pools))
+        raise ChaosRefused(
+            f"refused: slice {slice_index}'s Pods run on Nodes of several node pools ({shown}); "
+            "a slice is one pool: find the Pod that does not belong before injecting"
+        )
 
 
 def kube_target_of(target: Any, fault: Fault[Any]) -> KubeTarget:
@@ -712,6 +799,7 @@ class DeleteJob(Fault[KubeTarget]):
         target.check()
         job = target.slice_job(self.slice)
         ns, name, uid = target.namespace, job.metadata.name, job.metadata.uid
+        target.job_pods(job)  # its Pods go with it: each must be opted in, as kill_pods asks
         if not target.armed:
             return target.dry([f"delete job {ns}/{name} and its Pods"])
         _journal(target).record(

@@ -5,6 +5,13 @@ recoveries (three of six tests failed, with no warning). The Lease is the cluste
 as leader election uses it: the holder renews it every third of its duration, a second session
 sees a live holder and refuses in one line naming it, and a holder that dies (SIGKILL, a lost
 laptop) stops renewing, so its Lease expires and the next session takes it over.
+
+Why a fence too: a session that stalls (SIGSTOP, a long GC, a network pause) past its Lease
+while another takes it over would otherwise wake up and keep injecting, two sessions on one
+JobSet. ``check_held`` is called right before every change (the journal calls it before it
+records one): the Lease must still name this session and still be at the resourceVersion of
+this session's own last write; otherwise ``LeaseLost`` stops the injection, and the session's
+own changes are rolled back by its journal's guard as usual.
 """
 
 from __future__ import annotations
@@ -27,6 +34,10 @@ DEFAULT_LEASE_SECONDS = 30
 
 class LeaseHeld(ChaosRefused):
     """Another armed session holds the target's Lease; nothing was changed."""
+
+
+class LeaseLost(ChaosRefused):
+    """This session no longer holds its Lease: it stops injecting (and rolls back its own)."""
 
 
 def lease_name(jobset: str) -> str:
@@ -58,8 +69,10 @@ class TargetLease:
         run_id: str,
         duration_s: int = DEFAULT_LEASE_SECONDS,
     ) -> None:
-        if duration_s < 1:
-            raise ValueError(f"lease duration {duration_s} s: use at least 1 s")
+        if not 1 <= duration_s <= 2**31 - 1:
+            raise ValueError(
+                f"lease duration {duration_s} s: use 1 s to {2**31 - 1} s (the API's int32)"
+            )
         self.api_client = api_client
         self.namespace = namespace
         self.name = lease_name(jobset)
@@ -67,8 +80,11 @@ class TargetLease:
         self.duration_s = duration_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._version: str | None = None  # resourceVersion of this session's last write
         self.renewals = 0
         self.lost: str | None = None
+        self.renew_error: str | None = None
 
     @property
     def _api(self) -> Any:
@@ -106,7 +122,8 @@ class TargetLease:
             if error.status != 404:
                 raise
             try:
-                api.create_namespaced_lease(self.namespace, self._body(None, _now()))
+                made = api.create_namespaced_lease(self.namespace, self._body(None, _now()))
+                self._version = made.metadata.resource_version
                 return
             except ApiException as create_error:
                 if create_error.status != 409:  # 409: someone created it just now
@@ -126,11 +143,12 @@ class TargetLease:
                         "its holder stops: wait for it or stop that session"
                     )
         try:  # free or expired: take it (409 if another session took it first)
-            api.replace_namespaced_lease(
+            taken = api.replace_namespaced_lease(
                 self.name,
                 self.namespace,
                 self._body(current.metadata.resource_version, _now()),
             )
+            self._version = taken.metadata.resource_version
         except ApiException as error:
             if error.status == 409:
                 raise LeaseHeld(
@@ -140,18 +158,74 @@ class TargetLease:
             raise
 
     def renew(self) -> None:
-        api = self._api
-        current = api.read_namespaced_lease(self.name, self.namespace)
+        with self._lock:
+            if self.lost:
+                return  # a lost Lease is never taken back silently
+            api = self._api
+            current = api.read_namespaced_lease(self.name, self.namespace)
+            if self._lost_to(current):
+                return
+            acquired = current.spec.acquire_time or _now()
+            renewed = api.replace_namespaced_lease(
+                self.name, self.namespace, self._body(current.metadata.resource_version, acquired)
+            )
+            self._version = renewed.metadata.resource_version
+            self.renewals += 1
+
+    def _lost_to(self, current: Any) -> bool:
+        """Records (and says) a loss: another holder, or a write since this session's last."""
         if current.spec.holder_identity != self.holder:
             self.lost = (
-                f"lease {self.namespace}/{self.name} taken by {current.spec.holder_identity}"
+                f"lease {self.namespace}/{self.name} was taken over by "
+                f"{current.spec.holder_identity or 'nobody'}"
             )
-            return
-        acquired = current.spec.acquire_time or _now()
-        api.replace_namespaced_lease(
-            self.name, self.namespace, self._body(current.metadata.resource_version, acquired)
-        )
-        self.renewals += 1
+        elif self._version is not None and current.metadata.resource_version != self._version:
+            self.lost = (
+                f"lease {self.namespace}/{self.name} was written by someone else since this "
+                f"session's last renewal (resourceVersion {current.metadata.resource_version}, "
+                f"not {self._version})"
+            )
+        return self.lost is not None
+
+    def check_held(self) -> None:
+        """The fence, called right before every change: raises ``LeaseLost`` unless still ours.
+
+        A Lease that expired while this session stalled but that nobody took is renewed here
+        (with its resourceVersion as precondition: a racing taker wins, and this one stops).
+        """
+        from kubernetes.client.rest import ApiException
+
+        with self._lock:
+            if not self.lost:
+                current = call_with_retries(
+                    lambda: self._api.read_namespaced_lease(self.name, self.namespace),
+                    retry_on=frozenset({429, 500, 502, 503, 504}),
+                )
+                if not self._lost_to(current) and self._expired(current):
+                    try:
+                        renewed = self._api.replace_namespaced_lease(
+                            self.name,
+                            self.namespace,
+                            self._body(
+                                current.metadata.resource_version,
+                                current.spec.acquire_time or _now(),
+                            ),
+                        )
+                        self._version = renewed.metadata.resource_version
+                    except ApiException as error:
+                        if error.status != 409:
+                            raise
+                        self.lost = f"lease {self.namespace}/{self.name} was taken meanwhile"
+            if self.lost:
+                raise LeaseLost(
+                    f"refused: this session lost its Lease ({self.lost}): it stopped injecting; "
+                    "its own changes are rolled back by its journal"
+                )
+
+    def _expired(self, current: Any) -> bool:
+        renewed = current.spec.renew_time or current.spec.acquire_time
+        duration = current.spec.lease_duration_seconds or self.duration_s
+        return renewed is None or (_now() - renewed).total_seconds() >= duration
 
     def release(self) -> None:
         """Deletes the Lease if it is still ours (a successor's is left alone)."""
@@ -178,7 +252,7 @@ class TargetLease:
             try:
                 self.renew()
             except Exception as error:  # a missed renewal is retried at the next tick
-                self.lost = f"renewing lease {self.namespace}/{self.name} failed: {error}"
+                self.renew_error = f"renewing lease {self.namespace}/{self.name} failed: {error}"
 
     def __enter__(self) -> Self:
         self.acquire()

@@ -27,8 +27,34 @@ TargetT = TypeVar("TargetT")
 TRIGGER_KINDS = ("step", "time", "restore", "save", "attempt", "batch", "callback")
 
 
+#: The largest count a fault takes (``times``, ``polls``, ``saves``...): a billion repeats
+#: never ends on the fake and is always a typo.
+MAX_COUNT = 1_000
+#: The longest a fault may hold something on the episode clock (``seconds``): one day.
+MAX_SECONDS = 86_400.0
+#: The largest index or step a parameter may name: anything beyond int32 is a typo.
+MAX_INDEX = 2**31 - 1
+#: A run of characters longer than this is cut in a message (a 120k-character value).
+_LONGEST_WORD = 120
+
+
 class FaultSpecError(ChaosError, ValueError):
-    """A fault or schedule text that cannot be understood."""
+    """A fault or schedule text that cannot be understood; the message is kept short."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(cut_long_words(str(message)))
+
+
+def cut_long_words(text: str, limit: int = _LONGEST_WORD) -> str:
+    """``text`` with every run of more than ``limit`` non-space characters cut, its length said."""
+    if len(text) <= limit:
+        return text
+    out = []
+    for word in text.split(" "):
+        if len(word) > limit:
+            word = f"{word[: limit - 40]}...({len(word)} characters)"
+        out.append(word)
+    return " ".join(out)
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -79,6 +105,14 @@ class Fault[TargetT](abc.ABC):
     #: Numeric parameters that may be negative (each with its own meaning, e.g. -1 = "all");
     #: every other number given in the text form must be finite and >= 0.
     signed_params: ClassVar[frozenset[str]] = frozenset()
+    #: The most repeats a count parameter of this kind may ask for.
+    max_count: ClassVar[int] = MAX_COUNT
+    #: Parameters that count repeats (at most ``max_count``).
+    count_params: ClassVar[frozenset[str]] = frozenset(
+        {"times", "polls", "after_polls", "up_accesses", "saves", "repair_after_polls"}
+    )
+    #: True for faults that act on Multi-Tier Checkpointing (they need an MTC trainer).
+    needs_mtc: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -123,10 +157,34 @@ class Fault[TargetT](abc.ABC):
                 if value < 0 and key not in cls.signed_params:
                     raise FaultSpecError(f"{cls.kind}: {key}={value} is negative: use >= 0")
         try:
-            return cls(**values)
+            fault = cls(**values)
         except TypeError as error:
             missing = str(error).partition("argument")[2].strip(": ") or str(error)
             raise FaultSpecError(f"{cls.kind}: missing parameter {missing}") from None
+        check_params(fault)
+        return fault
+
+
+def check_params(fault: Fault[Any]) -> None:
+    """Every number a fault holds is finite and bounded: counts, seconds, indices.
+
+    Called by the parser and again by ``check_schedule_fits`` (so a fault built in Python is
+    checked too, before anything runs).
+    """
+    for key, value in fault.params().items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        shown = f"{fault.kind}: {key}={value}"
+        if not math.isfinite(value):
+            raise FaultSpecError(f"{shown}: use a finite number")
+        if value < 0 and key not in fault.signed_params:
+            raise FaultSpecError(f"{shown} is negative: use >= 0")
+        if key in fault.count_params and value > fault.max_count:
+            raise FaultSpecError(f"{shown} is too many: use at most {fault.max_count}")
+        if key == "seconds" and value > MAX_SECONDS:
+            raise FaultSpecError(f"{shown} is longer than a day: use at most {MAX_SECONDS:g}")
+        if abs(value) > MAX_INDEX:
+            raise FaultSpecError(f"{shown} is too large: use at most {MAX_INDEX}")
 
 
 def fault_kinds() -> dict[str, type[Fault[Any]]]:
@@ -223,14 +281,31 @@ def parse_schedule(text: str) -> Schedule:
     return Schedule(tuple(parse_fault(part) for part in text.split(",") if part.strip()))
 
 
-def check_schedule_fits(schedule: Schedule, num_slices: int, *, kubernetes: bool) -> None:
+def check_schedule_fits(
+    schedule: Schedule, num_slices: int, *, kubernetes: bool, mtc_hosts: int | None = None
+) -> None:
     """Refuses, before anything runs, faults the cluster cannot act out.
 
-    A slice index outside the topology, or a Kubernetes fault where there is no Kubernetes API
-    (the in-process fake), would otherwise fail mid-episode or never happen at all.
+    A slice index outside the topology, a Kubernetes fault where there is no Kubernetes API
+    (the in-process fake), a Multi-Tier Checkpointing fault on a trainer without MTC
+    (``mtc_hosts`` None) or a host outside its hosts would otherwise fail mid-episode, retry
+    forever, or never happen at all.
     """
     for entry in schedule:
         fault = entry.fault
+        check_params(fault)
+        if fault.needs_mtc:
+            if mtc_hosts is None:
+                raise FaultSpecError(
+                    f"{entry.to_text()}: {fault.kind} acts on Multi-Tier Checkpointing, and this "
+                    "trainer has none: run it with the chaos_mtc fixture (an MTC trainer)"
+                )
+            host = getattr(fault, "host", None)
+            if isinstance(host, int) and not 0 <= host < mtc_hosts:
+                raise FaultSpecError(
+                    f"{entry.to_text()}: host {host} is outside the cluster's {mtc_hosts} hosts "
+                    f"(use 0..{mtc_hosts - 1}, one per slice)"
+                )
         index = getattr(fault, "slice", None)
         if isinstance(index, int) and not 0 <= index < num_slices:
             raise FaultSpecError(

@@ -26,6 +26,7 @@ class NodeLoss(Fault["MtcCluster"]):
     """
 
     kind = "node_loss"
+    needs_mtc = True
     host: int = 0
 
     def inject(self, target: MtcCluster) -> list[str]:
@@ -48,6 +49,7 @@ class PeerLoss(Fault["MtcCluster"]):
     """Every peer copy of ``host``'s checkpoints is gone (the job keeps running)."""
 
     kind = "peer_loss"
+    needs_mtc = True
     host: int = 0
 
     def inject(self, target: MtcCluster) -> list[str]:
@@ -65,6 +67,7 @@ class BackupOnly(Fault["MtcCluster"]):
     """Every node is replaced: only the backup is left (a full job restart on new nodes)."""
 
     kind = "backup_only"
+    needs_mtc = True
 
     def inject(self, target: MtcCluster) -> list[str]:
         with target.service.held():
@@ -85,6 +88,8 @@ class ReplicatorError(Fault["MtcCluster"]):
     """
 
     kind = "replicator_error"
+    needs_mtc = True
+    max_count = 100  # each failed round restarts the job: a hundred is already a long test
     fatal: bool = True
     times: int = 1
     restart: bool = True
@@ -112,6 +117,7 @@ class StaleBackup(Fault["MtcCluster"]):
     and the job is restarted to roll back."""
 
     kind = "stale_backup"
+    needs_mtc = True
     version: int = 0
     restart: bool = True
 
@@ -132,6 +138,7 @@ class TornSave(Fault["MtcCluster"]):
     (temporary) folder stays in the ramdisk."""
 
     kind = "torn_save"
+    needs_mtc = True
     host: int = 0
     saving: int = 0
     restart: bool = True

@@ -12,6 +12,28 @@ from typing import TYPE_CHECKING
 
 from pathways_chaos.faults.model import Fault, FaultSpecError
 
+#: The errors ``is_error_due_to_slice_down`` counts as a lost slice: what a slice loss raises.
+SLICE_DOWN_CODES = ("DATA_LOSS", "DEADLINE_EXCEEDED", "NOT_FOUND", "INTERNAL")
+#: Every XLA (absl) status an error can carry: ``raise_error`` takes any but OK.
+ERROR_CODES = (
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+)
+
 if TYPE_CHECKING:
     from pathways_chaos.harness.engine.backend import ClusterBackend
     from pathways_chaos.harness.engine.fake_cluster import FakeCluster
@@ -25,6 +47,13 @@ class SliceLoss(Fault["ClusterBackend"]):
     slice: int = 0
     code: str = "DATA_LOSS"
     repair_after_polls: int = 0  # 0: stays down until a repair fault
+
+    def __post_init__(self) -> None:
+        if self.code not in SLICE_DOWN_CODES:
+            raise FaultSpecError(
+                f"{self.kind}: code={self.code!r} is not a slice-down error: use one of "
+                f"{', '.join(SLICE_DOWN_CODES)} (raise_error injects other errors)"
+            )
 
     def inject(self, target: ClusterBackend) -> list[str]:
         polls = self.repair_after_polls or None
@@ -135,8 +164,11 @@ class RaiseError(Fault["FakeCluster"]):
     message: str = "injected error"
 
     def __post_init__(self) -> None:
-        if not self.code.isupper():
-            raise FaultSpecError(f"raise_error code {self.code!r}: use an XLA status like INTERNAL")
+        if self.code not in ERROR_CODES:
+            raise FaultSpecError(
+                f"{self.kind}: code={self.code!r} is not an XLA error status: use one of "
+                f"{', '.join(ERROR_CODES)} (OK is not an error)"
+            )
 
     def inject(self, target: FakeCluster) -> list[str]:
         import jax

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pathways_chaos.faults.model import Schedule
     from pathways_chaos.harness.engine.backend import ClusterBackend
+    from pathways_chaos.harness.engine.deadline import Deadline
     from pathways_chaos.harness.engine.episode import EpisodeResult
     from pathways_chaos.harness.engine.loop_episode import LoopResult
     from pathways_chaos.harness.engine.topology import SliceTopology
@@ -30,6 +31,11 @@ class Outcome:
 
     result: EpisodeResult | LoopResult
     verdict: Verdict
+
+    def __repr__(self) -> str:
+        # Short: an assertion on an Outcome must not print the whole event log.
+        verdict = "ok" if self.verdict.ok else f"{len(self.verdict.violations)} violations"
+        return f"Outcome({len(self.result.events)} events, {verdict})"
 
     @property
     def events(self) -> list[dict[str, Any]]:
@@ -103,9 +109,17 @@ def play_loop(
     log_path: str | Path | None = None,
     checkpoint_dir: str | Path | None = None,
     listeners: Iterable[Callable[[dict[str, Any]], None]] = (),
+    lineage: bool = True,
+    show_library_logs: bool = False,
+    clean_rerun: bool = True,
+    deadline: Deadline | None = None,
 ) -> Outcome:
     """Runs a user's own loop, unchanged, under ``schedule`` and judges it from the libraries'
     calls the black-box observer saw.
+
+    When the recovery changed the batch schedule (resize mode, a batch that scales with the
+    slices), the final state is judged against a second run with the same losses made right
+    after the snapshot the first resumed from (``clean_rerun``; needs ``baseline``).
 
     ``baseline`` is the event log of a fault-free run of the same loop and options (this
     function with no schedule); without it, the judges that need one say "not judged".
@@ -127,8 +141,53 @@ def play_loop(
             log_path=log_path,
             checkpoint_dir=checkpoint_dir,
             listeners=listeners,
+            lineage=lineage,
+            show_library_logs=show_library_logs,
+            deadline=deadline,
         )
-    return Outcome(result, judge_loop(result.events, baseline))
+        verdict = judge_loop(result.events, baseline)
+        if clean_rerun and baseline is not None and result.completed:
+            why = verdict.not_judged.get("final-state", "")
+            if "changed the batch schedule" in why:
+                clean, clean_why = _clean_rerun(
+                    fn, result.events, cluster, options, checkpoint_dir, lineage
+                )
+                verdict = judge_loop(result.events, baseline, clean, clean_why)
+    return Outcome(result, verdict)
+
+
+def _clean_rerun(
+    loop: Callable[..., Any],
+    events: Sequence[dict[str, Any]],
+    cluster: ClusterBackend,
+    options: dict[str, Any] | None,
+    checkpoint_dir: str | Path | None,
+    lineage: bool,
+) -> tuple[list[dict[str, Any]] | None, str]:
+    """The same loop, the same losses made right after the snapshot it resumed from."""
+    from pathways_chaos.faults.model import parse_schedule
+    from pathways_chaos.harness.engine.loop_episode import run_loop_episode
+    from pathways_chaos.harness.judging.clean_rerun import clean_schedule
+
+    text, why = clean_schedule(events)
+    if text is None:
+        return None, why
+    repair = getattr(cluster, "repair_slice", None)
+    for s in sorted(getattr(cluster, "down_slices", lambda: frozenset())()):
+        if repair is not None:
+            repair(s)
+    where = None if checkpoint_dir is None else Path(str(checkpoint_dir) + "-clean")
+    result = run_loop_episode(
+        cluster,
+        loop,
+        parse_schedule(text),
+        options=options,
+        checkpoint_dir=where,
+        lineage=lineage,
+    )
+    if not result.completed:
+        return None, f"the clean rerun ({text}) did not complete"
+    return result.events, ""
 
 
 def _fake_cluster(topology: SliceTopology | str | None, clock: str) -> Any:

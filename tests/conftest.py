@@ -6,6 +6,7 @@ import fcntl
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,17 @@ def late_snapshotter_thread(monkeypatch: pytest.MonkeyPatch) -> None:
             return super().get(block, timeout)
 
     monkeypatch.setattr(snapshotter, "queue", types.SimpleNamespace(Queue=LateQueue))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The journal key (and journals by default) in a folder of this run, never the user's own
+    ``~/.local/state``; subprocesses (a child pytest, the CLI) inherit it and so share the key."""
+    folder = tmp_path_factory.mktemp("state")
+    saved = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(folder)
+    yield
+    if saved is None:
+        os.environ.pop("XDG_STATE_HOME", None)
+    else:
+        os.environ["XDG_STATE_HOME"] = saved

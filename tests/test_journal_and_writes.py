@@ -3,7 +3,6 @@ skips and reports, and how a write whose answer was lost is told from one never 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from pathways_chaos.faults.journal import (
     new_journal_path,
     read_journal,
 )
+from pathways_chaos.faults.journal_trust import journal_key, signed_line
 from pathways_chaos.faults.safety import write_confirmed
 
 HEADER = {"journal": 2, "run": "r1", "cluster_uid": "u1", "server": "https://x"}
@@ -30,13 +30,24 @@ TAINT = {
 
 
 def write_lines(path: Path, *lines: object, tail: str = "") -> None:
-    text = "".join((json.dumps(x) if not isinstance(x, str) else x) + "\n" for x in lines)
-    path.write_text(text + tail)
+    """A journal as the user's own pathways-chaos signs it: dicts signed, strings as given."""
+    path.write_bytes(signed(*lines) + tail.encode())
+
+
+def signed(*lines: object) -> bytes:
+    key, previous, out = journal_key(), "", b""
+    for x in lines:
+        if isinstance(x, dict):
+            line, previous = signed_line(key, previous, x)
+            out += line
+        else:
+            out += (x if isinstance(x, bytes) else str(x).encode()) + b"\n"
+    return out
 
 
 def test_malformed_lines_are_reported_with_their_numbers_and_the_rest_kept(tmp_path: Path) -> None:
     path = tmp_path / "j.jsonl"
-    write_lines(path, HEADER, "42", "null", '{"seq": 99}', '{"seq": 5, "act', CORDON, TAINT)
+    write_lines(path, HEADER, "42", "null", {"seq": 99}, '{"seq": 5, "act', CORDON, TAINT)
 
     contents = read_journal(path)
 
@@ -59,16 +70,7 @@ def test_a_torn_last_line_is_a_note_not_a_problem(tmp_path: Path) -> None:
 
 def test_non_utf8_and_duplicate_and_incomplete_entries_are_problems(tmp_path: Path) -> None:
     path = tmp_path / "j.jsonl"
-    path.write_bytes(
-        json.dumps(HEADER).encode()
-        + b"\n\xff\xfe\n"
-        + json.dumps(CORDON).encode()
-        + b"\n"
-        + json.dumps(CORDON).encode()
-        + b"\n"
-        + json.dumps({**TAINT, "taint": "k"}).encode()
-        + b"\n"
-    )
+    path.write_bytes(signed(HEADER, b"\xff\xfe", CORDON, CORDON, {**TAINT, "taint": "k"}))
     assert read_journal(path).problems == [
         "line 2: not UTF-8 text",
         "line 4: change #1 appears twice",

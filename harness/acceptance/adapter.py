@@ -16,14 +16,13 @@ import dataclasses
 import functools
 import hashlib
 import importlib
-import importlib.util
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
+from pathways_chaos.harness.engine.user_modules import import_file
 from pathways_chaos.harness.errors import ChaosConfigError
 
 RECOVERY_MODES = ("pause_resume", "resize")
@@ -156,16 +155,7 @@ def _import(name: str) -> Any:
 def _import_file(path: Path) -> Any:
     if not path.is_file():
         raise ImportError(f"no such file {path}")
-    name = "pathways_chaos_adapter_" + hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:8]
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_file(path, "pathways_chaos_adapter_")
 
 
 # -- the reference trainer, shipped as an adapter ------------------------------------------

@@ -83,15 +83,23 @@ class LoopRuns:
         return loop_oracle.judge_loop(self.interrupted.events, self.fault_free.events)
 
     def _episode(self, name: str, schedule: str) -> LoopResult:
+        from pathways_chaos.harness.engine.deadline import episode_deadline
+        from pathways_chaos.harness.engine.fake_cluster import FakeCluster
         from pathways_chaos.harness.play import play_loop
 
-        outcome = play_loop(
-            self.loop,
-            schedule,
-            topology=self.topology,
-            log_path=self.workdir / f"loop-{name}.jsonl",
-            checkpoint_dir=self.workdir / f"checkpoints-{name}",
-        )
+        # The loop's own elastic_retry may wait for what never comes (more slices than the
+        # fake has): the deadline ends the run with what it waited for, not an 11-minute hang.
+        with (
+            FakeCluster(self.topology) as cluster,
+            episode_deadline(cluster.clock, cluster=cluster),
+        ):
+            outcome = play_loop(
+                self.loop,
+                schedule,
+                cluster=cluster,
+                log_path=self.workdir / f"loop-{name}.jsonl",
+                checkpoint_dir=self.workdir / f"checkpoints-{name}",
+            )
         result: LoopResult = outcome.result
         return result
 
@@ -104,6 +112,11 @@ class LoopRuns:
 def check_data_order(runs: LoopRuns) -> CheckResult:
     verdict = loop_oracle.judge_loop(runs.fault_free.events)
     findings = [Finding("fault-free run", v) for v in verdict.violations]
+    crashed = _failed("fault-free run", runs.fault_free)
+    if crashed and not any(
+        "crashed" in f.message or "did not complete" in f.message for f in findings
+    ):
+        findings.insert(0, Finding("fault-free run", crashed[0]))
     lineage = verdict.batches
     note = (
         f"{len(lineage)} batches, data positions 0..{_last_position(lineage)} each once, in order"
@@ -116,7 +129,7 @@ def check_data_order(runs: LoopRuns) -> CheckResult:
         tuple(findings),
         note,
     )
-    if "exactly-once" in verdict.not_judged:
+    if "exactly-once" in verdict.not_judged and not crashed:
         return _not_observable(result, verdict.not_judged["exactly-once"], runs)
     return result
 
@@ -153,7 +166,8 @@ def check_compile_time(runs: LoopRuns) -> CheckResult:
         for e in events
         if e["kind"] == "compile" and e["batches_in_attempt"] >= 2 and e.get("attempt", 0) > 0
     ]
-    findings = [Finding("fault-free run", f) for f in _failed("fault-free run", runs.fault_free)]
+    crashed = _failed("fault-free run", runs.fault_free)
+    findings: list[Finding] = []
     note = ""
     if len(intervals) >= 3:
         first, rest = intervals[0], statistics.median(intervals[2:])
@@ -170,7 +184,7 @@ def check_compile_time(runs: LoopRuns) -> CheckResult:
                 f"{note}",
             )
         )
-    return CheckResult(
+    result = CheckResult(
         "compile-time",
         "compile time apart from steady-state step time, and no steady-state recompiles",
         "keep batch shapes and dtypes fixed (pad or bucket), pass Python values as static "
@@ -178,13 +192,17 @@ def check_compile_time(runs: LoopRuns) -> CheckResult:
         tuple(findings),
         note,
     )
+    if crashed:  # a timing of a crashed run says nothing: data-order reports the crash
+        return _blocked(result, "data-order", crashed[0])
+    return result
 
 
 def check_input_wait(runs: LoopRuns) -> CheckResult:
     events = runs.fault_free.events
     batches = [e for e in events if e["kind"] == "batch"]
     intervals = _batch_intervals(events)
-    findings = [Finding("fault-free run", f) for f in _failed("fault-free run", runs.fault_free)]
+    crashed = _failed("fault-free run", runs.fault_free)
+    findings: list[Finding] = []
     note = ""
     if len(batches) >= 3:
         wait = statistics.median(e["input_s"] for e in batches[1:])
@@ -194,7 +212,7 @@ def check_input_wait(runs: LoopRuns) -> CheckResult:
         note = f"input wait {wait * 1e3:.2f} ms vs step {step * 1e3:.2f} ms (medians)"
         if not findings and wait >= MAX_INPUT_WAIT_RATIO * step:
             findings.append(Finding("fault-free run", f"{note}: the device waits on the loader"))
-    return CheckResult(
+    result = CheckResult(
         "input-wait",
         "input wait time against step time",
         "prefetch asynchronously (grain read-ahead), or move input processing onto the "
@@ -202,28 +220,81 @@ def check_input_wait(runs: LoopRuns) -> CheckResult:
         tuple(findings),
         note,
     )
+    if crashed:
+        return _blocked(result, "data-order", crashed[0])
+    return result
+
+
+#: The fix an interruption row gives, chosen by the cause the verdict names.
+FIX_BY_CAUSE = {
+    "crash": "read the line the crash names: the loop's own code raised there during recovery",
+    "deadline": "the run waited for what never came: give elastic_retry a minimum_slice_count "
+    "this cluster can meet and a timeout",
+    "sample-trained-twice": "restore the data iterator's state from the snapshot "
+    "(iterator.set_state(saved['iterator'])) so no batch is trained twice",
+    "iterator-not-restored": "save the iterator's get_state() with the model in every "
+    "snapshot and set_state() it after the restore",
+    "batch-not-trained": "train every batch you draw: a batch drawn for shapes or a warm-up and "
+    "then dropped is lost data",
+    "sample-skipped": "restore the iterator to the snapshot's own position, not one after it",
+    "order-changed": "seed the data order from the dataset, not the attempt, so a recovery "
+    "sees the same order",
+    "started-over": "restore the latest snapshot at the start of every attempt (keep one "
+    "Snapshotter for the whole job)",
+    "restore-not-latest": "restore the newest snapshot or checkpoint, not an older one",
+    "preemption-lost": "on SIGTERM, save the state and iterator with Orbax to the checkpoint "
+    "directory; restore it when the next run starts",
+    "step-not-restored": "resume at the restored snapshot's step + 1, not a counter of its own",
+    "snapshot-mismatch": "save the iterator state taken right after the batch the saved model "
+    "was trained on, in the same snapshot",
+    "leaf-reinitialised": "restore every leaf of the train state (optimizer state and counters "
+    "included) from the snapshot",
+    "leaf-shape-changed": "replicate every state leaf along the replica axis and restore into "
+    "the saved shapes",
+    "error-swallowed": "let slice-down errors out of the step (no except Exception around it): "
+    "elastic_retry must see them",
+    "dead-slice-in-mesh": "rebuild the mesh from the manager's active slices each attempt, not "
+    "jax.devices()",
+    "stale-mesh": "after a scale-up, rebuild the mesh, the step and the shardings and move the "
+    "state onto them",
+    "leak": "do not keep device arrays of a failed attempt in globals, caches or callbacks",
+    "step-count": "stop at the same step count the fault-free run reaches",
+    "wrong-final-state": "restore the whole train state and the data position from the "
+    "snapshot; keep host-side counters (learning-rate schedules) in the state",
+}
+GENERIC_FIX = (
+    "rebuild the mesh from the manager's active slices each attempt, restore the latest "
+    "snapshot (model, step and iterator) and resume at its step + 1"
+)
 
 
 def check_interruption(runs: LoopRuns) -> CheckResult:
     verdict = runs.interrupted_verdict
     # The cause first (a wrong mesh, a wrong resume step), then the crash it led to.
-    ordered = sorted(verdict.violations, key=lambda v: v.startswith("the loop crashed"))
-    findings = [Finding("interrupted run", v) for v in ordered]
-    if not findings and not any(
-        e["kind"] == "error" and e["slice_down"] for e in runs.interrupted.events
-    ):
-        findings.append(Finding("interrupted run", "the lost slice was never noticed"))
+    pairs = sorted(
+        zip(verdict.violations, verdict.causes, strict=False),
+        key=lambda p: p[0].startswith("the loop crashed"),
+    )
+    findings = [Finding("interrupted run", v) for v, _ in pairs]
+    fixes = list(dict.fromkeys(FIX_BY_CAUSE[c] for _, c in pairs if c in FIX_BY_CAUSE))
     skipped = "; ".join(f"{k}: {v}" for k, v in verdict.not_judged.items())
-    return CheckResult(
+    result = CheckResult(
         "interruption",
         f"the loop ({runs.name}) survives a slice lost after batch {runs.fault_batch}: its own "
         "elastic_retry and restore code recover, judged by the oracle",
-        "rebuild the mesh from the manager's active slices each attempt, restore the latest "
-        "snapshot (model, step and iterator) and resume at its step + 1",
+        "; ".join(fixes) or GENERIC_FIX,
         tuple(findings),
         f"{runs.interruption}: completed, {len(verdict.batches)} committed batches; judged "
         f"{', '.join(verdict.judged)}" + (f"; not judged {skipped}" if skipped else ""),
     )
+    if runs.interrupted.unfired and not findings:
+        # The fault never happened: nothing about recovery can be said, least of all a FAIL.
+        return _not_observable(result, "; ".join(runs.interrupted.unfired), runs)
+    if not findings and not any(
+        e["kind"] == "error" and e["slice_down"] for e in runs.interrupted.events
+    ):
+        return _with(result, [Finding("interrupted run", "the lost slice was never noticed")], "")
+    return result
 
 
 def check_recovery_time(runs: LoopRuns) -> CheckResult:
@@ -249,7 +320,7 @@ def check_live_arrays(runs: LoopRuns) -> CheckResult:
     verdict = runs.interrupted_verdict
     if not verdict.completed:
         return _blocked(result, "interruption", "the loop did not recover")
-    problems = [v for v in verdict.violations if "live device arrays grew" in v]
+    problems = [v for v, c in zip(verdict.violations, verdict.causes, strict=False) if c == "leak"]
     counts = [
         e["live"]["by_kind"].get("device", 0)
         for e in runs.interrupted.events
@@ -287,6 +358,9 @@ def with_loop_rows(
 
         def run(runs: Any) -> CheckResult:
             if isinstance(runs, LoopRuns):
+                crashed = [] if name == "data-order" else _failed("fault-free run", runs.fault_free)
+                if crashed:  # one row reports the crash; the rest cannot be judged without it
+                    return CheckResult(name, "", "", depends_on="data-order", note=crashed[0])
                 return loop_check(runs)
             return adapter_check(runs)
 

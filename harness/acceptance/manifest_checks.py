@@ -288,7 +288,19 @@ def check_num_elastic_instances(m: Manifest) -> CheckResult:
     seen = []
     for p in proxies:
         given = {n: p.flags[n] for n in ELASTIC_FLAGS if n in p.flags}
-        if not given:
+        misplaced = [
+            (c, flag) for c in m.containers() if c.role != PROXY and (flag := elastic_flag(c.flags))
+        ]
+        if not given and misplaced:
+            for c, (name, value) in misplaced:  # set, but where the proxy never reads it
+                findings.append(
+                    Finding(
+                        p.where,
+                        f"--{name}={value} is on container {c.where}, should be on {PROXY}: "
+                        "only the proxy reads it, so elastic training is off",
+                    )
+                )
+        elif not given:
             findings.append(
                 Finding(
                     p.where,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import re
 import sys
 from collections.abc import Sequence
@@ -23,6 +24,8 @@ DEFAULT_BUFFER = 0.15
 GB = 1e9
 GIB = 2**30
 
+#: More parameters than any model has (a quadrillion): a larger count is a typo.
+MAX_PARAMS = 1e15
 _COUNT_SUFFIXES = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 
 
@@ -94,9 +97,19 @@ def parse_quantity(text: str | int | float) -> float:
 def parse_count(text: str) -> float:
     """A parameter count: ``8e9``, ``8000000000``, ``70B``, ``1.5T``."""
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]?)\s*", text)
+    from pathways_chaos.harness.engine.untrusted_files import shown
+
     if not match or match.group(2).lower() not in _COUNT_SUFFIXES:
-        raise ChaosConfigError(f"{text!r} is not a parameter count: write for example 8e9 or 70B")
-    return float(match.group(1)) * _COUNT_SUFFIXES[match.group(2).lower()]
+        raise ChaosConfigError(
+            f"{shown(repr(text))} is not a parameter count: write for example 8e9 or 70B"
+        )
+    count = float(match.group(1)) * _COUNT_SUFFIXES[match.group(2).lower()]
+    if not math.isfinite(count) or not 0 < count <= MAX_PARAMS:
+        raise ChaosConfigError(
+            f"{shown(text)} is not a parameter count between 1 and {MAX_PARAMS:.0e}: write the "
+            "model's count, for example 8e9 or 70B"
+        )
+    return count
 
 
 def parse_buffer(text: str) -> float:
@@ -144,7 +157,12 @@ def check_ramdisk(
             "its YAML (kind: CheckpointConfiguration, spec.inMemoryVolumeSize) to "
             "--acceptance-manifest",
         )
-        return CheckResult("ramdisk-size", title, fix, (finding,))
+        missing_fix = (
+            "add a CheckpointConfiguration (kind: CheckpointConfiguration, spec.inMemoryVolumeSize "
+            "sized by pathways-chaos ramdisk --params N --hosts-per-slice H) to the manifest you "
+            "deploy and pass it with --acceptance-manifest"
+        )
+        return CheckResult("ramdisk-size", title, missing_fix, (finding,))
     if sizing is None:
         return CheckResult(
             "ramdisk-size",
@@ -220,16 +238,11 @@ def ramdisk_main(argv: Sequence[str] | None = None) -> int:
 
 
 def _load_yaml(path: Path) -> list[Any]:
-    import yaml
+    """The file's YAML documents, read as untrusted (regular file, size, UTF-8, aliases)."""
+    from pathways_chaos.harness.engine.untrusted_files import load_yaml_all, read_text
 
-    try:
-        return [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
-    except OSError as error:
-        raise ChaosConfigError(f"{path}: cannot read ({error.strerror}): check the path") from None
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark else ""
-        raise ChaosConfigError(f"{path}{line}: not valid YAML: fix the file") from None
+    text = read_text(path, what="YAML file")
+    return [d for d in load_yaml_all(text, path) if d is not None]
 
 
 def _gb(n: float) -> str:

@@ -12,6 +12,7 @@ import dataclasses
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from pathways_chaos.harness.acceptance.table import CheckResult, Finding
 from pathways_chaos.harness.errors import ChaosConfigError
@@ -113,7 +114,9 @@ def load_sources(paths: Sequence[str | Path]) -> list[SourceFile]:
 
 
 def parse_source(path: Path) -> SourceFile:
-    text = path.read_text(encoding="utf-8")
+    from pathways_chaos.harness.engine.untrusted_files import read_text
+
+    text = read_text(path, what="--acceptance-source file")  # regular, size-limited, UTF-8
     label = _label(path)
     try:
         tree = ast.parse(text, filename=str(path))
@@ -163,10 +166,9 @@ def check_mesh_from_all_devices(files: Sequence[SourceFile]) -> CheckResult:
                 continue
             builder = f.qualname(call.func) or "mesh"
             tainted = _device_list_names(f, _scope_of(f, call))
-            if _mentions_device_list(f, call, tainted):
-                findings.append(
-                    Finding(f.where(call), f"{builder}(...) is built from jax.devices()")
-                )
+            source = _device_list_source(f, call, tainted)
+            if source:  # named as written: jax.local_devices() is not jax.devices()
+                findings.append(Finding(f.where(call), f"{builder}(...) is built from {source}()"))
             elif builder.endswith(("make_mesh", "create_device_mesh", "hybrid_device_mesh")) and (
                 not _has_devices_argument(call, builder)
             ):
@@ -289,6 +291,49 @@ def check_elastic_retry_bound(files: Sequence[SourceFile]) -> CheckResult:
         findings,
         files,
     )
+
+
+def check_minimum_slice_count(files: Sequence[SourceFile], manifest: Any) -> CheckResult:
+    """``elastic_retry(minimum_slice_count=N)`` waits for N slices before every attempt: with
+    more than the JobSet runs, the job waits forever (or until its timeout) at its first one."""
+    title = "elastic_retry's minimum_slice_count fits the slices the manifest runs"
+    slices = int(getattr(manifest, "slice_count", 0) or 0)
+    fix = (
+        f"use minimum_slice_count between 1 and {slices} (the worker replicatedJob's replicas), "
+        "or run the JobSet with as many slices as the loop waits for"
+    )
+    if slices < 1:
+        return CheckResult(
+            "minimum-slice-count",
+            title,
+            fix,
+            skipped="a manifest with a worker replicatedJob (its replicas are the slices): pass "
+            "it with --acceptance-manifest",
+        )
+    findings, seen = [], []
+    for f in files:
+        for call in _elastic_retry_calls(f):
+            if f.ignored(call):
+                continue
+            value = next((k.value for k in call.keywords if k.arg == "minimum_slice_count"), None)
+            if not isinstance(value, ast.Constant) or not isinstance(value.value, int):
+                continue  # None (every slice), or computed at run time: the run shows it
+            wanted = value.value
+            seen.append(f"minimum_slice_count={wanted} ({f.where(call)})")
+            if not 1 <= wanted <= slices:
+                findings.append(
+                    Finding(
+                        f.where(call),
+                        f"elastic_retry(minimum_slice_count={wanted}) waits for {wanted} slices; "
+                        f"the manifest ({manifest.label}) runs {slices}",
+                    )
+                )
+    note = (
+        f"{'; '.join(seen)} within {slices} slices"
+        if seen
+        else f"no constant minimum_slice_count in {len(files)} file(s); {slices} slices"
+    )
+    return CheckResult("minimum-slice-count", title, fix, tuple(findings), note)
 
 
 STATIC_CHECKS: dict[str, Callable[[Sequence[SourceFile]], CheckResult]] = {
@@ -438,8 +483,9 @@ def _scope_of(f: SourceFile, node: ast.AST) -> ast.AST:
     return f.tree
 
 
-def _device_list_names(f: SourceFile, scope: ast.AST) -> set[str]:
-    """Names in ``scope`` (and the module) whose value derives from ``jax.devices()``."""
+def _device_list_names(f: SourceFile, scope: ast.AST) -> dict[str, str]:
+    """Names in ``scope`` (and the module) whose value derives from ``jax.devices()`` (or
+    ``jax.local_devices()``), each with the device list it came from."""
     assignments: list[tuple[list[str], ast.AST]] = []
     for s in {scope, f.tree}:
         nodes = ast.walk(s) if s is not f.tree else iter(f.tree.body)
@@ -451,26 +497,30 @@ def _device_list_names(f: SourceFile, scope: ast.AST) -> set[str]:
                 target = node.target
                 if isinstance(target, ast.Name):
                     assignments.append(([target.id], node.value))
-    tainted: set[str] = set()
+    tainted: dict[str, str] = {}
     changed = True
     while changed:
         changed = False
         for names, value in assignments:
-            if set(names) <= tainted:
+            if set(names) <= set(tainted):
                 continue
-            if _mentions_device_list(f, value, tainted):
-                tainted |= set(names)
+            source = _device_list_source(f, value, tainted)
+            if source:
+                tainted.update(dict.fromkeys(names, source))
                 changed = True
     return tainted
 
 
-def _mentions_device_list(f: SourceFile, node: ast.AST, tainted: set[str]) -> bool:
+def _device_list_source(f: SourceFile, node: ast.AST, tainted: dict[str, str]) -> str | None:
+    """The device list (``jax.devices`` or ``jax.local_devices``) ``node`` is made from."""
     for n in ast.walk(node):
-        if isinstance(n, ast.Call) and f.qualname(n.func) in DEVICE_LISTS:
-            return True
+        if isinstance(n, ast.Call):
+            name = f.qualname(n.func)
+            if name in DEVICE_LISTS:
+                return name
         if isinstance(n, ast.Name) and n.id in tainted and isinstance(n.ctx, ast.Load):
-            return True
-    return False
+            return tainted[n.id]
+    return None
 
 
 def _has_devices_argument(call: ast.Call, builder: str) -> bool:

@@ -10,7 +10,7 @@ import dataclasses
 import html
 import json
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,8 @@ class CheckResult:
     skipped: str = ""  # SKIP: what was not given, and what to pass
     depends_on: str = ""  # NOT JUDGED: the failed row this one cannot be judged without
     group: str = ""  # static, manifest or runtime
+    #: NOT JUDGED: the check itself raised (a bug in pathways-chaos), with the traceback.
+    judge_error: str = ""
 
     @property
     def ok(self) -> bool:
@@ -54,7 +56,7 @@ class CheckResult:
     def status(self) -> str:
         if self.findings:
             return FAIL
-        if self.depends_on:
+        if self.depends_on or self.judge_error:
             return NOT_JUDGED
         if self.skipped:
             return SKIP
@@ -68,6 +70,8 @@ class CheckResult:
             first = str(self.findings[0])
             more = len(self.findings) - 1
             return first + (f" (+{more} more)" if more else "")
+        if status == NOT_JUDGED and self.judge_error:
+            return self.judge_error.splitlines()[0]
         if status == NOT_JUDGED:
             why = f": {self.note}" if self.note else ""
             return f"depends on {self.depends_on}, which failed{why}"
@@ -97,7 +101,61 @@ class CheckResult:
             "fix": self.fix if self.status == FAIL else "",
             "skipped": self.skipped,
             "depends_on": self.depends_on,
+            "judge_error": self.judge_error,
         }
+
+
+def judge_row(check: str, run: Callable[..., CheckResult], *args: Any) -> CheckResult:
+    """``run(*args)``; an exception it raises is the user's (FAIL, at the user's line) when the
+    innermost frame outside the libraries is theirs, else the toolkit's: NOT JUDGED, "the judge
+    failed (bug in pathways-chaos)", with the traceback. Bad input still raises its one line."""
+    from pathways_chaos.harness.errors import ChaosConfigError
+
+    try:
+        return run(*args)
+    except ChaosConfigError:
+        raise
+    except Exception as error:
+        where = user_frame(error)
+        if where is None:
+            from pathways_chaos.harness.judging.oracle import judge_failed
+
+            return CheckResult(check, "", "", judge_error=judge_failed(error))
+        message = f"your code raised {type(error).__name__}: {' '.join(str(error).split())[:300]}"
+        return CheckResult(
+            check,
+            "the check ran your code",
+            f"fix the error raised at {where} (run the check with -p no:randomly -x for the "
+            "whole traceback)",
+            (Finding(where, message),),
+        )
+
+
+def user_frame(error: BaseException) -> str | None:
+    """``file:line in function`` of the innermost traceback frame outside the standard library,
+    the installed libraries and pathways-chaos' own packages; None when the error arose in
+    pathways-chaos' code (no user frame below the toolkit's innermost one)."""
+    import os
+    import traceback
+
+    import pathways_chaos.faults
+    import pathways_chaos.fixtures
+    import pathways_chaos.harness
+
+    toolkit = tuple(
+        os.path.abspath(p)
+        for pkg in (pathways_chaos.harness, pathways_chaos.faults, pathways_chaos.fixtures)
+        for p in pkg.__path__
+    )
+    stdlib = os.path.dirname(os.__file__)
+    for frame in reversed(traceback.extract_tb(error.__traceback__)):
+        path = os.path.abspath(frame.filename)
+        if path.startswith(stdlib) or "site-packages" in path or frame.filename.startswith("<"):
+            continue
+        if path.startswith(toolkit):
+            return None
+        return f"{frame.filename}:{frame.lineno} in {frame.name}"
+    return None
 
 
 def render(results: Sequence[CheckResult], width: int = 100) -> str:

@@ -26,12 +26,15 @@ import signal
 import threading
 import time
 import traceback
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
+from pathways_chaos.harness.blackbox.lineage import LineageSeam
 from pathways_chaos.harness.engine.recorder import Recorder
+from pathways_chaos.harness.engine.seams import defining_class
 from pathways_chaos.harness.errors import ChaosConfigError
 
 POSITION_KEY = "global_next_index"  # grain ElasticIterator's whole state
@@ -47,7 +50,13 @@ class AttemptGuardError(ChaosConfigError):
 class LoopObserver:
     """Installs the wrappers on enter, removes them on exit; one per episode."""
 
-    def __init__(self, recorder: Recorder, cluster: Any, max_attempts: int = MAX_ATTEMPTS_GUARD):
+    def __init__(
+        self,
+        recorder: Recorder,
+        cluster: Any,
+        max_attempts: int = MAX_ATTEMPTS_GUARD,
+        lineage: bool = True,
+    ):
         self.recorder = recorder
         self.cluster = cluster
         self.max_attempts = max_attempts
@@ -64,6 +73,11 @@ class LoopObserver:
         # The fake's: it finishes each save before the loop goes on, as the reference
         # trainer's; real devices have none, and their saves stay asynchronous.
         self._save_gate = getattr(cluster, "save_gate", None)
+        self.lineage: LineageSeam | None = (
+            LineageSeam(recorder.emit, self._ids) if lineage else None
+        )
+        self._failed_attempts: set[str] = set()
+        self._error_number = 0
 
     # -- the episode's side --------------------------------------------------------------------
     def begin_run(self, run: int, loop: str) -> None:
@@ -84,7 +98,10 @@ class LoopObserver:
             cause = error.__cause__
             fields["cause"] = f"{type(cause).__name__}: {cause}"[:300] if cause else None
         elif value is not None:
+            fields["returned"] = type(value).__name__
             fields["final_state"] = describe_state(value)
+            if self.lineage is not None:
+                fields["final_nodes"] = self.lineage.final_nodes(value)
         self.recorder.emit("run_end", **fields)
 
     # -- install / remove ------------------------------------------------------------------
@@ -111,15 +128,19 @@ class LoopObserver:
         from orbax.checkpoint.experimental.v1.training.pathways import Snapshotter
         from pathwaysutils.elastic import manager as manager_lib
 
-        self._wrap(ElasticIterator, "__next__", self._next)
-        self._wrap(ElasticIterator, "set_state", self._set_state)
+        # ``for batch in iterator`` and ``next(iterator)`` both end in the per-iterator object
+        # ElasticIterator delegates to; watch that one (the public class if it moved).
+        inner = _elastic_inner_iterator() or ElasticIterator
+        self._wrap(inner, "__next__", self._next)
+        self._wrap(inner, "set_state", self._set_state)
         self._wrap(Snapshotter, "__init__", self._snapshotter_init)
         self._wrap(Snapshotter, "save", self._save)
         self._wrap(Snapshotter, "load", self._load)
         self._wrap(manager_lib.Manager, "__init__", self._manager_init)
         self._wrap(manager_lib.Manager, "elastic_retry", self._elastic_retry)
-        prop = manager_lib.Manager.__dict__["active_slice_indices"]
-        self._patch(manager_lib.Manager, "active_slice_indices", self._active_property(prop))
+        holder = defining_class(manager_lib.Manager, "active_slice_indices")
+        prop = holder.__dict__["active_slice_indices"]
+        self._patch(holder, "active_slice_indices", self._active_property(prop))
         self._wrap(ocp_v1, "save_pytree", self._save_pytree)
         self._wrap(ocp_v1, "load_pytree", self._load_pytree)
         add = getattr(self.cluster, "add_placement_listener", None)
@@ -129,8 +150,23 @@ class LoopObserver:
 
         jax.monitoring.register_event_duration_secs_listener(self._compiled)
         self._listening = True
+        add_error = getattr(self.cluster, "add_error_listener", None)
+        if add_error is not None:
+            add_error(self._slice_error)
+            self._catches = _CatchWatch(self._caught)
+            self._catches.start()
+        if self.lineage is not None:
+            self.lineage.start()
 
     def _uninstall(self) -> None:
+        if self.lineage is not None:
+            self.lineage.stop()
+        remove_error = getattr(self.cluster, "remove_error_listener", None)
+        if remove_error is not None:
+            remove_error(self._slice_error)
+        catches = getattr(self, "_catches", None)
+        if catches is not None:
+            catches.stop()
         if getattr(self, "_listening", False):
             import jax.monitoring
 
@@ -148,6 +184,8 @@ class LoopObserver:
         setattr(owner, name, value)
 
     def _wrap(self, owner: Any, name: str, wrapper: Callable[..., Any]) -> None:
+        if isinstance(owner, type):  # a class that inherits the method: wrap where it lives
+            owner = defining_class(owner, name)
         original = owner.__dict__[name]
 
         @functools.wraps(original)
@@ -171,6 +209,8 @@ class LoopObserver:
         self.batches += 1
         self._attempt_batches += 1
         ids = _sample_ids(batch)
+        if self.lineage is not None:
+            self.lineage.drawn(self.batches, batch)
         fields: dict[str, Any] = {
             "batch": self.batches,
             "position": position,
@@ -191,7 +231,11 @@ class LoopObserver:
         from pathways_chaos.harness.reference.trainer import live_census
 
         self._ready = True
-        self.recorder.emit("attempt_ready", **self._ids(), reason="attempt", live=live_census())
+        live = live_census()
+        if self.lineage is not None:
+            live["by_attempt"] = self.lineage.live_by_attempt()
+            live["failed_attempts"] = sorted(self._failed_attempts)
+        self.recorder.emit("attempt_ready", **self._ids(), reason="attempt", live=live)
 
     # -- Orbax -----------------------------------------------------------------------------
     def _snapshotter_init(self, original: Callable[..., Any], snap: Any, *a: Any, **k: Any) -> Any:
@@ -199,7 +243,8 @@ class LoopObserver:
         self._snapshotters.append(snap)
 
     def _save(self, original: Callable[..., Any], snap: Any, step: int, state: Any) -> Any:
-        digests = digest(state)
+        digests = self._digest(state)
+        nodes = self.lineage.nodes_of(state) if self.lineage is not None else None
         # The Snapshotter skips a save while the last is not yet taken by its worker thread;
         # read just before the call, so that thread has no time to take it in between.
         skipped = snap._queue.full()
@@ -214,6 +259,8 @@ class LoopObserver:
             position=_find_position(state),
             batches_in_attempt=self._attempt_batches,
             skipped=skipped,
+            shapes=shapes(state),
+            nodes=nodes,
         )
         return out
 
@@ -233,7 +280,9 @@ class LoopObserver:
             **self._ids(),
             step=None if step is None else int(np.asarray(step)),
             path=str(path),
-            digest=digest(tree),
+            digest=self._digest(tree),
+            shapes=shapes(tree),
+            nodes=self.lineage.nodes_of(tree) if self.lineage is not None else None,
             position=_find_position(tree),
             batches_in_attempt=self._attempt_batches,
         )
@@ -252,7 +301,11 @@ class LoopObserver:
             **self._ids(),
             source=source,
             step=step,
-            digest=digest(restored),
+            digest=self._digest(restored),
+            shapes=shapes(restored),
+            nodes=(
+                self.lineage.nodes_of(restored, fresh=True) if self.lineage is not None else None
+            ),
             position=_find_position(restored),
             batches_in_attempt=self._attempt_batches,
         )
@@ -301,6 +354,7 @@ class LoopObserver:
         try:
             return func(*args, **kwargs)
         except Exception as error:
+            self._failed_attempts.add(f"{self.run}:{self.attempt}")
             self.recorder.emit(
                 "error",
                 **self._ids(),
@@ -365,10 +419,104 @@ class LoopObserver:
             axes=list(getattr(mesh, "axis_names", ())),
         )
 
+    # -- slice-down errors raised to the loop (from the device-loss seam) ---------------------
+    def _slice_error(self, error: BaseException) -> None:
+        if threading.get_ident() != self._main or (self.lineage and self.lineage.paused):
+            return
+        stack = traceback.extract_stack()[:-1]
+        self._error_number += 1
+        catches = getattr(self, "_catches", None)
+        if catches is not None:
+            catches.watch(error, self._error_number)
+        self.recorder.emit(
+            "slice_error",
+            **self._ids(),
+            number=self._error_number,
+            message=str(error)[:200],
+            where=_own_frame(stack),
+            batches_in_attempt=self._attempt_batches,
+        )
+
+    def _caught(self, number: int, where: str) -> None:
+        self.recorder.emit("slice_error_caught", **self._ids(), number=number, where=where)
+
+    def _digest(self, tree: Any) -> dict[str, str]:
+        """The toolkit's own read of a tree: not the loop's, so not lineage or an error."""
+        if self.lineage is not None:
+            self.lineage.paused += 1
+        try:
+            return digest(tree)
+        finally:
+            if self.lineage is not None:
+                self.lineage.paused -= 1
+
     # -- preemption --------------------------------------------------------------------------
     @staticmethod
     def handles_sigterm() -> bool:
         return signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN, None)
+
+
+class _CatchWatch:
+    """Which code catches a slice-down error: the loop's own ``except`` (an error swallowed)
+    or a library's (Orbax skipping a lost replica, elastic_retry recovering).
+
+    Python's own ``sys.monitoring`` EXCEPTION_HANDLED event, on a tool id of its own, for the
+    episode only; it costs nothing until an exception is handled.
+    """
+
+    TOOL_IDS = (4, 3)
+
+    def __init__(self, report: Callable[[int, str], None]) -> None:
+        self._report = report
+        # Weak references: a kept error keeps its frames, and their arrays, alive.
+        self._watched: dict[int, tuple[weakref.ref[BaseException], int]] = {}
+        self._tool: int | None = None
+        self._main = threading.get_ident()
+
+    def start(self) -> None:
+        import sys
+
+        monitoring = getattr(sys, "monitoring", None)
+        if monitoring is None:
+            return
+        for tool in self.TOOL_IDS:
+            try:
+                monitoring.use_tool_id(tool, "pathways-chaos")
+            except ValueError:  # taken by another tool
+                continue
+            self._tool = tool
+            monitoring.register_callback(tool, monitoring.events.EXCEPTION_HANDLED, self._handled)
+            monitoring.set_events(tool, monitoring.events.EXCEPTION_HANDLED)
+            return
+
+    def stop(self) -> None:
+        import sys
+
+        if self._tool is None:
+            return
+        monitoring = sys.monitoring
+        monitoring.set_events(self._tool, 0)
+        monitoring.register_callback(self._tool, monitoring.events.EXCEPTION_HANDLED, None)
+        monitoring.free_tool_id(self._tool)
+        self._tool = None
+        self._watched.clear()
+
+    def watch(self, error: BaseException, number: int) -> None:
+        self._watched[id(error)] = (weakref.ref(error), number)
+
+    def _handled(self, code: Any, offset: int, exception: BaseException) -> Any:
+        entry = self._watched.get(id(exception))
+        if entry is None or entry[0]() is not exception:
+            return None
+        if _plumbing(code.co_filename) or threading.get_ident() != self._main:
+            return None
+        del self._watched[id(exception)]  # the first handler outside the libraries decides
+        line = code.co_firstlineno
+        for start, _end, ln in code.co_lines():  # the last line that starts at or before it
+            if start <= offset and ln is not None:
+                line = ln
+        self._report(entry[1], f"{code.co_filename}:{line} in {code.co_name}")
+        return None
 
 
 # -- what a value shows ------------------------------------------------------------------------
@@ -463,19 +611,63 @@ def describe_state(tree: Any) -> dict[str, dict[str, Any]]:
 _PLUMBING = ("/jax/", "/jaxlib/", "/pathwaysutils/", "/orbax/", "/grain/", "/blackbox/")
 
 
+def _plumbing(filename: str) -> bool:
+    """A library's, the standard library's or this toolkit's frame: not the loop's line."""
+    import sysconfig
+
+    if any(p in filename for p in _PLUMBING) or filename.startswith("<frozen"):
+        return True
+    if filename.endswith(
+        ("seams.py", "fake_cluster.py", "loop_episode.py", "deadline.py", "clock.py")
+    ):
+        return True
+    stdlib = sysconfig.get_paths()["stdlib"]
+    return filename.startswith(stdlib) and "site-packages" not in filename
+
+
+def _own_frame(frames: list[traceback.FrameSummary]) -> str | None:
+    own = [f for f in frames if not _plumbing(f.filename)]
+    if not own:
+        return None
+    f = own[-1]
+    return f"{f.filename}:{f.lineno} in {f.name}: {(f.line or '').strip()}"
+
+
 def where_raised(error: BaseException) -> str | None:
-    """``file:line in function: code`` of the innermost frame of the loop's own code, in the
-    root cause first (``ElasticRuntimeError`` wraps the error the loop met)."""
+    """``file:line in function: code`` of the innermost frame of the loop's own code (the
+    line that called into a library, never a library's, the standard library's or this
+    toolkit's), in the root cause first (``ElasticRuntimeError`` wraps the error the loop met)."""
     chain: list[BaseException] = []
     current: BaseException | None = error
     while current is not None and current not in chain:
         chain.append(current)
         current = current.__cause__ or current.__context__
     for e in reversed(chain):
-        frames = traceback.extract_tb(e.__traceback__)
-        own = [f for f in frames if not any(p in f.filename for p in _PLUMBING)]
-        own = [f for f in own if not f.filename.endswith(("seams.py", "fake_cluster.py"))]
-        if own:
-            f = own[-1]
-            return f"{f.filename}:{f.lineno} in {f.name}: {(f.line or '').strip()}"
+        where = _own_frame(traceback.extract_tb(e.__traceback__))
+        if where:
+            return where
     return None
+
+
+def shapes(tree: Any) -> dict[str, list[Any]]:
+    """Each array leaf's shape and dtype by path (a restore that changes one is named)."""
+    import jax
+
+    out = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
+        if shape is not None and dtype is not None:
+            out[jax.tree_util.keystr(path)] = [list(shape), str(np.dtype(dtype))]
+    return out
+
+
+def _elastic_inner_iterator() -> Any:
+    """The class ElasticIterator hands out from ``iter()`` and delegates ``next()`` to."""
+    try:
+        from grain._src.python.dataset import elastic_iterator
+    except ImportError:
+        return None
+    inner = getattr(elastic_iterator, "_ElasticMapDatasetIterator", None)
+    if inner is None or "__next__" not in inner.__dict__ or "set_state" not in inner.__dict__:
+        return None
+    return inner

@@ -7,6 +7,7 @@ inside the commands.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -47,6 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     demo.add_argument("--clock", default="fake", choices=("fake", "real"))
     demo.add_argument("--log", type=Path, default=None, help="write the JSONL event log here")
+    add_deadline_arguments(demo)
 
     check = sub.add_parser("check", help="run the oracle over an event log")
     check.add_argument("log", type=Path)
@@ -87,9 +89,17 @@ def _demo(args: argparse.Namespace) -> int:
 
     # Every input is checked before JAX starts: a typo costs milliseconds, not a JAX start-up.
     topology = SliceTopology(args.slices, args.devices_per_slice)
+    apply_deadline_arguments(args)
+    if args.schedule is not None and not args.schedule.strip():
+        raise ChaosConfigError(
+            "--schedule is empty: give faults (e.g. --schedule data_loss@step=12:slice=2), or "
+            "leave --schedule out for the demo schedule"
+        )
     if args.steps < 1:
         raise ChaosConfigError(f"--steps {args.steps}: use a whole number of steps >= 1")
     schedule = None if args.loop else parse_schedule(args.schedule or DEMO_SCHEDULE)
+    if args.loop and args.schedule is not None:
+        check_schedule_fits(parse_schedule(args.schedule), topology.num_slices, kubernetes=False)
     if schedule is not None:
         check_schedule_fits(schedule, topology.num_slices, kubernetes=False)
     if args.log is not None and args.log.is_dir():
@@ -125,12 +135,56 @@ def _demo(args: argparse.Namespace) -> int:
     return 0 if verdict.ok and not result.unfired else 1
 
 
+def add_deadline_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--deadline FAKE_S`` and ``--wall-deadline S``: the episode's limits (see
+    harness.engine.deadline), so a run that waits for what never comes still ends."""
+    parser.add_argument(
+        "--deadline",
+        default=None,
+        metavar="FAKE_S",
+        help="episode-clock seconds before the run ends with what it waited for (default "
+        "3600, 'off' for none)",
+    )
+    parser.add_argument(
+        "--wall-deadline",
+        default=None,
+        metavar="S",
+        help="wall-clock seconds before the run ends (default 600, 'off' for none)",
+    )
+
+
+def apply_deadline_arguments(args: argparse.Namespace) -> None:
+    """Makes ``--deadline``/``--wall-deadline`` every episode's default; bad values: one line."""
+    from pathways_chaos.harness.engine import deadline
+
+    fake, wall = getattr(args, "deadline", None), getattr(args, "wall_deadline", None)
+    if fake is None and wall is None:
+        return
+    deadline.set_default_deadline(
+        deadline.Deadline(
+            deadline.DEFAULT_FAKE_S if fake is None else deadline.parse_seconds(fake, "--deadline"),
+            deadline.DEFAULT_WALL_S
+            if wall is None
+            else deadline.parse_seconds(wall, "--wall-deadline"),
+        )
+    )
+
+
 def _check(args: argparse.Namespace) -> int:
     import json
+    import os
+    import stat
 
     from pathways_chaos.harness.engine.recorder import read_log
     from pathways_chaos.harness.errors import ChaosConfigError
 
+    with contextlib.suppress(OSError):  # a missing file or a folder: read_log says it below
+        mode = os.stat(args.log).st_mode  # never blocks, unlike opening a FIFO
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a device or socket"
+            raise ChaosConfigError(
+                f"{args.log} is {kind}, not an event log: give the file an episode wrote"
+            )
     try:
         events = read_log(args.log)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:

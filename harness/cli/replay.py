@@ -28,6 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
             parser.add_argument(flag, type=int, default=field.default)
         else:
             parser.add_argument(flag, default=field.default)
+    from pathways_chaos.harness.cli.main import add_deadline_arguments
+
+    add_deadline_arguments(parser)
     return parser
 
 
@@ -39,7 +42,11 @@ def replay_main(argv: list[str]) -> int:
         return replay_loop_main(argv)
     args = build_parser().parse_args(argv)
     try:
-        spec = EpisodeSpec(**vars(args))
+        from pathways_chaos.harness.cli.main import apply_deadline_arguments
+
+        apply_deadline_arguments(args)
+        fields = {f.name for f in dataclasses.fields(EpisodeSpec)}
+        spec = EpisodeSpec(**{k: v for k, v in vars(args).items() if k in fields})
         from pathways_chaos.harness.engine.topology import request_cpu_devices
 
         request_cpu_devices(spec.slices * spec.devices_per_slice)  # before JAX starts

@@ -4,6 +4,10 @@ Why a command of its own: after a SIGKILL nothing of the run is left but its jou
 command finds it (``--pending``: every unfinished journal of the kubeconfig's cluster in the
 journal folder), refuses another cluster's, reports malformed lines by number, and turns every
 problem into one line and a documented exit code.
+
+A journal is evidence, not an instruction: one that is planted, edited, symlinked, another
+user's, or in a folder others can write is refused (exit 3) and nothing of it is undone; one a
+live session still holds is left to it; an unreadable journal or folder is an error (exit 1).
 """
 
 from __future__ import annotations
@@ -17,12 +21,15 @@ from pathways_chaos.faults.journal import (
     JOURNAL_DIR_ENV,
     ClusterIdentity,
     JournalError,
+    JournalRefused,
     RollbackJournal,
     default_journal_dir,
     pending_journals,
     read_journal,
+    scan_journal_folder,
     short_error,
 )
+from pathways_chaos.faults.journal_trust import holder_state
 from pathways_chaos.harness.errors import ChaosError
 
 if TYPE_CHECKING:
@@ -33,9 +40,11 @@ EXIT_OK, EXIT_INCOMPLETE, EXIT_USAGE, EXIT_REFUSED, EXIT_CLUSTER = 0, 1, 2, 3, 4
 
 
 ROLLBACK_EPILOG = """exit codes: 0 everything undone (or nothing to undo); 1 something was
-skipped (a malformed line, an undo that failed: see stderr); 2 bad input (no such journal,
-a folder); 3 refused (the journal belongs to another cluster); 4 the kubeconfig or the cluster
-cannot be reached."""
+skipped or left (a malformed line, an undo that failed, an unreadable journal or folder, a
+journal of another host's session: see stderr); 2 bad input (no such journal, a folder, a
+FIFO); 3 refused (another cluster's journal; a journal planted, edited, symlinked or in a
+folder others can write; a live session's journal); 4 the kubeconfig or the cluster cannot be
+reached."""
 
 
 def rollback_main(argv: list[str]) -> int:
@@ -66,6 +75,11 @@ def rollback_main(argv: list[str]) -> int:
         "--assume-cluster",
         action="store_true",
         help="undo a journal without a cluster header (an old one) against this cluster",
+    )
+    parser.add_argument(
+        "--holder-gone",
+        action="store_true",
+        help="undo a journal written on another host: you checked its session has ended",
     )
     args = parser.parse_args(argv)
     if bool(args.journal) == bool(args.pending):
@@ -115,8 +129,8 @@ def _identity(api: ApiClient) -> ClusterIdentity:
         ) from None
 
 
-def _rollback_one(args: argparse.Namespace, path: Path) -> int:
-    if not path.exists():
+def _rollback_one(args: argparse.Namespace, path: Path, *, holder_checked: bool = False) -> int:
+    if not path.exists() and not path.is_symlink():
         raise JournalError(f"no journal at {path}")
     contents = read_journal(path)
     for note in contents.notes:
@@ -126,6 +140,18 @@ def _rollback_one(args: argparse.Namespace, path: Path) -> int:
     if not contents.pending():
         print(f"{path}: nothing to undo")
         return EXIT_INCOMPLETE if contents.problems else EXIT_OK
+    if not holder_checked and contents.header is not None:
+        state, why = holder_state(contents.header)
+        if state == "live":
+            raise JournalRefused(
+                f"refused: journal {path} is {why} on this host, a live session that rolls it "
+                "back itself: stop that session first"
+            )
+        if state == "unknown" and not args.holder_gone:
+            raise JournalRefused(
+                f"refused: journal {path} was {why}; cannot tell whether that session is alive: "
+                "if it has ended, run again with --holder-gone"
+            )
     api = _connect(args)
     _identity(api)  # unreachable: one line, exit 4, before anything else
     result = RollbackJournal(path).replay(
@@ -140,20 +166,60 @@ def _rollback_one(args: argparse.Namespace, path: Path) -> int:
 
 def _rollback_pending(args: argparse.Namespace) -> int:
     directory = args.journal_dir or default_journal_dir()
-    if not directory.is_dir():
+    if directory.exists() and not directory.is_dir():
+        raise JournalError(f"journal folder {directory} is not a folder: name a folder")
+    if not directory.exists():
+        try:
+            directory.stat()
+        except NotADirectoryError:
+            raise JournalError(
+                f"journal folder {directory}: a part of the path is not a folder"
+            ) from None
+        except PermissionError:
+            raise _Unreadable(
+                f"journal folder {directory} cannot be reached (permission denied)"
+            ) from None
+        except FileNotFoundError:
+            pass
         print(f"{directory}: no journal folder, nothing to undo")
         return EXIT_OK
+    scanned = scan_journal_folder(directory)  # before connecting: a bad journal is said anyway
+    code = EXIT_OK
+    for _, error in scanned:
+        if isinstance(error, ChaosError):
+            print(f"pathways-chaos rollback: {error}", file=sys.stderr)
+            code = max(code, error.exit_code)
+    believed = [(p, c) for p, c in scanned if not isinstance(c, ChaosError)]
+    if not any(c.pending() for _, c in believed):
+        if code == EXIT_OK:
+            print(f"{directory}: no unfinished journal")
+        return code
     api = _connect(args)
     identity = _identity(api)
-    journals = pending_journals(directory, identity)
+    journals = pending_journals(directory, identity, list(believed))
     if not journals:
         print(f"{directory}: no unfinished journal for cluster {identity.cluster_uid}")
-        return EXIT_OK
-    code = EXIT_OK
-    for path, busy in journals:
-        if busy:
-            print(f"{path}: skipped, {busy} (a live session rolls it back itself)")
+        return code
+    for found in journals:
+        if found.state == "live":
+            print(f"{found.path}: skipped, {found.why} (a live session rolls it back itself)")
             continue
-        print(f"{path}:")
-        code = max(code, _rollback_one(args, path))
+        if found.state == "unknown" and not args.holder_gone:
+            print(
+                f"LEFT {found.path}: {found.why}; cannot tell whether that session is alive: if it "
+                f"has ended, run `pathways-chaos rollback {found.path} --holder-gone`",
+                file=sys.stderr,
+            )
+            code = max(code, EXIT_INCOMPLETE)
+            continue
+        print(f"{found.path}: ({found.why})" if found.why else f"{found.path}:")
+        try:
+            code = max(code, _rollback_one(args, found.path, holder_checked=True))
+        except ChaosError as error:  # one journal's problem must not strand the others
+            print(f"pathways-chaos rollback: {error}", file=sys.stderr)
+            code = max(code, error.exit_code)
     return code
+
+
+class _Unreadable(ChaosError):
+    exit_code = EXIT_INCOMPLETE

@@ -70,6 +70,7 @@ class FakeClock:
         self._outstanding: set[int] = set()  # woken by advance, not yet waiting again
         self._starting: set[threading.Thread] = set()  # started here, not yet waiting once
         self._listeners: list[Callable[[float], None]] = []
+        self._guards: list[Callable[[float], None]] = []
 
     def time(self) -> float:
         with self._cond:
@@ -85,6 +86,20 @@ class FakeClock:
     def remove_listener(self, listener: Callable[[float], None]) -> None:
         if listener in self._listeners:
             self._listeners.remove(listener)
+
+    def add_guard(self, guard: Callable[[float], None]) -> None:
+        """Calls ``guard(now)`` in the advancing thread after each advance; it may raise
+        (an episode deadline: harness.engine.deadline)."""
+        self._guards.append(guard)
+
+    def remove_guard(self, guard: Callable[[float], None]) -> None:
+        if guard in self._guards:
+            self._guards.remove(guard)
+
+    def wake_all(self) -> None:
+        """Wakes every thread waiting on this clock (they re-check and wait again)."""
+        with self._cond:
+            self._cond.notify_all()
 
     def advance(self, seconds: float) -> None:
         if seconds < 0:
@@ -114,6 +129,8 @@ class FakeClock:
             now = self._now
         for listener in list(self._listeners):
             listener(now)
+        for guard in list(self._guards):
+            guard(now)
 
     def make_event(self) -> EventLike:
         return FakeEvent(self)

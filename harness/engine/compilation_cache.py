@@ -18,6 +18,7 @@ import logging
 import os
 import stat
 import sys
+import tempfile
 from pathlib import Path
 
 from pathways_chaos.harness.errors import ChaosConfigError
@@ -38,9 +39,32 @@ def cache_dir() -> Path | None:
     return Path(base) / "pathways-chaos" / "xla"
 
 
+#: Kernel file systems: never a cache, whatever their modes say (root "owns" /proc).
+_PSEUDO_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
+
+
 def check_safe(folder: Path) -> None:
-    """Creates ``folder`` (0700) or refuses one another user could write executables into."""
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """Creates ``folder`` (0700) or refuses, in one line, one that cannot be this user's cache.
+
+    Refused: another user could write executables into it; it is a file, or under one; it is
+    in /proc, /sys or /dev; a file cannot be written there.
+    """
+    fix = f"set {ENV} to a folder you own, or to off"
+    resolved = folder.resolve()
+    if any(resolved == root or root in resolved.parents for root in _PSEUDO_ROOTS):
+        raise ChaosConfigError(
+            f"compilation cache {folder} is in a kernel file system ({resolved}): {fix}"
+        )
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ChaosConfigError(
+            f"compilation cache {folder} is a file (or under one), not a folder: {fix}"
+        ) from None
+    except OSError as error:
+        raise ChaosConfigError(
+            f"compilation cache {folder} cannot be made ({error.strerror or error}): {fix}"
+        ) from None
     info = folder.stat()
     if info.st_uid != os.getuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise ChaosConfigError(
@@ -48,6 +72,14 @@ def check_safe(folder: Path) -> None:
             f"mode {stat.filemode(info.st_mode)}): chmod 700 it, or set {ENV} to a folder "
             "you own, or to off"
         )
+    try:  # a folder JAX cannot write to fails every compile later, one warning each
+        fd, probe = tempfile.mkstemp(prefix=".probe-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as error:
+        raise ChaosConfigError(
+            f"compilation cache {folder} cannot be written ({error.strerror or error}): {fix}"
+        ) from None
 
 
 def enable() -> Path | None:

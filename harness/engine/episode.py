@@ -12,10 +12,16 @@ import functools
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from pathways_chaos.faults.model import Schedule, ScheduledFault, check_schedule_fits
 from pathways_chaos.harness.engine.backend import ClusterBackend
 from pathways_chaos.harness.engine.clock import FakeClock
+from pathways_chaos.harness.engine.deadline import (
+    Deadline,
+    EpisodeDeadlineExceeded,
+    episode_deadline,
+)
 from pathways_chaos.harness.engine.recorder import Event, Recorder
 from pathways_chaos.harness.reference.trainer import ReferenceTrainer, TrainerConfig, TrainResult
 
@@ -50,6 +56,7 @@ class FaultController:
             schedule,
             cluster.topology.num_slices,
             kubernetes=getattr(cluster, "target", None) is not None,
+            mtc_hosts=getattr(cluster, "mtc_hosts", None),
         )
         self.cluster = cluster
         self.recorder = recorder
@@ -157,6 +164,13 @@ class EpisodeResult:
         return bool(self.results) and self.results[-1].status == "completed"
 
 
+def _trainer_class(factory: Any) -> Any:
+    """The class a trainer factory makes (a class, or a ``functools.partial`` of one)."""
+    while isinstance(factory, functools.partial):
+        factory = factory.func
+    return factory
+
+
 def run_episode(
     cluster: ClusterBackend,
     config: TrainerConfig,
@@ -167,13 +181,24 @@ def run_episode(
     step_seconds: float = 1.0,
     max_runs: int = 3,
     listeners: Iterable[Callable[[Event], None]] = (),
+    deadline: Deadline | None = None,
 ) -> EpisodeResult:
-    """Runs the trainer under the schedule; a suspended run is resumed by a new run."""
+    """Runs the trainer under the schedule; a suspended run is resumed by a new run.
+
+    ``deadline`` bounds the episode in fake-clock and wall time (default: the session's,
+    ``--chaos-deadline`` / ``--chaos-wall-deadline``); past it the run ends with
+    ``EpisodeDeadlineExceeded`` saying what it waited for.
+    """
     check_schedule_fits(
         schedule or Schedule(),
         cluster.topology.num_slices,
         kubernetes=getattr(cluster, "target", None) is not None,
     )
+    # More slices asked than the cluster has: one line before anything runs, not a wait.
+    config.check_fits(cluster.topology.num_slices)
+    from pathways_chaos.harness.reference.overrides import warn_dead_overrides
+
+    warn_dead_overrides(_trainer_class(trainer_factory))
     recorder = Recorder(log_path, clock=cluster.clock)
     for listener in listeners:
         recorder.add_listener(listener)
@@ -185,23 +210,29 @@ def run_episode(
     )
     results: list[TrainResult] = []
     error: BaseException | None = None
-    with FaultController(schedule or Schedule(), cluster, recorder, step_seconds) as controller:
-        for run_index in range(1, max_runs + 1):
-            trainer = trainer_factory(
-                config, recorder, devices=cluster.devices, run_index=run_index
-            )
-            gate = getattr(cluster, "save_gate", None)
-            if gate is not None:  # slow_save holds this run's saves in flight through it
-                trainer.snapshotter_wrapper = functools.partial(
-                    gate.wrap, recorder=recorder, run=run_index
+    try:
+        with (
+            FaultController(schedule or Schedule(), cluster, recorder, step_seconds) as controller,
+            episode_deadline(cluster.clock, deadline, cluster=cluster),
+        ):
+            for run_index in range(1, max_runs + 1):
+                trainer = trainer_factory(
+                    config, recorder, devices=cluster.devices, run_index=run_index
                 )
-            try:
-                results.append(trainer.run())
-            except Exception as e:  # the oracle and the test decide what this means
-                error = e
-                break
-            if results[-1].status != "suspended":
-                break
+                gate = getattr(cluster, "save_gate", None)
+                if gate is not None:  # slow_save holds this run's saves in flight through it
+                    trainer.snapshotter_wrapper = functools.partial(
+                        gate.wrap, recorder=recorder, run=run_index
+                    )
+                try:
+                    results.append(trainer.run())
+                except Exception as e:  # the oracle and the test decide what this means
+                    error = e
+                    break
+                if results[-1].status != "suspended":
+                    break
+    except EpisodeDeadlineExceeded as e:  # raised between runs by the wall-time watchdog
+        error = e
     recorder.emit(
         "episode_end", error=None if error is None else f"{type(error).__name__}: {error}"
     )

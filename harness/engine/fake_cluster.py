@@ -250,6 +250,14 @@ class FakeCluster:
         if listener in self._device_seam.placement_listeners:
             self._device_seam.placement_listeners.remove(listener)
 
+    def add_error_listener(self, listener: Callable[[BaseException], None]) -> None:
+        """``listener(error)`` for every slice-down error raised to the workload."""
+        self._device_seam.error_listeners.append(listener)
+
+    def remove_error_listener(self, listener: Callable[[BaseException], None]) -> None:
+        if listener in self._device_seam.error_listeners:
+            self._device_seam.error_listeners.remove(listener)
+
     @contextlib.contextmanager
     def unguarded(self) -> Iterator[None]:
         """Lost devices usable again for a while: the judge's one-device replay runs after the

@@ -11,20 +11,23 @@ Snapshotter save or restore, the Nth elastic attempt, or a time on the episode c
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
-import importlib.util
 import inspect
+import logging
 import signal
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from pathways_chaos.faults.model import Schedule, ScheduledFault
 from pathways_chaos.harness.blackbox.observer import LoopObserver
 from pathways_chaos.harness.engine.clock import FakeClock
+from pathways_chaos.harness.engine.deadline import Deadline, episode_deadline
 from pathways_chaos.harness.engine.episode import ClusterBackend, FaultController
 from pathways_chaos.harness.engine.recorder import Event, Recorder
+from pathways_chaos.harness.engine.user_modules import import_file
 from pathways_chaos.harness.errors import ChaosConfigError
 
 #: Trigger kind -> the observer's event it counts (``step`` is ``batch`` for a loop).
@@ -49,6 +52,9 @@ class LoopResult:
     error: BaseException | None
     log_path: Path | None
     loop: str
+    #: "fault never fired: ..." for each scheduled fault whose trigger never came, saying
+    #: what the loop did instead and which trigger it can use.
+    unfired: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def completed(self) -> bool:
@@ -97,6 +103,41 @@ class LoopFaultController(FaultController):
         counted = LOOP_TRIGGERS[at.kind]
         return event["kind"] == counted and self._counts[counted] == at.value
 
+    def unfired(self) -> list[str]:
+        """One line per fault that never fired: what the observer saw, and what to use."""
+        lines = []
+        for entry in self.pending:
+            at = entry.at
+            if at.kind == "time":
+                now = self.cluster.clock.time() - self.t0
+                why = (
+                    f"the episode ended at {now:.1f} s on its clock; use a smaller time= or a "
+                    "batch= trigger"
+                )
+            else:
+                counted = LOOP_TRIGGERS[at.kind]
+                seen = self._counts.get(counted, 0)
+                why = {
+                    "batch": f"the loop drew {seen} batches the observer can see (from a grain "
+                    "ElasticIterator)"
+                    + (
+                        "; it draws none it can see: use a save=, attempt= or time= trigger"
+                        if not seen
+                        else ""
+                    ),
+                    "snapshot_save": f"the loop made {seen} Orbax Snapshotter saves"
+                    + ("; use a batch=, attempt= or time= trigger" if not seen else ""),
+                    "restore_begin": f"the loop restored {seen} times",
+                    "attempt_start": f"the loop ran {seen} elastic_retry attempts"
+                    + (
+                        "; it runs none through elastic_retry: use a batch= or time= trigger"
+                        if not seen
+                        else ""
+                    ),
+                }[counted]
+            lines.append(f"fault never fired: {entry.to_text()} ({why})")
+        return lines
+
     def _fire(self, entry: ScheduledFault) -> None:
         if entry.fault.kind == "preemption" and not LoopObserver.handles_sigterm():
             # SIGTERM's default action would kill the test process, not suspend the loop.
@@ -112,30 +153,127 @@ class LoopFaultController(FaultController):
         super()._fire(entry)
 
 
-def load_loop(spec: str) -> Callable[..., Any]:
-    """``pkg.module:function`` (or ``path/to/file.py:function``) -> the function."""
+def load_loop(spec: str, flag: str = "--chaos-loop") -> Callable[..., Any]:
+    """``pkg.module:function`` (or ``path/to/file.py:function``) -> the function.
+
+    Whatever loading the user's module raises (a syntax error, an exception at import, a
+    binary file) comes back as one line naming the file and line, never a traceback.
+    """
+    shown = spec if len(spec) <= 120 else spec[:120] + "..."
+    how = "write MODULE:FUNCTION, for example pathways_chaos.harness.reference.user_loop:main"
     module_name, sep, attr = spec.partition(":")
+    if not spec.strip():
+        raise ChaosConfigError(f"{flag} is empty: {how} (or leave the option out)")
     try:
         if not sep or not attr:
             raise ValueError("no colon")
         if module_name.endswith(".py"):
-            location = Path(module_name)
-            loaded = importlib.util.spec_from_file_location(location.stem, location)
-            if loaded is None or loaded.loader is None:
-                raise ImportError(f"cannot import {module_name}")
-            module = importlib.util.module_from_spec(loaded)
-            loaded.loader.exec_module(module)
+            module = import_file(Path(module_name), "pathways_chaos_loop_")
         else:
             module = importlib.import_module(module_name)
         loop = getattr(module, attr)
-    except (ValueError, ImportError, AttributeError, OSError) as error:
+    except Exception as error:  # anything the user's module does at import
         raise ChaosConfigError(
-            f"--chaos-loop={spec!r} cannot be loaded ({error}): write MODULE:FUNCTION, for "
-            "example pathways_chaos.harness.reference.user_loop:main"
+            f"{flag}={shown!r} cannot be loaded ({_one_line(error)}): {how}"
         ) from None
-    if not callable(loop):
-        raise ChaosConfigError(f"--chaos-loop={spec!r} is not a function: name the loop's entry")
+    if inspect.isclass(loop) or not callable(loop):
+        what = "a class" if inspect.isclass(loop) else f"a {type(loop).__name__}"
+        raise ChaosConfigError(
+            f"{flag}={shown!r} is {what}, not a function: name the function that runs "
+            "the training (it takes keyword options and returns the final state)"
+        )
     return loop
+
+
+def _one_line(error: BaseException) -> str:
+    """An exception as one line, with the file and line it came from when it has one."""
+    import traceback
+
+    if isinstance(error, SyntaxError):
+        return f"SyntaxError: {error.msg} at {error.filename}:{error.lineno}"
+    text = f"{type(error).__name__}: {error}".splitlines()[0]
+    text = text if len(text) <= 160 else text[:160] + "..."
+    frames = traceback.extract_tb(error.__traceback__)
+    own = [f for f in frames if "importlib" not in f.filename and f.filename != __file__]
+    if own:
+        text += f" at {own[-1].filename}:{own[-1].lineno}"
+    return text
+
+
+class ExpectedSliceErrors(logging.Filter):
+    """Holds back pathwaysutils' log records of the slice-down errors the episode injected
+    (each logged at ERROR with its traceback, as if the run failed) and counts them; the
+    verdict says how many were retried. Off with ``-v``: then every record is shown."""
+
+    LOGGERS = ("pathwaysutils", "pathwaysutils.elastic.manager", "pathwaysutils.elastic.elastic")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        text = f"{record.getMessage()} {error or ''}"
+        if "pathways-chaos fake" in text or "Elastic event" in text or "slice" in text.lower():
+            self.held += 1
+            return False
+        return True
+
+    def __enter__(self) -> ExpectedSliceErrors:
+        for name in self.LOGGERS:
+            logging.getLogger(name).addFilter(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for name in self.LOGGERS:
+            logging.getLogger(name).removeFilter(self)
+
+
+class LoopExited(BaseException):
+    """A loop asked to end the process (``sys.exit``, ``os._exit``, a fatal signal to itself).
+
+    A ``BaseException``, so neither ``elastic_retry`` nor the loop's own ``except Exception``
+    takes it for a training error; the episode turns it into a failed run naming the line.
+    """
+
+
+@contextlib.contextmanager
+def process_exits_refused() -> Iterator[None]:
+    """While the loop runs, ``os._exit``, ``os.abort`` and fatal signals the process sends
+    itself raise ``LoopExited`` instead of ending the pytest run (whose exit status CI reads).
+    Undone on exit, whatever happened."""
+    import os
+    import signal as signal_module
+
+    saved = (os._exit, os.abort, os.kill, signal_module.raise_signal)
+
+    def fatal(sig: int) -> bool:
+        if sig in (signal_module.SIGKILL, signal_module.SIGSTOP):
+            return True
+        return signal_module.getsignal(sig) in (signal_module.SIG_DFL, None)
+
+    def refused_exit(code: int = 0) -> None:
+        raise LoopExited(f"the loop called os._exit({code})")
+
+    def refused_abort() -> None:
+        raise LoopExited("the loop called os.abort()")
+
+    def checked_kill(pid: int, sig: int) -> None:
+        if pid in (0, os.getpid()) and fatal(sig):
+            raise LoopExited(f"the loop sent itself signal {signal_module.Signals(sig).name}")
+        saved[2](pid, sig)
+
+    def checked_raise_signal(sig: int) -> None:
+        if fatal(sig):
+            raise LoopExited(f"the loop raised signal {signal_module.Signals(sig).name}")
+        saved[3](sig)
+
+    os._exit, os.abort, os.kill = refused_exit, refused_abort, checked_kill  # type: ignore[assignment]
+    signal_module.raise_signal = checked_raise_signal
+    try:
+        yield
+    finally:
+        os._exit, os.abort, os.kill, signal_module.raise_signal = saved
 
 
 def loop_name(loop: Callable[..., Any]) -> str:
@@ -167,8 +305,17 @@ def run_loop_episode(
     step_seconds: float = 1.0,
     max_runs: int = 3,
     listeners: Iterable[Callable[[Event], None]] = (),
+    lineage: bool = True,
+    show_library_logs: bool = False,
+    deadline: Deadline | None = None,
 ) -> LoopResult:
-    """Runs the loop under the schedule; a run that a preemption notice ended runs again."""
+    """Runs the loop under the schedule; a run that a preemption notice ended runs again.
+
+    ``lineage=False`` runs without the lineage seam (the judges that follow the chain say
+    "not judged"); ``show_library_logs`` lets pathwaysutils log the injected errors;
+    ``deadline`` bounds the episode in fake-clock and wall time (the session's default if
+    ``None``): a loop that never returns ends in a failed run saying what it waited for.
+    """
     schedule = schedule or Schedule()
     name = loop_name(loop)
     recorder = Recorder(log_path, clock=cluster.clock)
@@ -190,13 +337,25 @@ def run_loop_episode(
     error: BaseException | None = None
     previous = signal.getsignal(signal.SIGTERM)
     controller = LoopFaultController(schedule, cluster, recorder, step_seconds)
-    with controller, LoopObserver(recorder, cluster) as observer:
+    held = ExpectedSliceErrors()
+    logs = contextlib.nullcontext() if show_library_logs else held
+    with (
+        logs,
+        controller,
+        episode_deadline(cluster.clock, deadline, cluster=cluster),
+        LoopObserver(recorder, cluster, lineage=lineage) as observer,
+    ):
         for run in range(1, max_runs + 1):
             observer.begin_run(run, name)
             preemptions = sum(1 for f in controller.fired if f.fault.kind == "preemption")
             try:
-                value = loop(**arguments)
-            except Exception as e:  # the oracle and the test decide what this means
+                with process_exits_refused():
+                    value = loop(**arguments)
+            except (Exception, SystemExit, LoopExited) as e:  # the oracle and the test decide
+                if isinstance(e, SystemExit):
+                    e = LoopExited(f"the loop called sys.exit({e.code!r})").with_traceback(
+                        e.__traceback__
+                    )
                 observer.end_run("failed", error=e)
                 error = e
                 break
@@ -211,8 +370,13 @@ def run_loop_episode(
                 continue
             observer.end_run("completed", value)
             break
+    if held.held:
+        recorder.emit("library_logs_held", count=held.held)
+    unfired = controller.unfired()
+    for line in unfired:
+        recorder.emit("fault_unfired", text=line)
     recorder.emit(
         "episode_end", error=None if error is None else f"{type(error).__name__}: {error}"
     )
     recorder.close()
-    return LoopResult(recorder.events, results, error, recorder.path, name)
+    return LoopResult(recorder.events, results, error, recorder.path, name, unfired)

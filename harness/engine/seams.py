@@ -118,6 +118,15 @@ class PathwaysCpuSeams:
         setattr(owner, name, value)
 
 
+def defining_class(cls: type, name: str) -> type:
+    """The class in ``cls``'s MRO whose own ``__dict__`` holds ``name`` (what to patch so the
+    class and every subclass that inherits ``name`` see the wrapper)."""
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            return klass
+    raise AttributeError(f"{cls.__qualname__} has no attribute {name!r} to wrap")
+
+
 # Seams currently installed in this process (a second fake cluster must not stack on top).
 _ACTIVE: list[tuple[Any, str, Any]] = []
 
@@ -134,6 +143,8 @@ DEVICE_LOSS_TARGETS = (
     ("jax._src.interpreters.pxla", "", "shard_args"),
     ("jax._src.interpreters.pxla", "ExecuteReplicated", "__call__"),
     ("jax", "", "block_until_ready"),
+    ("jax._src.api", "", "copy_to_host_async"),
+    ("jax._src.interpreters.pxla", "", "batched_device_put"),
 )
 
 #: Device id -> a maker of the slice-down error to raise for it; the fake cluster owns the
@@ -169,12 +180,16 @@ class JaxDeviceLossSeam:
     ``JaxRuntimeError`` whose message carries the slice-down status, which ``elastic_retry``
     retries. The fake deletes a lost slice's arrays, and plain JAX then raises
     ``RuntimeError: Array has been deleted`` (or ``INVALID_ARGUMENT`` from
-    ``block_until_ready``), which it does not. No public JAX hook exists, so five JAX names
-    (four private) are replaced while a fake cluster is active:
+    ``block_until_ready``), which it does not. No public JAX hook exists, so these JAX names
+    (all but two private) are replaced while a fake cluster is active:
 
     - ``ArrayImpl._check_if_deleted``: every Python path through an existing array (a jitted
       call's arguments, ``np.asarray``, ``device_get``, ``device_put``, arithmetic);
     - ``ArrayImpl.block_until_ready`` and ``jax.block_until_ready``: the C++ wait paths;
+    - ``api.copy_to_host_async`` (and ``jax.copy_to_host_async``): the batched host copy
+      ``jax.device_get`` of a tree starts in C++ before any leaf is checked;
+    - ``pxla.batched_device_put``: per-device host values placed in C++
+      (``make_array_from_callback``);
     - ``pxla.shard_args``: new data sent to the lost devices (``device_put`` of host data, the
       arguments of a jitted call whose shardings name them);
     - ``pxla.ExecuteReplicated.__call__``: a compiled program that runs on them (a collective
@@ -193,6 +208,8 @@ class JaxDeviceLossSeam:
         self._saved: list[tuple[Any, str, Any]] = []
         #: Called with each sharding new data is placed on (the black-box recorder's meshes).
         self.placement_listeners: list[Callable[[Any], None]] = []
+        #: Called with each slice-down error raised to the workload (before it is raised).
+        self.error_listeners: list[Callable[[BaseException], None]] = []
 
     @property
     def installed(self) -> bool:
@@ -221,18 +238,32 @@ class JaxDeviceLossSeam:
             )
         lost = self._lost
         listeners = self.placement_listeners
+        error_listeners = self.error_listeners
         check_if_deleted = jax_array.ArrayImpl._check_if_deleted
         array_block = jax_array.ArrayImpl.block_until_ready
         shard_args = pxla.shard_args
         execute = pxla.ExecuteReplicated.__call__
         block_until_ready = jax.block_until_ready
+        from jax._src import api as jax_api
+
+        copy_to_host_async = jax_api.copy_to_host_async
+        batched_device_put = pxla.batched_device_put
 
         def raise_if_lost(devices: Any) -> None:
             if lost:
                 for device in devices:
                     make_error = lost.get(device.id)
                     if make_error is not None:
-                        raise make_error()
+                        error = make_error()
+                        for listener in error_listeners:
+                            listener(error)
+                        try:
+                            raise error
+                        finally:
+                            # no frame <-> error cycle: it would keep the callers' arrays
+                            # (a lost slice's, deleted) alive until a collection, and JAX's
+                            # CPU client crashes in live_arrays() when it then frees them
+                            del error
 
         def checked_if_deleted(self: Any) -> None:
             if lost:
@@ -269,7 +300,26 @@ class JaxDeviceLossSeam:
         self._patch(jax_array.ArrayImpl, "block_until_ready", checked_block)
         self._patch(pxla, "shard_args", checked_shard_args)
         self._patch(pxla.ExecuteReplicated, "__call__", checked_execute)
+
+        def checked_copy_to_host_async(x: Any) -> Any:
+            # jax.device_get of a tree starts every leaf's copy here, in one C++ call
+            if lost:
+                for leaf in jax.tree_util.tree_leaves(x):
+                    if isinstance(leaf, jax_array.ArrayImpl):
+                        raise_if_lost(leaf.sharding.device_set)
+            return copy_to_host_async(x)
+
+        def checked_batched_device_put(aval: Any, sharding: Any, *args: Any, **kw: Any) -> Any:
+            # make_array_from_callback and friends place per-device values in C++
+            if lost:
+                raise_if_lost(sharding.device_set)
+            return batched_device_put(aval, sharding, *args, **kw)
+
         self._patch(jax, "block_until_ready", checked_block_until_ready)
+        self._patch(jax_api, "copy_to_host_async", checked_copy_to_host_async)
+        if jax.copy_to_host_async is copy_to_host_async:
+            self._patch(jax, "copy_to_host_async", checked_copy_to_host_async)
+        self._patch(pxla, "batched_device_put", checked_batched_device_put)
         self._guard_snapshot_restore(raise_if_lost)
 
     def _guard_snapshot_restore(self, raise_if_lost: Callable[[Any], None]) -> None:
@@ -287,7 +337,10 @@ class JaxDeviceLossSeam:
             from orbax.checkpoint.experimental.v1.training.pathways import Snapshotter
         except ImportError:
             return
-        load = Snapshotter.__dict__["load"]
+        # The class that defines ``load``: a subclass put in orbax's place that only inherits
+        # it has no ``load`` of its own (``__dict__["load"]`` raised KeyError there).
+        owner = defining_class(Snapshotter, "load")
+        load = owner.__dict__["load"]
         lost = self._lost
         listeners = self.placement_listeners
 
@@ -300,7 +353,7 @@ class JaxDeviceLossSeam:
                     raise_if_lost(sharding.device_set)
             return load(snapshotter, abstract_state, **kwargs)
 
-        self._patch(Snapshotter, "load", checked_load)
+        self._patch(owner, "load", checked_load)
 
     def on_loss(self) -> None:
         """Drops JAX's C++ jit fast paths, so the next call of each function is checked."""

@@ -12,21 +12,30 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from pathways_chaos.harness.engine.recorder import Event
+from pathways_chaos.harness.judging import lineage as chain_checks
 from pathways_chaos.harness.judging.oracle import REPLAY_ATOL, REPLAY_RTOL, Verdict, recoveries
 
 #: Every judge, in the order the verdict lists them.
+#: Every judge, in the order the verdict lists them: causes before the effects they lead to
+#: (a swallowed error or a snapshot that pairs the wrong position before the samples it made
+#: skip; a crash, the end of many a cause, listed after any other finding).
 JUDGES = (
     "completed",
-    "exactly-once",
+    "errors-handled",
+    "snapshot-pairs",
     "restore-latest",
     "resume-step",
+    "restore-used",
+    "restore-shapes",
     "meshes",
+    "scale-up",
+    "exactly-once",
     "no-leaks",
     "step-count",
     "final-state",
@@ -65,6 +74,11 @@ class LoopVerdict(Verdict):
     judged: list[str] = dataclasses.field(default_factory=list)
     not_judged: dict[str, str] = dataclasses.field(default_factory=dict)
     batches: list[BatchRecord] = dataclasses.field(default_factory=list)
+    #: The cause each violation names (same order), from ``CAUSES``: what an acceptance row
+    #: chooses its fix by.
+    causes: list[str] = dataclasses.field(default_factory=list)
+    #: Every cause any violation names (a primary cause and what its text also shows).
+    named: set[str] = dataclasses.field(default_factory=set)
 
     def summary(self) -> str:
         lines = [f"judged: {', '.join(self.judged) or 'nothing'}"]
@@ -73,8 +87,16 @@ class LoopVerdict(Verdict):
         return "\n".join(lines)
 
 
-def judge_loop(events: Sequence[Event], baseline: Sequence[Event] | None = None) -> LoopVerdict:
-    """Judges a loop episode; ``baseline`` is the log of a fault-free run of the same loop."""
+def judge_loop(
+    events: Sequence[Event],
+    baseline: Sequence[Event] | None = None,
+    clean: Sequence[Event] | None = None,
+    clean_why_not: str = "",
+) -> LoopVerdict:
+    """Judges a loop episode; ``baseline`` is the log of a fault-free run of the same loop,
+    ``clean`` that of a run with the same losses made right after the snapshot the episode
+    resumed from (``harness/judging/clean_rerun.py``): the yardstick of the final state when
+    the recovery changed the batch schedule (resize mode with a batch that scales)."""
     lineage, problems = committed_batches(events)
     ends = [e for e in events if e["kind"] == "run_end"]
     completed = bool(ends) and ends[-1]["status"] == "completed"
@@ -83,18 +105,67 @@ def judge_loop(events: Sequence[Event], baseline: Sequence[Event] | None = None)
     base_lineage = committed_batches(baseline)[0] if baseline else None
     base_end = _last_end(baseline) if baseline else None
 
+    chain = chain_checks.follow(events) if completed else None
+    base_chain = chain_checks.follow(baseline) if baseline else None
     results: dict[str, list[str] | str] = {}  # name -> violations, or why it was not judged
-    results["completed"] = _completed(ends, failed)
-    once = _exactly_once(lineage, base_lineage, completed)
-    results["exactly-once"] = (problems or once) if isinstance(once, str) else problems + once
+    results["completed"] = _completed(ends, failed) + (
+        _did_something(events, ends[-1]) if completed else []
+    )
+    if chain is not None and chain.followed:
+        results["exactly-once"] = chain_checks.trained_once_in_order(
+            chain, base_chain if base_chain is not None and base_chain.followed else None
+        )
+    else:
+        once = _exactly_once(lineage, base_lineage, completed)
+        results["exactly-once"] = (problems or once) if isinstance(once, str) else problems + once
     results["restore-latest"] = _restore_latest(events)
-    results["resume-step"] = _resume_step(events)
+    results["resume-step"] = _resume_step(events, chain)
+    broken = (
+        "the run did not complete"
+        if chain is None
+        else f"the chain of trained steps breaks: {chain.why_not}"
+    )
+    if chain is not None and chain.followed:
+        results["snapshot-pairs"] = chain_checks.snapshots_consistent(chain)
+        results["restore-used"] = chain_checks.restores_used(chain)
+        results["scale-up"] = chain_checks.rejoined_slices_used(chain, events)
+    else:
+        results["snapshot-pairs"] = results["restore-used"] = results["scale-up"] = broken
+    results["restore-shapes"] = chain_checks.restored_shapes(events)
+    results["errors-handled"] = chain_checks.errors_handled(events)
     results["meshes"] = _meshes(events)
     results["no-leaks"] = _no_leaks(events)
     schedule_kept, why_not = _schedule_kept(lineage, base_lineage)
-    results["step-count"] = _step_count(lineage, base_lineage, completed, schedule_kept)
+    # Steps are counted against the fault-free run whatever the batch sizes: a loop bounded
+    # by its steps commits as many after a recovery (a clean rerun shares a step bug).
+    trained, base_trained = lineage, base_lineage
+    if chain is not None and chain.followed and base_chain is not None and base_chain.followed:
+        trained = [_record(d) for d in chain.trained]  # what was trained, not drawn
+        base_trained = [_record(d) for d in base_chain.trained]
+    results["step-count"] = _step_count(trained, base_trained, completed, schedule_kept)
+    yardstick, against = base_end, "the fault-free run"
+    if not schedule_kept and base_lineage is not None:
+        if clean is None:
+            why_not += f"; no clean rerun to compare with ({clean_why_not or 'none was made'})"
+        else:
+            from pathways_chaos.harness.judging.clean_rerun import batch_sizes
+
+            sizes, clean_sizes = batch_sizes(events), batch_sizes(clean)
+            if sizes == clean_sizes and _last_end(clean) is not None:
+                schedule_kept, yardstick = True, _last_end(clean)
+                against = (
+                    "a clean run that lost the same slices right after the snapshot it resumed from"
+                )
+            else:
+                why_not += (
+                    "; a clean run that lost the same slices right after the snapshot it "
+                    f"resumed from trained another batch schedule ({len(clean_sizes)} batches, "
+                    f"not {len(sizes)} of the same sizes)"
+                )
     results["final-state"] = (
-        _final_state(ends[-1] if ends else None, base_end, completed) if schedule_kept else why_not
+        _final_state(ends[-1] if ends else None, yardstick, completed, against)
+        if schedule_kept
+        else why_not
     )
     if not completed and "final-state" in results and isinstance(results["final-state"], list):
         results["final-state"] = "the run did not complete"
@@ -108,14 +179,88 @@ def judge_loop(events: Sequence[Event], baseline: Sequence[Event] | None = None)
         error=error,
         batches=lineage,
     )
-    for name in JUDGES:
+    for name in sorted(JUDGES, key=lambda n: n == "completed" and bool(_other_findings(results))):
         outcome = results[name]
         if isinstance(outcome, str):
             verdict.not_judged[name] = outcome
         else:
             verdict.judged.append(name)
             verdict.violations += outcome
+            verdict.causes += [cause_of(name, text) for text in outcome]
+            verdict.named |= {c for text in outcome for c in causes_named(name, text)}
     return verdict
+
+
+#: What a violation can be caused by, as the verdict names it.
+CAUSES = (
+    "crash",
+    "deadline",
+    "not-a-loop",
+    "sample-trained-twice",
+    "iterator-not-restored",
+    "batch-not-trained",
+    "sample-skipped",
+    "order-changed",
+    "started-over",
+    "restore-not-latest",
+    "preemption-lost",
+    "step-not-restored",
+    "snapshot-mismatch",
+    "leaf-reinitialised",
+    "leaf-shape-changed",
+    "error-swallowed",
+    "dead-slice-in-mesh",
+    "stale-mesh",
+    "leak",
+    "step-count",
+    "wrong-final-state",
+)
+
+_CAUSE_BY_TEXT = (
+    ("the loop crashed", "crash"),
+    ("the run did not finish", "deadline"),
+    ("returned at once", "not-a-loop"),
+    ("holding no arrays", "not-a-loop"),
+    ("iterator was not", "iterator-not-restored"),
+    ("did not go back to the restored", "iterator-not-restored"),
+    ("never trained", "batch-not-trained"),
+    ("trained twice", "sample-trained-twice"),
+    ("consumed twice", "sample-trained-twice"),
+    ("never drawn", "sample-skipped"),
+    ("skipped", "sample-skipped"),
+    ("order of samples changed", "order-changed"),
+    ("order of", "order-changed"),
+    ("preemption notice", "preemption-lost"),
+    ("wrote on its preemption", "preemption-lost"),
+    ("started over", "started-over"),
+    ("although the snapshot", "restore-not-latest"),
+    ("step counter", "step-not-restored"),
+    ("re-initialised", "leaf-reinitialised"),
+)
+_CAUSE_BY_JUDGE = {
+    "snapshot-pairs": "snapshot-mismatch",
+    "restore-used": "leaf-reinitialised",
+    "restore-shapes": "leaf-shape-changed",
+    "errors-handled": "error-swallowed",
+    "meshes": "dead-slice-in-mesh",
+    "scale-up": "stale-mesh",
+    "no-leaks": "leak",
+    "step-count": "step-count",
+    "final-state": "wrong-final-state",
+}
+
+
+def cause_of(judge: str, text: str) -> str:
+    """The cause a violation names first: by its judge, or by what its text says it saw."""
+    return causes_named(judge, text)[0]
+
+
+def causes_named(judge: str, text: str) -> list[str]:
+    """Every cause a violation names (a repeat explained by an iterator left behind names
+    both), the first the one it leads with."""
+    named = [_CAUSE_BY_JUDGE[judge]] if judge in _CAUSE_BY_JUDGE else []
+    named += [cause for words, cause in _CAUSE_BY_TEXT if words in text and cause not in named]
+    return named or [judge]
 
 
 # -- the lineage ---------------------------------------------------------------------------
@@ -180,49 +325,88 @@ def _completed(ends: list[Event], failed: Event | None) -> list[str]:
         return [f"the loop's last run ended {ends[-1]['status']}, not completed"]
     where = failed.get("where")
     cause = failed.get("cause")
+    text = str(failed.get("error") or "")
+    if text.startswith(("EpisodeDeadlineExceeded", "UnsatisfiableWait")):
+        return [f"the run did not finish: {_line(text.partition(': ')[2], 500)}"]
     return [
-        f"the loop crashed: {failed.get('error')}"
-        + (f" (caused by {cause})" if cause else "")
+        f"the loop crashed: {_line(failed.get('error'))}"
+        + (f" (caused by {_line(cause)})" if cause else "")
         + (f", raised at {where}" if where else "")
     ]
+
+
+def _line(text: object, limit: int = 300) -> str:
+    """An error message as one line (library errors span many), cut to ``limit``."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[:limit] + "..."
 
 
 def _exactly_once(
     lineage: list[BatchRecord], base: list[BatchRecord] | None, completed: bool
 ) -> list[str] | str:
+    """From what was drawn (the chain could not be followed): sample ids when every batch
+    carries them (a loop that builds a fresh iterator over ``data[position:]`` restarts its
+    positions at 0), else global data positions."""
     if not lineage:
         return "the loop drew no batch from a grain ElasticIterator"
-    if any(r.position is None for r in lineage):
+    by_ids = all(r.ids is not None for r in lineage)
+    if not by_ids and any(r.position is None for r in lineage):
         return "the loop's iterator does not report a global position (use ElasticIterator)"
+    what = "sample ids" if by_ids else "data positions"
+
+    def samples(records: list[BatchRecord]) -> list[int]:
+        return [i for r in records for i in (list(r.ids or ()) if by_ids else r.positions)]
+
     problems: list[str] = []
-    consumed = [p for r in lineage for p in r.positions]
+    consumed = samples(lineage)
     counted = collections.Counter(consumed)
     duplicated = sorted(p for p, n in counted.items() if n > 1)
-    skipped = sorted(set(range(max(consumed) + 1)) - set(consumed))
+    want = samples(base) if base is not None and (not by_ids or all(r.ids for r in base)) else None
+    if want is not None:
+        skipped = sorted(set(want[: len(consumed)]) - set(consumed))
+    else:
+        skipped = [] if by_ids else sorted(set(range(max(consumed) + 1)) - set(consumed))
     if duplicated or skipped:
-        at = _first_batch_with(lineage, set(duplicated) | set(skipped), counted)
-        what = []
+        at = _first_batch_with(lineage, set(duplicated) | set(skipped), counted, by_ids)
+        parts = []
         if duplicated:
-            what.append(f"data positions {_ranges(duplicated)} consumed twice or more")
+            parts.append(f"{what} {chain_checks.ranges(duplicated)} consumed twice or more")
         if skipped:
-            what.append(f"positions {_ranges(skipped)} skipped")
-        problems.append(f"exactly-once violated at {at}: {'; '.join(what)}")
-    if base is not None and not problems:
-        want = [p for r in base for p in r.positions]
+            parts.append(f"{what} {chain_checks.ranges(skipped)} skipped")
+        problems.append(f"exactly-once violated at {at}: {'; '.join(parts)}")
+    if want is not None and not problems:
         n = min(len(want), len(consumed))
         if consumed[:n] != want[:n]:
             i = next(i for i in range(n) if consumed[i] != want[i])
             problems.append(
-                f"data order differs from the fault-free run at data position index {i}: got "
+                f"{what} order differs from the fault-free run at index {i}: got "
                 f"{consumed[i : i + 4]}, the fault-free run {want[i : i + 4]}"
             )
-    ids = [i for r in lineage for i in (r.ids or ())]
-    if not problems and all(r.ids is not None for r in lineage):
-        dup_ids = sorted(i for i, n in collections.Counter(ids).items() if n > 1)
-        if dup_ids:
-            problems.append(f"sample ids {_ranges(dup_ids)} trained on twice")
     del completed
     return problems
+
+
+def _other_findings(results: dict[str, list[str] | str]) -> bool:
+    return any(isinstance(v, list) and v for k, v in results.items() if k != "completed")
+
+
+def _did_something(events: Sequence[Event], end: Event) -> list[str]:
+    """A function that returns at once, or returns something that is not a state, is not
+    a training loop that survived: say so instead of passing it."""
+    drawn = any(e["kind"] == "batch" for e in events)
+    ran = any(e["kind"] in ("exec", "compile", "attempt_start") for e in events)
+    if not drawn and not ran:
+        return [
+            "the loop returned at once without training (no batch drawn, no computation "
+            "run): name the function that runs the training loop"
+        ]
+    returned = end.get("returned")
+    if returned is not None and not end.get("final_state"):
+        return [
+            f"the loop returned a {returned} holding no arrays, not its final training state "
+            "(return the state, e.g. jax.device_get(state), or None)"
+        ]
+    return []
 
 
 def _restore_latest(events: Sequence[Event]) -> list[str] | str:
@@ -231,23 +415,41 @@ def _restore_latest(events: Sequence[Event]) -> list[str] | str:
     problems: list[str] = []
     applied = False
     checkpoint_runs: set[int] = set()
+    suspended: set[int] = set()
     latest: dict[tuple[int, int], int | None] = {}
     restored: set[tuple[int, int]] = set()
     trained: set[tuple[int, int]] = set()
     for e in events:
         key = (e.get("run", 0), e.get("attempt", 0))
+        if e["kind"] == "run_end" and e.get("status") == "suspended":
+            suspended.add(e["run"])
         if e["kind"] == "attempt_start":
             latest[key] = e.get("snapshot_latest")
         elif e["kind"] == "restore_begin" and key not in trained:
             restored.add(key)
             applied = True
+        elif e["kind"] == "restore_end" and key not in trained and e.get("step") is not None:
+            newest = latest.get(key)
+            if newest is not None and e["step"] < newest:
+                problems.append(
+                    f"run {key[0]} attempt {key[1]} restored the {e.get('source', 'snapshot')} "
+                    f"of step {e['step']} although the snapshot of step {newest} was the latest "
+                    f"completed: it trains {_plural(newest - e['step'], 'finished step')} again"
+                )
         elif e["kind"] == "checkpoint_save":
             checkpoint_runs.add(key[0])
         elif e["kind"] == "batch" and key not in trained:
             trained.add(key)
             if key in restored:
                 continue
-            if latest.get(key) is not None:
+            if key[1] <= 1 and key[0] - 1 in suspended and key[0] - 1 not in checkpoint_runs:
+                applied = True
+                problems.append(
+                    f"run {key[0]} started over after the preemption notice: run {key[0] - 1} "
+                    "was suspended without writing a checkpoint (on SIGTERM, save one to "
+                    "checkpoint_dir and restore it when the next run starts)"
+                )
+            elif latest.get(key) is not None:
                 applied = True
                 problems.append(
                     f"run {key[0]} attempt {key[1]} trained without restoring, though the "
@@ -264,9 +466,12 @@ def _restore_latest(events: Sequence[Event]) -> list[str] | str:
     return problems
 
 
-def _resume_step(events: Sequence[Event]) -> list[str] | str:
+def _resume_step(
+    events: Sequence[Event], chain: chain_checks.Chain | None = None
+) -> list[str] | str:
     """After restoring step S, the first batch is the one saved with S, and the first save
-    after k more batches carries step S + k (the loop resumed at S + 1)."""
+    after k more trained batches carries step S + k (the loop resumed at S + 1). With the
+    chain, k counts the batches the saved model was trained on, not those merely drawn."""
     problems: list[str] = []
     applied = False
     pending: dict[tuple[int, int], Event] = {}
@@ -295,11 +500,16 @@ def _resume_step(events: Sequence[Event]) -> list[str] | str:
             if e.get("step") is None:
                 continue
             applied = True
+            trained = _trained_between(chain, restore, e)
+            if trained is not None and trained != k and e["step"] == restore["step"] + trained:
+                continue  # a batch drawn and not trained: exactly-once names it
+            k = k if trained is None else trained
             want = restore["step"] + k
             if e["step"] != want:
                 problems.append(
                     f"run {key[0]} attempt {key[1]} restored step {restore['step']}, trained "
-                    f"{k} batches and saved step {e['step']}: it resumed at step "
+                    f"{_plural(k, 'batch', 'batches')} and saved step {e['step']}: it resumed "
+                    "at step "
                     f"{e['step'] - k + 1}, not step {restore['step'] + 1} (the step counter was "
                     "not restored from the snapshot)"
                 )
@@ -366,13 +576,33 @@ def _meshes(events: Sequence[Event]) -> list[str] | str:
 
 
 def _no_leaks(events: Sequence[Event]) -> list[str] | str:
-    counts = [
-        ((e["run"], e["attempt"]), e["live"]["by_kind"].get("device", 0))
-        for e in events
-        if e["kind"] == "attempt_ready"
-    ]
-    if len(counts) < 2:
+    """No attempt keeps a failed attempt's device arrays alive.
+
+    With the lineage seam every array is attributed to the attempt that made it (logical
+    arrays, not per-device shards), so what the current attempt holds (its restored state,
+    however many names point at it) never counts; without it, the count of live device
+    arrays may not grow from the first attempt's.
+    """
+    readies = [e for e in events if e["kind"] == "attempt_ready"]
+    if len(readies) < 2:
         return "only one attempt ran"
+    if all("by_attempt" in e["live"] for e in readies):
+        for e in readies:
+            failed = set(e["live"].get("failed_attempts", []))
+            kept = {k: n for k, n in e["live"]["by_attempt"].items() if k in failed}
+            if kept:
+                which = ", ".join(
+                    f"{n} from run {k.split(':')[0]} attempt {k.split(':')[1]}"
+                    for k, n in sorted(kept.items())
+                )
+                return [
+                    f"run {e['run']} attempt {e['attempt']} drew its first batch while device "
+                    f"arrays made by failed attempts were still alive ({which}): something "
+                    "keeps the failed attempt's arrays (a global, a list, a closure, a kept "
+                    "exception)"
+                ]
+        return []
+    counts = [((e["run"], e["attempt"]), e["live"]["by_kind"].get("device", 0)) for e in readies]
     first = counts[0][1]
     for (run, attempt), n in counts[1:]:
         if n > first:
@@ -412,36 +642,66 @@ def _step_count(
     if len(lineage) != len(base):
         extra = len(lineage) - len(base)
         return [
-            f"{len(lineage)} committed batches where the fault-free run trains {len(base)}: the "
-            f"loop trained {abs(extra)} {'extra' if extra > 0 else 'fewer'} steps"
+            f"{len(lineage)} batches trained where the fault-free run trains {len(base)}: the "
+            f"loop trained {_plural(abs(extra), 'step')} {'too many' if extra > 0 else 'too few'}"
         ]
     return []
 
 
-def _final_state(end: Event | None, base_end: Event | None, completed: bool) -> list[str] | str:
+def _final_state(
+    end: Event | None,
+    base_end: Event | None,
+    completed: bool,
+    against: str = "the fault-free run",
+) -> list[str] | str:
     if not completed:
         return "the run did not complete"
     if end is None or not end.get("final_state"):
         return "the loop returned no state (return the final train state to have it compared)"
     if base_end is None or not base_end.get("final_state"):
-        return "the fault-free run returned no state"
+        return f"{against} returned no state"
     got, want = end["final_state"], base_end["final_state"]
     if sorted(got) != sorted(want):
-        return [f"final state leaves {sorted(got)} differ from the fault-free run's {sorted(want)}"]
+        return [f"final state leaves {sorted(got)} differ from those of {against} {sorted(want)}"]
     for path in sorted(got):
         a, b = _array(got[path]), _array(want[path])
         if a.shape != b.shape:
-            return [f"leaf {path}: shape {a.shape} differs from the fault-free run's {b.shape}"]
+            return [f"leaf {path}: shape {a.shape} differs from {against}'s {b.shape}"]
         if not np.allclose(a, b, rtol=REPLAY_RTOL, atol=REPLAY_ATOL):
             worst = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
+            counter = ""
+            if a.dtype.kind in "iu" and a.size == 1:
+                counter = (
+                    f": an integer counter at {int(a.ravel()[0])} where {against} has "
+                    f"{int(b.ravel()[0])}, so it was re-initialised or not restored after the "
+                    "recovery (is it in the snapshot?)"
+                )
             return [
-                f"final state differs from the fault-free run at leaf {path}: max abs diff "
-                f"{worst:.3g} (tolerance rtol={REPLAY_RTOL}, atol={REPLAY_ATOL})"
+                f"final state differs from {against} at leaf {path}: max abs diff "
+                f"{worst:.3g} (tolerance rtol={REPLAY_RTOL}, atol={REPLAY_ATOL}){counter}"
             ]
     return []
 
 
 # -- helpers ---------------------------------------------------------------------------------
+def _record(d: chain_checks.Draw) -> BatchRecord:
+    return BatchRecord(d.run, d.attempt, d.number, d.position, d.size, d.ids, d.seq)
+
+
+def _trained_between(chain: chain_checks.Chain | None, restore: Event, save: Event) -> int | None:
+    """Batches of the attempt drawn between a restore and a save that the saved model was
+    trained on (``None`` when the chain cannot say)."""
+    if chain is None or not chain.followed or not save.get("nodes"):
+        return None
+    walk = chain_checks.walk_back(chain.graph, [n for n in save["nodes"].values() if n is not None])
+    key = (save["run"], save["attempt"])
+    return sum(
+        1
+        for d in walk.trained(chain.graph)
+        if (d.run, d.attempt) == key and restore["seq"] < d.seq < save["seq"]
+    )
+
+
 def _array(leaf: dict[str, Any]) -> np.ndarray:
     return np.asarray(leaf["values"], dtype=leaf["dtype"]).reshape(leaf["shape"])
 
@@ -451,27 +711,26 @@ def _last_end(events: Sequence[Event]) -> Event | None:
 
 
 def _first_batch_with(
-    lineage: list[BatchRecord], positions: set[int], counted: collections.Counter[int]
+    lineage: list[BatchRecord],
+    values: set[int],
+    counted: collections.Counter[int],
+    by_ids: bool = False,
 ) -> str:
+    def samples(r: BatchRecord) -> list[int]:
+        return list(r.ids or ()) if by_ids else r.positions
+
     seen: collections.Counter[int] = collections.Counter()
     for i, r in enumerate(lineage, 1):
-        for p in r.positions:
+        for p in samples(r):
             seen[p] += 1
-            if p in positions and (seen[p] > 1 or counted[p] == 0):
+            if p in values and (seen[p] > 1 or counted[p] == 0):
                 return r.where(i)
     for i, r in enumerate(lineage, 1):
-        if r.position is not None and any(p < r.position for p in positions):
+        first = min(samples(r), default=None)
+        if first is not None and any(p < first for p in values):
             return r.where(i)
     return "the end"
 
 
-def _ranges(values: Iterable[int]) -> str:
-    """[1, 2, 3, 7] -> '1..3, 7' (at most six runs shown)."""
-    runs: list[list[int]] = []
-    for v in sorted(values):
-        if runs and v == runs[-1][1] + 1:
-            runs[-1][1] = v
-        else:
-            runs.append([v, v])
-    shown = [f"{a}..{b}" if b > a else str(a) for a, b in runs[:6]]
-    return ", ".join(shown) + (" ..." if len(runs) > 6 else "")
+def _plural(n: int, word: str, words: str | None = None) -> str:
+    return f"{n} {word if n == 1 else (words or word + 's')}"

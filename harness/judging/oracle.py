@@ -55,6 +55,9 @@ class Verdict:
     wasted_steps: int
     recoveries: list[dict[str, Any]]
     error: str | None
+    #: Check name -> "the judge failed (bug in pathways-chaos): ..." with the traceback: a
+    #: toolkit exception inside a check is never the trainer's failure.
+    not_judged: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -74,7 +77,12 @@ def check(
 ) -> Verdict:
     """Runs every oracle check over a log; ``trainer`` (a class) overrides the log's for replay."""
     violations: list[str] = []
-    lineage, lineage_problems = committed_lineage(events)
+    not_judged: dict[str, str] = {}
+    try:
+        lineage, lineage_problems = committed_lineage(events)
+    except Exception as failure:  # every check below reads the lineage: say so, once
+        lineage, lineage_problems = [], []
+        not_judged["lineage"] = judge_failed(failure)
     violations += lineage_problems
     ends = [e for e in events if e["kind"] == "run_end"]
     completed = bool(ends) and ends[-1]["status"] == "completed"
@@ -82,17 +90,25 @@ def check(
     if expect_completed and not completed:
         violations.append(f"run did not complete: {error or 'no run_end in the log'}")
 
-    violations += check_exactly_once(events, lineage, completed)
+    def judged(name: str, fn: Any, *args: Any) -> list[str]:
+        try:
+            found: list[str] = fn(*args)
+        except Exception as failure:  # the toolkit's bug, never the trainer's failure
+            not_judged[name] = judge_failed(failure)
+            return []
+        return found
+
+    violations += judged("exactly-once", check_exactly_once, events, lineage, completed)
     if replay and completed:
-        violations += check_replay(events, lineage, trainer)
-    violations += check_snapshot_round_trips(events)
-    violations += check_meshes(events)
-    violations += check_scale_up_joins(events)
-    violations += check_batch_sizes(events)
-    violations += check_progress(events)
-    violations += check_restore_newest(events)
-    violations += check_no_leaks(events)
-    violations += check_no_pinned_host_leaks(events)
+        violations += judged("replay", check_replay, events, lineage, trainer)
+    violations += judged("snapshot-round-trip", check_snapshot_round_trips, events)
+    violations += judged("mesh-rebuild", check_meshes, events)
+    violations += judged("scale-up-joins", check_scale_up_joins, events)
+    violations += judged("batch-sizes", check_batch_sizes, events)
+    violations += judged("progress", check_progress, events)
+    violations += judged("restore-newest", check_restore_newest, events)
+    violations += judged("no-leaks", check_no_leaks, events)
+    violations += judged("no-pinned-host-leaks", check_no_pinned_host_leaks, events)
     steps = [e for e in events if e["kind"] == "step"]
     return Verdict(
         violations=violations,
@@ -101,6 +117,18 @@ def check(
         wasted_steps=len(steps) - len(lineage),
         recoveries=recoveries(events),
         error=error,
+        not_judged=not_judged,
+    )
+
+
+def judge_failed(error: BaseException) -> str:
+    """How a toolkit exception inside a judge is reported: what, where, and the traceback."""
+    import traceback
+
+    trace = "".join(traceback.format_exception(error)).rstrip()
+    return (
+        f"not judged: the judge failed (bug in pathways-chaos): {type(error).__name__}: "
+        f"{error}\n{trace}"
     )
 
 
@@ -320,37 +348,62 @@ def replay_with_trainer(
     trainer_config = TrainerConfig(**values)
     device = jax.devices("cpu")[0]
     trainer = cls(trainer_config, Recorder(None), devices=[device], run_index=1)
-    one = jax.sharding.Mesh(np.asarray([device], dtype=object).reshape(1, 1), ("replica", "data"))
     by_id = {d.id: d for d in jax.devices("cpu")}
     per_mesh = not getattr(cls, "replay_on_one_device", True) and slices is not None
     if per_mesh and slices is not None:
         wanted = {i for ids in slices.values() for i in ids}
         per_mesh = wanted <= set(by_id) and all(r.mesh_slices for r in lineage)
+    one = ReplayManager({0: [device]}, [0])
 
-    def mesh_of(record: StepRecord) -> Any:
+    def manager_of(record: StepRecord) -> ReplayManager:
         if not per_mesh or slices is None or not record.mesh_slices:
             return one
-        rows = [[by_id[i] for i in slices[str(s)]] for s in record.mesh_slices]
-        return jax.sharding.Mesh(np.asarray(rows, dtype=object), ("replica", "data"))
+        mapping = {int(s): [by_id[i] for i in ids] for s, ids in slices.items()}
+        return ReplayManager(mapping, list(record.mesh_slices))
 
-    steps: dict[tuple[int, ...], Any] = {}
+    # The mesh and the jitted step come from the trainer's own seam, as in the run: a trainer
+    # that sets state up in mesh_and_step (or names its mesh axes its own way) replays too.
+    steps: dict[tuple[int, ...], tuple[Any, Any]] = {}
     losses: list[float] = []
     with jax.default_device(device):
         state = trainer.init_state()
         for record in lineage:
-            mesh = mesh_of(record)
-            key = tuple(d.id for d in mesh.devices.flat)
-            sharding = trainer.state_sharding(mesh)
+            manager = manager_of(record)
+            key = tuple(sorted(manager.active_slice_indices))
             if key not in steps:
-                steps[key] = jax.jit(trainer.step_function(), out_shardings=(sharding, None))
-            state = jax.device_put(state, sharding)
+                steps[key] = trainer.mesh_and_step(manager, "replay")
+            mesh, step_fn = steps[key]
+            state = jax.device_put(state, trainer.state_sharding(mesh))
             batch = trainer_config.data.batch(list(record.ids))
             placed = trainer.place_batch(trainer.before_step(record.step, batch), mesh)
-            state, loss = steps[key](state, *placed)
+            state, loss = step_fn(state, *placed)
             losses.append(float(np.asarray(loss).ravel()[0]) if np.size(loss) else 0.0)
         flat = jax.tree_util.tree_flatten_with_path(jax.device_get(state))[0]
     where = "on the meshes the committed steps ran on" if per_mesh else "on one device"
     return {jax.tree_util.keystr(p): np.asarray(v) for p, v in flat}, losses, where
+
+
+class ReplayManager:
+    """What a trainer's ``mesh_and_step`` reads of pathwaysutils' ``Manager``, for the replay:
+    the slices (one device, or the run's slices) and which of them are active."""
+
+    def __init__(self, slice_to_devices: dict[int, list[Any]], active: Sequence[int]) -> None:
+        self.slice_to_devices = slice_to_devices
+        self.active_slice_indices = set(active)
+        self.available_inactive_slices: frozenset[int] = frozenset()
+
+    @property
+    def total_slice_count(self) -> int:
+        return len(self.slice_to_devices)
+
+    @property
+    def active_slice_count(self) -> int:
+        return len(self.active_slice_indices)
+
+    def scale_by_active_slices(self, x: int | float) -> int | float:
+        if isinstance(x, int):
+            return x * self.active_slice_count // self.total_slice_count
+        return x * self.active_slice_count / self.total_slice_count
 
 
 def replay_state(

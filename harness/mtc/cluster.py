@@ -51,6 +51,11 @@ class MtcCluster:
         self.seams = MtcClientSeams(self.table, self.worker_of, self.service.pump)
         self._stack = contextlib.ExitStack()
 
+    @property
+    def mtc_hosts(self) -> int:
+        """The hosts an MTC fault may name: the fault schedule is checked against it up front."""
+        return self.num_hosts
+
     def __enter__(self) -> MtcCluster:
         with contextlib.ExitStack() as stack:
             stack.enter_context(self.tiers)

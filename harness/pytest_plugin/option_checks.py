@@ -18,6 +18,9 @@ _ENV_INTS = {
     "PATHWAYS_CHAOS_SLICES": "--fake-slices",
     "PATHWAYS_CHAOS_DEVICES_PER_SLICE": "--fake-devices-per-slice",
 }
+JOURNAL_ENV = "PATHWAYS_CHAOS_JOURNAL_DIR"
+#: Kubernetes API integers (a Lease's leaseDurationSeconds) are int32.
+INT32_MAX = 2**31 - 1
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
@@ -33,6 +36,12 @@ def _opt(config: pytest.Config, name: str) -> object:
 
 
 def first_problem(config: pytest.Config) -> str | None:
+    loop = _opt(config, "chaos_loop")
+    if isinstance(loop, str) and not loop.strip():
+        return (
+            "--chaos-loop is empty: give MODULE:FUNC (or FILE.py:FUNC) of your loop, or leave "
+            "the option out for the sample loop"
+        )
     for name, flag in (
         ("fake_slices", "--fake-slices"),
         ("fake_devices_per_slice", "--fake-devices-per-slice"),
@@ -92,6 +101,36 @@ def first_problem(config: pytest.Config) -> str | None:
             return "--chaos-journal-dir is empty: name a folder (or leave it out for the default)"
         if Path(str(journal_dir)).exists() and not Path(str(journal_dir)).is_dir():
             return f"--chaos-journal-dir={journal_dir}: exists and is not a folder"
+    from pathways_chaos.harness.engine.untrusted_files import (
+        check_folder_target,
+        check_output_file,
+    )
+
+    places = [("--chaos-journal-dir", journal_dir), (JOURNAL_ENV, os.environ.get(JOURNAL_ENV))]
+    for flag, folder in places:
+        if folder:
+            try:
+                check_folder_target(str(folder), what=flag)
+            except ChaosError as error:
+                return str(error)
+    for flag, dest in (
+        ("--acceptance-source", "acceptance_source"),
+        ("--acceptance-manifest", "acceptance_manifest"),
+    ):
+        given = _opt(config, dest)
+        for raw in given if isinstance(given, list) else []:
+            try:
+                _check_input_files(flag, Path(str(raw)))
+            except ChaosError as error:
+                return str(error)
+    report = _opt(config, "acceptance_report")
+    if report is not None:
+        if not str(report).strip():
+            return "--acceptance-report is empty: name a file (report.html or report.json)"
+        try:
+            check_output_file(str(report), what="--acceptance-report")
+        except ChaosError as error:
+            return str(error)
     lease = _opt(config, "chaos_lease_seconds")
     if lease is not None and int(str(lease)) < 1:
         return f"--chaos-lease-seconds={lease}: use a whole number of seconds >= 1"
@@ -101,10 +140,71 @@ def first_problem(config: pytest.Config) -> str | None:
     search_report = _opt(config, "chaos_search_report")
     if search_report is not None and Path(str(search_report)).is_dir():
         return f"--chaos-search-report={search_report} is a folder: name a file, e.g. search.json"
+    for name, flag in (
+        ("chaos_deadline", "--chaos-deadline"),
+        ("chaos_wall_deadline", "--chaos-wall-deadline"),
+    ):
+        seconds = _opt(config, name)
+        if seconds is not None:
+            from pathways_chaos.harness.engine.deadline import parse_seconds
+
+            try:
+                parse_seconds(str(seconds), flag)
+            except ChaosError as error:
+                return str(error)
+    if lease is not None and int(str(lease)) > INT32_MAX:
+        return (
+            f"--chaos-lease-seconds={lease} is beyond the Lease API's int32 range: use at most "
+            f"{INT32_MAX} (a few times the longest pause a session may have, e.g. 30)"
+        )
+    if cluster is None:
+        if _opt(config, "chaos_arm"):
+            return (
+                "--chaos-arm needs --cluster: it arms faults against a real cluster; on the "
+                "in-process fake (no --cluster) there is nothing to arm"
+            )
+        if allowed_list:
+            return (
+                "--chaos-allow-namespace needs --cluster: it widens where faults may act on a "
+                "real cluster; without --cluster nothing acts on one"
+            )
+    params = _opt(config, "acceptance_params")
+    if params is not None:
+        from pathways_chaos.harness.acceptance.ramdisk import parse_count
+
+        try:
+            parse_count(str(params))
+        except ChaosError as error:
+            return f"--acceptance-params: {error}"
     log_dir = _opt(config, "chaos_log_dir")
     if log_dir is not None and Path(str(log_dir)).exists() and not Path(str(log_dir)).is_dir():
         return f"--chaos-log-dir={log_dir}: exists and is not a folder"
     return None
+
+
+def _check_input_files(flag: str, path: Path) -> None:
+    """Every file an acceptance option names, read as untrusted, once, before any test.
+
+    A binary source or a YAML "billion laughs" manifest is one line here; found later by a
+    session fixture, it is one error per test that uses it.
+    """
+    from pathways_chaos.harness.acceptance.static_checks import _python_files
+    from pathways_chaos.harness.engine.untrusted_files import load_yaml_all, read_text
+
+    yaml = flag == "--acceptance-manifest"
+    if path.is_dir():
+        if yaml:
+            files = sorted([*path.glob("*.yaml"), *path.glob("*.yml")])
+        else:
+            files = list(_python_files(path))
+    elif path.exists() or path.is_symlink():
+        files = [path]
+    else:
+        return  # "no such file" is said by the check that reads it, with its own advice
+    for file in files:
+        text = read_text(file, what=f"{flag} file")
+        if yaml:
+            load_yaml_all(text, file, what=f"{flag} file")
 
 
 __all__ = ["check_options", "first_problem"]

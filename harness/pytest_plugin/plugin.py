@@ -67,6 +67,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="fake: pathwaysutils' waits and polls cost no real time (default); real: they do",
     )
     group.addoption(
+        "--chaos-deadline",
+        default=None,
+        metavar="FAKE_S",
+        help="episode-clock seconds an episode may take before it ends with what it waited for "
+        "(default 3600; 'off' for none)",
+    )
+    group.addoption(
+        "--chaos-wall-deadline",
+        default=None,
+        metavar="S",
+        help="wall-clock seconds an episode may take, for code that spins without the clock "
+        "(default 600; 'off' for none)",
+    )
+    group.addoption(
         "--chaos-log-dir",
         default=None,
         help="write each episode's JSONL event log into this folder",
@@ -168,6 +182,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
     option_checks.check_options(config)  # bad values: one line, exit 4, before anything runs
+    _set_deadline(config)
     from pathways_chaos.harness.pytest_plugin import activation
 
     if activation.options_ask_for_devices(config) or config.getoption("cluster"):
@@ -184,6 +199,35 @@ def pytest_configure(config: pytest.Config) -> None:
     for name in FIXTURE_MODULES:
         if not config.pluginmanager.has_plugin(name):
             config.pluginmanager.import_plugin(name)
+
+
+_PREVIOUS_DEADLINE = pytest.StashKey[object]()
+
+
+def _set_deadline(config: pytest.Config) -> None:
+    """Every episode of the session gets these limits (harness.engine.deadline; stdlib only)."""
+    fake, wall = config.getoption("chaos_deadline"), config.getoption("chaos_wall_deadline")
+    if fake is None and wall is None:
+        return
+    from pathways_chaos.harness.engine import deadline
+
+    limits = deadline.Deadline(
+        deadline.DEFAULT_FAKE_S
+        if fake is None
+        else deadline.parse_seconds(fake, "--chaos-deadline"),
+        deadline.DEFAULT_WALL_S
+        if wall is None
+        else deadline.parse_seconds(wall, "--chaos-wall-deadline"),
+    )
+    config.stash[_PREVIOUS_DEADLINE] = deadline.set_default_deadline(limits)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    previous = config.stash.get(_PREVIOUS_DEADLINE, None)
+    if previous is not None:
+        from pathways_chaos.harness.engine import deadline
+
+        deadline.set_default_deadline(previous)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -171,7 +171,7 @@ def check_row(request: pytest.FixtureRequest) -> Callable[..., None]:
     """``check_row(check, run, *needs)``: runs ``run(*values)`` when every input is given, else
     records a SKIP row naming what to pass; records the row for the table and ends the test
     as the row says (FAIL fails with the findings and the fix; SKIP and NOT JUDGED skip)."""
-    from pathways_chaos.harness.acceptance.table import FAIL, PASS, CheckResult
+    from pathways_chaos.harness.acceptance.table import FAIL, PASS, CheckResult, judge_row
 
     group = GROUP_OF_MODULE.get(request.node.module.__name__.rsplit(".", 1)[-1], "")
 
@@ -179,8 +179,8 @@ def check_row(request: pytest.FixtureRequest) -> Callable[..., None]:
         missing = [n.missing for n in needs if n.value is None]
         if missing:
             result = CheckResult(check, "", "", skipped="; ".join(dict.fromkeys(missing)))
-        else:
-            result = run(*(n.value for n in needs))
+        else:  # a toolkit exception is NOT JUDGED, never the user's FAIL
+            result = _usage(lambda: judge_row(check, run, *(n.value for n in needs)))
         result = dataclasses.replace(result, group=group)
         request.config.stash.setdefault(ROWS, []).append(result)
         request.node.user_properties += [

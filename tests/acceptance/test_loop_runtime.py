@@ -91,3 +91,37 @@ def test_pytest_suites_acceptance_runs_the_loop_itself():
     assert "FAIL" in row and "the loop crashed" in row
     later = next(line for line in table.splitlines() if line.startswith("recovery-time"))
     assert "NOT JUDGED" in later
+
+
+@pytest.mark.parametrize(
+    ("loop", "cause_fix"),
+    [
+        ("user_loop_bugs:iterator_from_current_position", "set_state() it after the restore"),
+        ("user_loop_bugs:step_not_restored", "resume at the restored snapshot's step + 1"),
+    ],
+)
+def test_the_interruption_rows_fix_is_chosen_by_the_cause_found(tmp_path, loop, cause_fix):
+    from pathways_chaos.harness.acceptance.loop_runtime import GENERIC_FIX
+
+    runs = LoopRuns(load_loop(f"pathways_chaos.harness.reference.{loop}"), workdir=tmp_path)
+    try:
+        row = LOOP_RUNTIME_CHECKS["interruption"](runs)
+    finally:
+        runs.close()
+
+    assert not row.ok
+    assert cause_fix in row.fix and row.fix != GENERIC_FIX
+
+
+def test_a_leak_fails_the_live_arrays_row(tmp_path):
+    from pathways_chaos.harness.acceptance.table import FAIL
+
+    leaky = ROOT / "tests" / "loop_catalogue" / "broken" / "attempt_history_kept.py"
+    runs = LoopRuns(load_loop(f"{leaky}:main"), workdir=tmp_path)
+    try:
+        row = LOOP_RUNTIME_CHECKS["live-arrays"](runs)
+    finally:
+        runs.close()
+
+    assert row.status == FAIL, row.reason
+    assert "made by failed attempts" in row.failure_message()

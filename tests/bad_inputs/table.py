@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -36,6 +37,7 @@ class Row:
     env: tuple[tuple[str, str], ...] = ()
     setup: Callable[[Path], None] | None = None
     pytest_session: bool = False  # a pytest run: its summary lines are allowed around the error
+    max_chars: int = 0  # when set: the whole output is at most this long (a huge value is cut)
 
 
 def _write(name: str, content: bytes | str) -> Callable[[Path], None]:
@@ -46,6 +48,80 @@ def _write(name: str, content: bytes | str) -> Callable[[Path], None]:
             path.write_bytes(content)
         else:
             path.write_text(content)
+
+    return setup
+
+
+def _journal(
+    name: str,
+    records: list[dict[str, object]],
+    edit: Callable[[bytes], bytes] | None = None,
+    mode: int = 0o600,
+) -> Callable[[Path], None]:
+    """A journal signed with the row's own key (``XDG_STATE_HOME`` is the row's ``state``)."""
+
+    def setup(folder: Path) -> None:
+        from pathways_chaos.faults.journal_trust import journal_key, signed_journal
+
+        key = journal_key(folder=folder / "state" / "pathways-chaos")
+        data = signed_journal(key, records)
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path.write_bytes(edit(data) if edit else data)
+        path.chmod(mode)
+
+    return setup
+
+
+def _live_journal(name: str) -> Callable[[Path], None]:
+    """A journal whose writer is alive on this host: the process running the table."""
+
+    def setup(folder: Path) -> None:
+        from pathways_chaos.faults.journal_trust import holder_of
+
+        _journal(name, [{**HEADER, **holder_of()}, CORDON])(folder)
+
+    return setup
+
+
+def _symlink(name: str, target: str) -> Callable[[Path], None]:
+    def setup(folder: Path) -> None:
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path.symlink_to(target)
+
+    return setup
+
+
+def _fifo(name: str) -> Callable[[Path], None]:
+    def setup(folder: Path) -> None:
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.mkfifo(path, 0o600)
+
+    return setup
+
+
+def _chmod(name: str, mode: int) -> Callable[[Path], None]:
+    def setup(folder: Path) -> None:
+        path = folder / name
+        path.mkdir(parents=True, exist_ok=True)
+        path.chmod(mode)
+
+    return setup
+
+
+def _chown(name: str, uid: int) -> Callable[[Path], None]:
+    def setup(folder: Path) -> None:
+        os.chown(folder / name, uid, uid)
+
+    return setup
+
+
+def _sparse(name: str, size: int) -> Callable[[Path], None]:
+    def setup(folder: Path) -> None:
+        with (folder / name).open("wb") as f:
+            f.truncate(size)
 
     return setup
 
@@ -66,6 +142,21 @@ PENDING_CHANGE = (
     '{"journal": 2, "run": "r1", "cluster_uid": "u1", "server": "https://127.0.0.1:1"}\n'
     '{"seq": 1, "run": "r1", "action": "cordon", "node": "n1", "uid": "x"}\n'
 )
+HEADER: dict[str, object] = {
+    "journal": 2,
+    "run": "r1",
+    "cluster_uid": "u1",
+    "server": "https://127.0.0.1:1",
+    "host": "another-host.example",
+    "pid": 4242,
+}
+CORDON: dict[str, object] = {"seq": 1, "run": "r1", "action": "cordon", "node": "n1", "uid": "x"}
+#: A signed journal whose writer is gone (a dead pid on this host).
+ENDED_HEADER = {**HEADER, "host": socket.gethostname(), "pid": 2**22 + 7, "pid_start": "1"}
+BILLION_LAUGHS = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"{c}: &{c} [{', '.join(['*' + chr(ord(c) - 1)] * 9)}]\n" for c in "bcdefghi"
+)
+LONG = "X" * 120_000
 GARBAGE_KUBECONFIG = "this: [is not: a kubeconfig\n"
 EMPTY_KUBECONFIG = (
     '{"apiVersion": "v1", "kind": "Config", "current-context": "ctx", '
@@ -73,6 +164,21 @@ EMPTY_KUBECONFIG = (
     '"clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}], '
     '"users": [{"name": "u", "user": {}}]}'
 )
+
+
+def _as_root_rows() -> list[Row]:
+    """Rows only root can set up: a file of another user (uid 65534, nobody)."""
+    if os.geteuid() != 0:
+        return []
+    return [
+        Row(
+            "rollback another user's journal",
+            (*CLI, "rollback", "j.jsonl"),
+            3,
+            "belongs to uid 65534, not you",
+            setup=_all(_journal("j.jsonl", [ENDED_HEADER, CORDON]), _chown("j.jsonl", 65534)),
+        )
+    ]
 
 
 def rows() -> list[Row]:
@@ -161,6 +267,84 @@ def rows() -> list[Row]:
             2,
             "not a boolean",
         ),
+        # -- every parameter checked at parse time (issue 25) --------------------------------
+        Row(
+            "raise_error code=OK",
+            (*demo, "--schedule", "raise_error@step=3:code=OK"),
+            2,
+            "code='OK' is not an XLA error status",
+        ),
+        Row(
+            "data_loss code=BOGUS",
+            (*demo, "--schedule", "data_loss@step=3:code=BOGUS"),
+            2,
+            "code='BOGUS' is not a slice-down error",
+        ),
+        Row(
+            "replicator_error times=1e9",
+            (*demo, "--schedule", "replicator_error@step=3:times=1e9"),
+            2,
+            "times='1e9' is not a whole number",
+        ),
+        Row(
+            "replicator_error times=1000000000",
+            (*demo, "--schedule", "replicator_error@step=3:times=1000000000"),
+            2,
+            "times=1000000000 is too many",
+        ),
+        Row(
+            "MTC fault on the reference trainer",
+            (*demo, "--schedule", "node_loss@step=3:host=1"),
+            2,
+            "acts on Multi-Tier Checkpointing, and this trainer has none",
+        ),
+        Row(
+            "MTC host=-1",
+            (*demo, "--schedule", "node_loss@step=3:host=-1"),
+            2,
+            "host=-1 is negative",
+        ),
+        Row(
+            "slow_health polls=1e12",
+            (*demo, "--schedule", "slow_health@step=3:slice=1:polls=1000000000000"),
+            2,
+            "polls=1000000000000 is too many",
+        ),
+        Row(
+            "slow_health seconds=1e300",
+            (*demo, "--schedule", "slow_health@step=3:slice=1:seconds=1e300"),
+            2,
+            "is longer than a day",
+        ),
+        Row(
+            "slice beyond int32",
+            (*demo, "--schedule", "data_loss@step=3:slice=99999999999999"),
+            2,
+            "slice=99999999999999 is too large",
+        ),
+        Row(
+            "120k-character value",
+            (*demo, "--schedule", f"raise_error@step=3:code={LONG}"),
+            2,
+            "(120007 characters) is not an XLA error status",
+            max_chars=2000,
+        ),
+        Row(
+            "120k-character kind",
+            (*demo, "--schedule", f"{LONG}@step=3"),
+            2,
+            "(120003 characters) known kinds",
+            max_chars=2000,
+        ),
+        Row("demo --schedule ''", (*demo, "--schedule", ""), 2, "--schedule is empty"),
+        Row(
+            "chaos.run MTC fault on the reference trainer",
+            (*PYTEST, "test_user.py"),
+            1,
+            "this trainer has none",
+            setup=_chaos_test("node_loss@step=3:host=1"),
+            pytest_session=True,
+        ),
         # -- faults whose trigger never comes: never "survived" ----------------------------
         Row(
             "step never reached",
@@ -176,7 +360,7 @@ def rows() -> list[Row]:
             "fault never fired: data_loss@restore=99:slice=1",
         ),
         # -- demo, replay, check ------------------------------------------------------------
-        Row("demo --log DIR", (*demo, "--schedule", "", "--log", "."), 2, "is a folder"),
+        Row("demo --log DIR", (*demo, "--log", "."), 2, "is a folder"),
         Row("demo --slices -1", (*demo, "--slices", "-1"), 2, "num_slices=-1"),
         Row("demo --slices 5000", (*demo, "--slices", "5000"), 2, "more than the 1024"),
         Row("demo --steps 0", (*CLI, "demo", "--steps", "0"), 2, "--steps 0"),
@@ -202,6 +386,20 @@ def rows() -> list[Row]:
         ),
         Row("check missing log", (*CLI, "check", "missing.jsonl"), 2, "No such file"),
         Row("check a folder", (*CLI, "check", "."), 2, "Is a directory"),
+        Row(
+            "check a FIFO",
+            (*CLI, "check", "log.jsonl"),
+            2,
+            "log.jsonl is a FIFO (named pipe), not an event log",
+            setup=_fifo("log.jsonl"),
+        ),
+        Row(
+            "check /dev/zero",
+            (*CLI, "check", "z.jsonl"),
+            2,
+            "z.jsonl is a device or socket, not an event log",
+            setup=_symlink("z.jsonl", "/dev/zero"),
+        ),
         Row(
             "check not a log",
             (*CLI, "check", "notes.txt"),
@@ -239,17 +437,24 @@ def rows() -> list[Row]:
             setup=_write("j.jsonl", "null\n"),
         ),
         Row(
-            "rollback seq only",
+            "rollback seq only (unsigned)",
+            (*CLI, "rollback", "j.jsonl"),
+            3,
+            "line 1 is not as your pathways-chaos wrote it",
+            setup=_write("j.jsonl", '{"seq": 99}\n'),
+        ),
+        Row(
+            "rollback signed seq only",
             (*CLI, "rollback", "j.jsonl"),
             1,
             "change #99 has unknown action",
-            setup=_write("j.jsonl", '{"seq": 99}\n'),
+            setup=_journal("j.jsonl", [{"seq": 99}]),
         ),
         Row(
             "rollback cut mid-file",
             (*CLI, "rollback", "j.jsonl"),
-            1,
-            "line 1: not JSON",
+            3,
+            "line 2 is not as your pathways-chaos wrote it",
             setup=_write("j.jsonl", '{"seq": 1, "action": "cor\n{"undone": 5}\n'),
         ),
         Row(
@@ -257,14 +462,128 @@ def rows() -> list[Row]:
             (*CLI, "rollback", "j.jsonl", "--kubeconfig", "missing-kubeconfig"),
             4,
             "cannot load the kubeconfig",
-            setup=_write("j.jsonl", PENDING_CHANGE),
+            setup=_journal("j.jsonl", [ENDED_HEADER, CORDON]),
         ),
         Row(
             "rollback garbage kubeconfig",
             (*CLI, "rollback", "j.jsonl", "--kubeconfig", "kc"),
             4,
             "cannot load the kubeconfig",
-            setup=_all(_write("j.jsonl", PENDING_CHANGE), _write("kc", GARBAGE_KUBECONFIG)),
+            setup=_all(
+                _journal("j.jsonl", [ENDED_HEADER, CORDON]), _write("kc", GARBAGE_KUBECONFIG)
+            ),
+        ),
+        # -- journals are evidence, not instructions (issue 25) ------------------------------
+        Row(
+            "rollback planted journal",
+            (*CLI, "rollback", "j.jsonl"),
+            3,
+            "line 1 is not as your pathways-chaos wrote it",
+            setup=_write("j.jsonl", PENDING_CHANGE),
+        ),
+        Row(
+            "rollback header-less --assume-cluster",
+            (*CLI, "rollback", "j.jsonl", "--assume-cluster"),
+            3,
+            "line 1 is not as your pathways-chaos wrote it",
+            setup=_write("j.jsonl", PENDING_CHANGE.split("\n", 1)[1]),
+        ),
+        Row(
+            "rollback edited node uid",
+            (*CLI, "rollback", "j.jsonl"),
+            3,
+            "line 2 is not as your pathways-chaos wrote it",
+            setup=_journal(
+                "j.jsonl", [ENDED_HEADER, CORDON], edit=lambda b: b.replace(b'"x"', b'"admins"')
+            ),
+        ),
+        Row(
+            "rollback line removed",
+            (*CLI, "rollback", "j.jsonl"),
+            3,
+            "line 1 is not as your pathways-chaos wrote it",
+            setup=_journal("j.jsonl", [ENDED_HEADER, CORDON], edit=lambda b: b.split(b"\n", 1)[1]),
+        ),
+        Row(
+            "rollback journal symlink",
+            (*CLI, "rollback", "j.jsonl"),
+            3,
+            "is a symlink",
+            setup=_all(
+                _journal("real/r.jsonl", [ENDED_HEADER, CORDON]),
+                _symlink("j.jsonl", "real/r.jsonl"),
+            ),
+        ),
+        Row(
+            "rollback symlink to /dev/zero",
+            (*CLI, "rollback", "z.jsonl"),
+            3,
+            "is a symlink",
+            setup=_symlink("z.jsonl", "/dev/zero"),
+        ),
+        Row("rollback /dev/zero", (*CLI, "rollback", "/dev/zero"), 3, "is a device"),
+        Row(
+            "rollback a FIFO",
+            (*CLI, "rollback", "f.jsonl"),
+            3,
+            "is a FIFO (named pipe)",
+            setup=_fifo("f.jsonl"),
+        ),
+        Row(
+            "rollback --pending with a FIFO",
+            (*CLI, "rollback", "--pending", "--journal-dir", "jd"),
+            3,
+            "is a FIFO (named pipe)",
+            setup=_fifo("jd/f.jsonl"),
+        ),
+        Row(
+            "rollback --pending world-writable folder",
+            (*CLI, "rollback", "--pending", "--journal-dir", "jd"),
+            3,
+            "can be written by other users",
+            setup=_chmod("jd", 0o777),
+        ),
+        Row(
+            "rollback world-writable journal's folder",
+            (*CLI, "rollback", "jd/j.jsonl"),
+            3,
+            "can be written by other users",
+            setup=_all(_journal("jd/j.jsonl", [ENDED_HEADER, CORDON]), _chmod("jd", 0o1777)),
+        ),
+        Row(
+            "rollback --pending under /dev/null",
+            (*CLI, "rollback", "--pending", "--journal-dir", "/dev/null/journals"),
+            2,
+            "a part of the path is not a folder",
+        ),
+        Row(
+            "rollback --pending a file",
+            (*CLI, "rollback", "--pending", "--journal-dir", "afile"),
+            2,
+            "is not a folder",
+            setup=_write("afile", "x"),
+        ),
+        Row(
+            "rollback another host's journal",
+            (*CLI, "rollback", "j.jsonl"),
+            3,
+            "run again with --holder-gone",
+            setup=_journal("j.jsonl", [HEADER, CORDON]),
+        ),
+        Row(
+            "rollback a live session's journal",
+            (*CLI, "rollback", "j.jsonl"),
+            3,
+            "a live session that rolls it back itself",
+            setup=_live_journal("j.jsonl"),
+        ),
+        *_as_root_rows(),
+        Row(
+            "rollback oversized journal",
+            (*CLI, "rollback", "j.jsonl"),
+            3,
+            "more than any run writes",
+            setup=_sparse("j.jsonl", 65 * 1024 * 1024),
         ),
         Row(
             "rollback two modes",
@@ -363,6 +682,181 @@ def rows() -> list[Row]:
             setup=_all(_write("kc", EMPTY_KUBECONFIG), _chaos_test("")),
             pytest_session=True,
         ),
+        Row(
+            "--chaos-arm without --cluster",
+            (*pytest_fake, "--chaos-arm"),
+            4,
+            "--chaos-arm needs --cluster",
+            pytest_session=True,
+        ),
+        Row(
+            "--chaos-allow-namespace without --cluster",
+            (*pytest_fake, "--chaos-allow-namespace", "team-a"),
+            4,
+            "--chaos-allow-namespace needs --cluster",
+            pytest_session=True,
+        ),
+        Row(
+            "--chaos-lease-seconds beyond int32",
+            (*pytest_fake, "--chaos-lease-seconds", "2147483648"),
+            4,
+            "beyond the Lease API's int32 range",
+            pytest_session=True,
+        ),
+        Row(
+            "--acceptance-params=1e400",
+            (*pytest_fake, "--acceptance-params=1e400"),
+            4,
+            "1e400 is not a parameter count between",
+            pytest_session=True,
+        ),
+        Row(
+            "--acceptance-params=0",
+            (*pytest_fake, "--acceptance-params=0"),
+            4,
+            "0 is not a parameter count between",
+            pytest_session=True,
+        ),
+        Row(
+            "--acceptance-report a folder",
+            (*pytest_fake, "--acceptance-report", "."),
+            4,
+            "--acceptance-report . is a folder",
+            pytest_session=True,
+        ),
+        Row(
+            "--acceptance-source binary",
+            (*pytest_fake, "--acceptance-source", "bin.py"),
+            4,
+            "bin.py is not UTF-8 text",
+            setup=_write("bin.py", b"import os\n\xff\xfe\x00binary\n"),
+            pytest_session=True,
+        ),
+        Row(
+            "--acceptance-manifest binary",
+            (*pytest_fake, "--acceptance-manifest", "m.yaml"),
+            4,
+            "m.yaml is not UTF-8 text",
+            setup=_write("m.yaml", b"kind: JobSet\n\x89PNG\r\n\x1a\n"),
+            pytest_session=True,
+        ),
+        Row(
+            "--acceptance-manifest billion laughs",
+            (*pytest_fake, "--acceptance-manifest", "m.yaml"),
+            4,
+            "a 'billion laughs' document?",
+            setup=_write("m.yaml", BILLION_LAUGHS),
+            pytest_session=True,
+        ),
+        Row(
+            "--acceptance-manifest a FIFO",
+            (*pytest_fake, "--acceptance-manifest", "m.yaml"),
+            4,
+            "is a FIFO (named pipe)",
+            setup=_fifo("m.yaml"),
+            pytest_session=True,
+        ),
+        Row(
+            "--chaos-journal-dir under /dev/null",
+            (*pytest_fake, "--chaos-journal-dir", "/dev/null/journals"),
+            4,
+            "is under /dev/null, which is a device",
+            pytest_session=True,
+        ),
+        Row(
+            "PATHWAYS_CHAOS_XLA_CACHE a file",
+            (*PYTEST, "test_user.py"),
+            4,
+            "compilation cache afile is a file",
+            env=(("PATHWAYS_CHAOS_XLA_CACHE", "afile"),),
+            setup=_all(_write("afile", "x"), _chaos_test("")),
+            pytest_session=True,
+        ),
+        Row(
+            "PATHWAYS_CHAOS_XLA_CACHE in /proc",
+            (*PYTEST, "test_user.py"),
+            4,
+            "is in a kernel file system",
+            env=(("PATHWAYS_CHAOS_XLA_CACHE", "/proc/self"),),
+            setup=_chaos_test(""),
+            pytest_session=True,
+        ),
+        # -- ramdisk: numbers and files ------------------------------------------------------
+        Row(
+            "ramdisk --params 1e400",
+            (*CLI, "ramdisk", "--params", "1e400", "--hosts-per-slice", "2"),
+            2,
+            "1e400 is not a parameter count between",
+        ),
+        Row(
+            "ramdisk --params 0",
+            (*CLI, "ramdisk", "--params", "0", "--hosts-per-slice", "2"),
+            2,
+            "0 is not a parameter count between",
+        ),
+        Row(
+            "ramdisk billion laughs",
+            (
+                *CLI,
+                "ramdisk",
+                "--params",
+                "8e9",
+                "--hosts-per-slice",
+                "2",
+                "--checkpoint-configuration",
+                "c.yaml",
+            ),
+            2,
+            "a 'billion laughs' document?",
+            setup=_write("c.yaml", BILLION_LAUGHS),
+        ),
+        Row(
+            "ramdisk binary YAML",
+            (
+                *CLI,
+                "ramdisk",
+                "--params",
+                "8e9",
+                "--hosts-per-slice",
+                "2",
+                "--checkpoint-configuration",
+                "c.yaml",
+            ),
+            2,
+            "c.yaml is not UTF-8 text",
+            setup=_write("c.yaml", b"\xff\xfe\x00\x01"),
+        ),
+        Row(
+            "ramdisk /dev/zero",
+            (
+                *CLI,
+                "ramdisk",
+                "--params",
+                "8e9",
+                "--hosts-per-slice",
+                "2",
+                "--checkpoint-configuration",
+                "/dev/zero",
+            ),
+            2,
+            "/dev/zero is a device",
+        ),
+        Row(
+            "ramdisk FIFO",
+            (
+                *CLI,
+                "ramdisk",
+                "--params",
+                "8e9",
+                "--hosts-per-slice",
+                "2",
+                "--checkpoint-configuration",
+                "c.yaml",
+            ),
+            2,
+            "is a FIFO (named pipe)",
+            setup=_fifo("c.yaml"),
+        ),
         # -- a chaos test's own schedule ------------------------------------------------------
         Row(
             "chaos.run kill_pods on the fake",
@@ -386,6 +880,120 @@ def rows() -> list[Row]:
             1,
             "slice='x' is not a whole number",
             setup=_chaos_test("data_loss@step=3:slice=x"),
+            pytest_session=True,
+        ),
+        # -- a user's loop that misbehaves: a verdict or one line, never the run's own exit ----
+        *_loop_rows(),
+    ]
+
+
+_LOOPS = """
+import os, sys, signal
+
+
+def exits(**options):
+    sys.exit(3)
+
+
+def exits_hard(**options):
+    os._exit(0)
+
+
+def kills_itself(**options):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def returns_a_string(**options):
+    return "done"
+
+
+def spins(**options):
+    while True:
+        pass
+
+
+class NotALoop:
+    pass
+"""
+
+
+def _loop_rows() -> list[Row]:
+    demo_loop = (*CLI, "demo", "--loop")
+    loops = _write("loops.py", _LOOPS)
+    return [
+        Row(
+            "--chaos-loop= (empty)",
+            (*PYTEST, "--co", "--chaos-loop="),
+            4,
+            "--chaos-loop is empty",
+            pytest_session=True,
+        ),
+        Row(
+            "loop with a syntax error",
+            (*demo_loop, "bad.py:main"),
+            2,
+            "SyntaxError: invalid syntax at",
+            setup=_write("bad.py", "def main(:\n"),
+        ),
+        Row(
+            "loop file that is binary",
+            (*demo_loop, "bin.py:main"),
+            2,
+            "cannot be loaded",
+            setup=_write("bin.py", b"\xb2\xff\x00\x01binary"),
+        ),
+        Row(
+            "loop module raising at import",
+            (*demo_loop, "boom.py:main"),
+            2,
+            "RuntimeError: boom at import at",
+            setup=_write("boom.py", "raise RuntimeError('boom at import')\n"),
+        ),
+        Row(
+            "loop that is a class",
+            (*demo_loop, "loops.py:NotALoop"),
+            2,
+            "is a class, not a function",
+            setup=loops,
+        ),
+        Row(
+            "loop calling sys.exit(3)",
+            (*demo_loop, "loops.py:exits"),
+            1,
+            "the loop called sys.exit(3)",
+            setup=loops,
+            pytest_session=True,
+        ),
+        Row(
+            "loop calling os._exit(0)",
+            (*demo_loop, "loops.py:exits_hard"),
+            1,
+            "the loop called os._exit(0)",
+            setup=loops,
+            pytest_session=True,
+        ),
+        Row(
+            "loop sending itself SIGKILL",
+            (*demo_loop, "loops.py:kills_itself"),
+            1,
+            "the loop sent itself signal SIGKILL",
+            setup=loops,
+            pytest_session=True,
+        ),
+        Row(
+            "loop returning a string at once",
+            (*demo_loop, "loops.py:returns_a_string"),
+            1,
+            "returned at once without training",
+            setup=loops,
+            pytest_session=True,
+        ),
+        Row(
+            "loop that never returns",
+            (*demo_loop, "loops.py:spins", "--wall-deadline", "3"),
+            1,
+            "the run did not finish",
+            setup=loops,
             pytest_session=True,
         ),
     ]
@@ -421,6 +1029,8 @@ class Outcome:
         """
         if self.traceback or self.returncode != self.row.exit_code or len(self.error_lines) != 1:
             return False
+        if self.row.max_chars and len(self.stdout + self.stderr) > self.row.max_chars:
+            return False
         if self.row.pytest_session:
             return True
         stderr = [line for line in self.stderr.splitlines() if line.strip()]
@@ -437,6 +1047,7 @@ class Outcome:
 
 def run_row(row: Row, folder: Path) -> Outcome:
     folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o700)  # a private folder, whatever the umask: journals there may be believed
     if row.setup is not None:
         row.setup(folder)
     # Without CI: with CI set, pytest's short summary repeats every failure's line, and each
@@ -448,6 +1059,7 @@ def run_row(row: Row, folder: Path) -> Outcome:
     }
     env.update(dict(row.env))
     env["PATHWAYS_CHAOS_JOURNAL_DIR"] = str(folder / "journals")
+    env["XDG_STATE_HOME"] = str(folder / "state")  # the row's own journal key
     env["PYTHONWARNINGS"] = "ignore"
     out = subprocess.run(
         list(row.argv),

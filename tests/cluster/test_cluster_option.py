@@ -81,6 +81,25 @@ def test_without_arming_nothing_changes_and_the_dry_run_says_what_it_would_do(
     assert cluster_state(workload.api_client) == before
 
 
+def test_an_unarmed_loop_scenario_is_a_dry_run_not_a_wait_and_a_failure(
+    kube_control_plane, workload
+):
+    from pathways_chaos.fixtures.workload import cluster_state
+
+    before = cluster_state(workload.api_client)
+    out = _pytest(
+        kube_control_plane,
+        workload,
+        "--chaos-loop=pathways_chaos.harness.reference.user_loop:main",
+        "-k",
+        "test_slice_lost_during_a_save",
+    )
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "1 skipped" in out.stdout
+    assert "dry run (pass --chaos-arm to inject)" in out.stdout
+    assert cluster_state(workload.api_client) == before
+
+
 def test_unknown_context_is_one_line(kube_control_plane, workload):
     out = _run_chaos(
         f"--cluster={kube_control_plane.kubeconfig}:nope", "--namespace=x", "--jobset=y"

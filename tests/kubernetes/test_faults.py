@@ -343,6 +343,13 @@ def test_node_faults_on_a_slice_whose_pods_are_all_pending_touch_nothing(
             == workload.hosts_per_slice
         )
     )
+    wait_for(  # and the scheduler writes its "Unschedulable" verdict on each a moment later
+        lambda: all(
+            any(c.type == "PodScheduled" for c in p.status.conditions or [])
+            for p in workload.worker_pods(0)
+        ),
+        what="the scheduler's verdict on the replacements",
+    )
     before = cluster_state(workload.api_client)
 
     for fault in (CordonNodes(slice=0), DrainNodes(slice=0), TaintNode(slice=0, host=1)):

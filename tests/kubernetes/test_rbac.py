@@ -174,7 +174,10 @@ def test_everything_else_answers_403(
 def test_the_journal_entry_is_on_disk_before_the_change_is_attempted(
     pathways_workload: PathwaysWorkload, kube_control_plane: LocalControlPlane, tmp_path: Path
 ) -> None:
-    """An identity that may list Pods but not delete them: the entry exists, the Pod too."""
+    """An identity that may read Pods and Jobs but not delete: the entry exists, the Pod too.
+
+    (It reads the slice's Job because a Pod is a target only if that Job owns it.)
+    """
     admin = pathways_workload.api_client
     ns = pathways_workload.namespace
     core: Any = client.CoreV1Api(admin)
@@ -184,7 +187,10 @@ def test_the_journal_entry_is_on_disk_before_the_change_is_attempted(
         ns,
         {
             "metadata": {"name": "reader"},
-            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}],
+            "rules": [
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+                {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list"]},
+            ],
         },
     )
     rbac.create_namespaced_role_binding(

@@ -96,7 +96,7 @@ def run(final_step: int, snapshot_interval: int, checkpoint_dir: str):
 
     elastic_manager = manager.Manager()
 
-    @elastic_manager.elastic_retry(minimum_slice_count=None)  # PITFALL: no retry bound
+    @elastic_manager.elastic_retry(minimum_slice_count=3)  # PITFALL: no bound; 3 of 2 slices
     def loop():
         mesh = create_mesh(elastic_manager)
         loader = make_iterator(16)

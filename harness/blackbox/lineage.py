@@ -1,0 +1,297 @@
+"""Which arrays each execution consumed and produced, so the judge can follow what a loop trains.
+
+Draws and saves say what a loop *touched*; only the data flow says what its final state was
+*trained on*. While an episode runs, the lineage seam gives every array the loop's code makes a
+node id and writes, as events of the oracle's log:
+
+- ``exec``: one per compiled program run on the main thread (a jitted step, an eager op), its
+  input and output nodes and the devices it ran on;
+- ``placed``: an array made from host data (``device_put``, a host argument of a jitted call),
+  linked to the batch draw whose buffers it came from when it did, or a copy of another array
+  (a reshard, a move to pinned host);
+- node ids on ``snapshot_save`` / ``checkpoint_save`` (what was saved, by path), on
+  ``restore_end`` (the restored leaves get fresh nodes: the judge links them to the save), and
+  on ``run_end`` (the state ``main`` returned, traced through the host copy it made).
+
+Identity is by object (weak references, never kept alive); values are never read. JAX's C++
+jit fast path skips Python, so while the seam is installed no fast path is kept (every call of
+a jitted function goes through the Python dispatch, where the execution is seen); the compiled
+programs themselves are reused. Five JAX names are replaced, all private but
+``ArrayImpl.__array__``, and all restored on exit:
+``pjit._get_fastpath_data``, ``pxla.MeshExecutable.create_cpp_call``,
+``pxla.ExecuteReplicated.__call__``,
+``dispatch._batched_device_put_impl`` and
+``ArrayImpl.__array__``.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+#: Draws whose host buffers are remembered for linking placements (older ones are dropped).
+DRAWS_REMEMBERED = 64
+
+Emit = Callable[..., None]
+
+
+class LineageSeam:
+    """Installs the four hooks on enter and removes them on exit, whatever happened."""
+
+    def __init__(self, emit: Emit, ids: Callable[[], dict[str, int]]) -> None:
+        self._emit = emit
+        self._ids = ids
+        self._main = threading.get_ident()
+        self._saved: list[tuple[Any, str, Any]] = []
+        self._node_of: dict[int, tuple[weakref.ref[Any], int]] = {}
+        self._host_of: dict[int, tuple[weakref.ref[Any], int]] = {}
+        self._next_node = 0
+        self._next_exec = 0
+        self._draws: collections.deque[tuple[int, list[tuple[int, int]]]] = collections.deque(
+            maxlen=DRAWS_REMEMBERED
+        )
+        self._busy = False  # inside an execution (its argument handling is not a placement)
+        self.paused = 0  # the toolkit's own reads (digests) are not the loop's
+        self.failed = ""  # why the recording stopped (a bug of this toolkit's), if it did
+        self._made_in: dict[int, str] = {}  # node -> "run:attempt" that made it
+
+    # -- install / remove -------------------------------------------------------------------
+    def __enter__(self) -> LineageSeam:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        from jax._src import array as jax_array
+        from jax._src import dispatch, pjit
+        from jax._src.interpreters import pxla
+
+        seam = self
+        execute = pxla.ExecuteReplicated.__call__
+        device_put = dispatch._batched_device_put_impl
+        to_host = jax_array.ArrayImpl.__array__
+
+        def no_fastpath(*args: Any, **kwargs: Any) -> None:
+            return None
+
+        def traced_execute(executable: Any, *args: Any) -> Any:
+            if seam.paused or threading.get_ident() != seam._main:
+                return execute(executable, *args)
+            seam._busy = True
+            try:
+                out = execute(executable, *args)
+            finally:
+                seam._busy = False
+            seam._guarded(seam._executed, executable, args, out)
+            return out
+
+        def traced_device_put(*xs: Any, **kwargs: Any) -> Any:
+            out = device_put(*xs, **kwargs)
+            if not seam._busy and not seam.paused and threading.get_ident() == seam._main:
+                seam._guarded(seam._placed, xs, out)
+            return out
+
+        def traced_to_host(array: Any, *args: Any, **kwargs: Any) -> Any:
+            host = to_host(array, *args, **kwargs)
+            if not seam.paused and threading.get_ident() == seam._main:
+                node = seam._known(array)
+                if node is not None:
+                    with contextlib.suppress(TypeError):
+                        seam._host_of[id(host)] = (weakref.ref(host), node)
+            return host
+
+        self._patch(pjit, "_get_fastpath_data", no_fastpath)
+        # An ahead-of-time compiled step (jit(f).lower(...).compile()) makes its own C++ call
+        # at its first call; without one it calls through Python, where it is seen.
+        self._patch(pxla.MeshExecutable, "create_cpp_call", no_fastpath)
+        self._patch(pxla.ExecuteReplicated, "__call__", traced_execute)
+        self._patch(dispatch, "_batched_device_put_impl", traced_device_put)
+        self._patch(jax_array.ArrayImpl, "__array__", traced_to_host)
+        _clear_fast_paths()
+
+    def stop(self) -> None:
+        if not self._saved:
+            return
+        while self._saved:
+            owner, name, value = self._saved.pop()
+            setattr(owner, name, value)
+        _clear_fast_paths()
+
+    def _patch(self, owner: Any, name: str, value: Any) -> None:
+        self._saved.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, value)
+
+    def _guarded(self, record: Callable[..., None], *args: Any) -> None:
+        """A failure of the recording is this toolkit's bug: it turns the seam off (the chain
+        judges then say so), never reaches the loop."""
+        if self.failed:
+            return
+        try:
+            record(*args)
+        except Exception as error:
+            self.failed = f"{type(error).__name__}: {error}"[:300]
+            self._emit("lineage_failed", **self._ids(), error=self.failed)
+
+    # -- nodes ----------------------------------------------------------------------------------
+    def _known(self, array: Any) -> int | None:
+        entry = self._node_of.get(id(array))
+        if entry is not None and entry[0]() is array:
+            return entry[1]
+        return None
+
+    def _new(self, array: Any) -> int:
+        node = self._next_node
+        self._next_node += 1
+        ids = self._ids()
+        self._made_in[node] = f"{ids['run']}:{ids['attempt']}"
+        with contextlib.suppress(TypeError):
+            self._node_of[id(array)] = (weakref.ref(array), node)
+        return node
+
+    def node(self, array: Any) -> int:
+        """The array's node; an array made outside the seam's sight gets one (``unknown``)."""
+        known = self._known(array)
+        if known is not None:
+            return known
+        node = self._new(array)
+        self._emit("placed", **self._ids(), node=node, source="unknown")
+        return node
+
+    def _host_arg(self, value: Any) -> dict[str, Any]:
+        """Where a host value placed on devices came from: a drawn batch's buffers, or not."""
+        if isinstance(value, np.ndarray) and value.size:
+            start = value.__array_interface__["data"][0]
+            for draw, ranges in reversed(self._draws):
+                if any(lo <= start < hi for lo, hi in ranges):
+                    return {"source": "batch", "batch": draw}
+        return {"source": "host"}
+
+    # -- what the hooks record -------------------------------------------------------------------
+    def _placed(self, args: Any, out: Any) -> None:
+        ids = self._ids()
+        for arg, array in zip(args, out, strict=False):
+            if array is arg or self._known(array) is not None or not hasattr(array, "sharding"):
+                continue  # not moved, or already made by an execution (a reshard)
+            node = self._new(array)
+            src = self._known(arg) if not isinstance(arg, np.ndarray) else None
+            if src is not None:
+                self._emit("placed", **ids, node=node, source="array", src=src)
+            else:
+                self._emit("placed", **ids, node=node, **self._host_arg(arg))
+
+    def _executed(self, executable: Any, args: Any, out: Any) -> None:
+        ids = self._ids()
+        inputs = []
+        for arg in args:
+            if isinstance(arg, np.ndarray):
+                node = self._new(arg)  # a host argument: placed by the call itself
+                self._emit("placed", **ids, node=node, **self._host_arg(arg))
+                inputs.append(node)
+            elif hasattr(arg, "sharding"):
+                inputs.append(self.node(arg))
+        outputs = [self._new(o) for o in out if hasattr(o, "sharding")]
+        devices = sorted(d.id for d in getattr(executable, "_local_devices", ()) or ())
+        n = self._next_exec
+        self._next_exec += 1
+        self._emit(
+            "exec",
+            **ids,
+            n=n,
+            name=str(getattr(executable, "name", "?")),
+            inputs=inputs,
+            outputs=outputs,
+            devices=devices,
+        )
+
+    # -- what the observer tells it --------------------------------------------------------------
+    def drawn(self, batch_number: int, batch: Any) -> None:
+        """A batch left the iterator: remember its host buffers for linking placements."""
+        ranges = []
+        for leaf in _leaves(batch):
+            if isinstance(leaf, np.ndarray) and leaf.size:
+                start = leaf.__array_interface__["data"][0]
+                ranges.append((start, start + leaf.nbytes))
+        self._draws.append((batch_number, ranges))
+
+    def nodes_of(self, tree: Any, *, fresh: bool = False) -> dict[str, int]:
+        """Each device-array leaf's node by path; ``fresh`` gives restored leaves new nodes."""
+        import jax
+
+        out = {}
+        for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+            if not hasattr(leaf, "sharding") or isinstance(leaf, jax.ShapeDtypeStruct):
+                continue
+            out[jax.tree_util.keystr(path)] = self._new(leaf) if fresh else self.node(leaf)
+        return out
+
+    def final_nodes(self, tree: Any) -> dict[str, int | None]:
+        """The node behind each leaf ``main`` returned: the array itself, or the array whose
+        host copy it is (``jax.device_get``); ``None`` for a leaf never seen on a device."""
+        import jax
+
+        out: dict[str, int | None] = {}
+        for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+            if not hasattr(leaf, "shape"):
+                continue
+            node = self._known(leaf)
+            if node is None:
+                entry = self._host_of.get(id(leaf))
+                if entry is None and isinstance(leaf, np.ndarray) and leaf.base is not None:
+                    entry = self._host_of.get(id(leaf.base))
+                    if entry is not None and entry[0]() is not leaf.base:
+                        entry = None
+                elif entry is not None and entry[0]() is not leaf:
+                    entry = None
+                node = None if entry is None else entry[1]
+            out[jax.tree_util.keystr(path)] = node
+        return out
+
+    def live_by_attempt(self) -> dict[str, int]:
+        """Live device arrays the loop made, by ``"run:attempt"`` of the attempt that made
+        them: logical arrays only (per-device shards never get a node), 0-d ones left out."""
+        import jax
+
+        counts: dict[str, int] = {}
+        for array in jax.live_arrays():
+            entry = self._node_of.get(id(array))
+            if array is None or entry is None or entry[0]() is not array:
+                continue
+            live: Any = array
+            try:
+                if str(live.sharding.memory_kind) != "device" or not live.shape:
+                    continue
+            except RuntimeError:  # deleted with a lost slice
+                continue
+            key = self._made_in.get(entry[1])
+            if key is not None:
+                counts[key] = counts.get(key, 0) + 1
+        return counts
+
+
+def _leaves(tree: Any) -> Iterator[Any]:
+    if isinstance(tree, dict):
+        for value in tree.values():
+            yield from _leaves(value)
+    elif isinstance(tree, list | tuple):
+        for value in tree:
+            yield from _leaves(value)
+    else:
+        yield tree
+
+
+def _clear_fast_paths() -> None:
+    from jax._src.lib import _jax
+
+    _jax.PjitFunctionCache.clear_all()

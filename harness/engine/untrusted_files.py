@@ -1,0 +1,305 @@
+"""Reading a file a user (or anyone) named, as untrusted input: checked before it is read.
+
+Why one module: every reader of a user's file met the same surprises (a FIFO that blocks the
+read forever, ``/dev/zero`` read whole into memory, a folder, a binary file decoded as text, a
+YAML "billion laughs" document, a symlink out of the folder it was given in), and each answered
+with a traceback or a hang. Here each is refused in one line that names the file and the fix.
+
+Opening never blocks: ``O_NONBLOCK`` makes a FIFO's open return at once, and the type check
+(``fstat`` on the open descriptor, so nothing can swap the file between the check and the read)
+refuses it before any read.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from pathways_chaos.harness.errors import ChaosConfigError
+
+#: Default read limit: far above any manifest, source file or journal the toolkit reads.
+DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+#: A YAML document may expand (aliases followed) to at most this many nodes.
+YAML_MAX_NODES = 100_000
+#: How much of a user's value a message quotes.
+SHOWN_CHARS = 80
+
+
+class UntrustedFileError(ChaosConfigError):
+    """A file that is not what its reader needs (kind, size, encoding, place); exit 2."""
+
+
+class UnreadableFile(ChaosConfigError):
+    """A file or folder the current user may not read: an error, never "nothing there"."""
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """A user's value for a message, cut to ``limit`` characters (a 120k value stays short).
+
+    A path keeps its end (the file's name is what a person needs to find it): the middle goes.
+    """
+    text = str(value)
+    if len(text) <= limit:
+        return text
+    if isinstance(value, os.PathLike) or (text.startswith("/") and "\n" not in text):
+        keep = limit - 5
+        return f"{text[: keep // 3]}/.../{text[-(keep - keep // 3) :]}"
+    return f"{text[:limit]}... ({len(text)} characters)"
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISREG(mode):
+        return "a file"
+    return "not a regular file"
+
+
+def open_regular(path: Path, *, what: str = "file", follow_symlinks: bool = True) -> int:
+    """An open read-only descriptor of a regular file, or a one-line error; never blocks."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if not follow_symlinks:
+        flags |= os.O_NOFOLLOW
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise UntrustedFileError(f"{what} {shown(path)}: no such file") from None
+    except IsADirectoryError:
+        raise UntrustedFileError(f"{what} {shown(path)} is a folder: name a file") from None
+    except NotADirectoryError:
+        raise UntrustedFileError(
+            f"{what} {shown(path)}: a part of the path is not a folder"
+        ) from None
+    except PermissionError:
+        raise UnreadableFile(
+            f"{what} {shown(path)} cannot be read (permission denied): fix its permissions"
+        ) from None
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise UntrustedFileError(
+                f"{what} {shown(path)} is a symlink, refused: name the real file"
+            ) from None
+        raise UnreadableFile(
+            f"{what} {shown(path)} cannot be read: {error.strerror or error}"
+        ) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        suffix = "name a file" if stat.S_ISDIR(info.st_mode) else "name a regular file"
+        raise UntrustedFileError(f"{what} {shown(path)} is {_kind(info.st_mode)}: {suffix}")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def read_fd(fd: int, path: Path, *, max_bytes: int, what: str) -> bytes:
+    """Reads at most ``max_bytes`` from ``fd`` (closing it); more is refused, not truncated."""
+    try:
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > max_bytes:
+                raise UntrustedFileError(
+                    f"{what} {shown(path)} is larger than {max_bytes} bytes: is it the right file?"
+                )
+        return b"".join(chunks)
+    except OSError as error:
+        raise UnreadableFile(
+            f"{what} {shown(path)} cannot be read: {error.strerror or error}"
+        ) from None
+    finally:
+        os.close(fd)
+
+
+def read_bytes(
+    path: str | os.PathLike[str],
+    *,
+    what: str = "file",
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    inside: Path | None = None,
+    follow_symlinks: bool = True,
+) -> bytes:
+    """A regular file's bytes, size-limited; ``inside``: refused if it resolves out of it."""
+    target = Path(path)
+    if inside is not None:
+        target = resolve_inside(inside, target, what=what)
+    fd = open_regular(target, what=what, follow_symlinks=follow_symlinks)
+    return read_fd(fd, target, max_bytes=max_bytes, what=what)
+
+
+def decode_utf8(data: bytes, path: Path | str, *, what: str = "file") -> str:
+    """UTF-8 text, or one line naming the first bad byte and its line."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise UntrustedFileError(
+            f"{what} {shown(path)} is not UTF-8 text (byte 0x{data[error.start]:02x} on line "
+            f"{line}): is it a binary file? save it as UTF-8"
+        ) from None
+
+
+def read_text(
+    path: str | os.PathLike[str],
+    *,
+    what: str = "file",
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    inside: Path | None = None,
+) -> str:
+    """A regular, size-limited UTF-8 text file, or a one-line error naming it."""
+    data = read_bytes(path, what=what, max_bytes=max_bytes, inside=inside)
+    return decode_utf8(data, Path(path), what=what)
+
+
+def resolve_inside(folder: Path, name: str | os.PathLike[str], *, what: str = "file") -> Path:
+    """``folder/name`` with every symlink resolved, refused when it leaves ``folder``."""
+    base = Path(folder).resolve()
+    target = (base / name).resolve()
+    if target != base and base not in target.parents:
+        raise UntrustedFileError(
+            f"{what} {shown(name)} resolves to {shown(target)}, outside {shown(base)}: "
+            "name a file inside that folder"
+        )
+    return target
+
+
+def load_yaml_all(
+    text: str, source: Path | str, *, what: str = "YAML file", max_nodes: int = YAML_MAX_NODES
+) -> list[Any]:
+    """Every document of a YAML text, safe types only, with alias expansion bounded.
+
+    PyYAML's safe loader shares an aliased node instead of copying it, so a "billion laughs"
+    document loads small and explodes later, in whatever walks it (a JSON dump, a comparison).
+    The composed graph is measured first, as if every alias were copied, and refused above
+    ``max_nodes``; a recursive alias is refused too.
+    """
+    import yaml
+
+    loader = yaml.SafeLoader(text)
+    documents: list[Any] = []
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            size = _expanded_size(node, {}, set(), max_nodes)
+            if size > max_nodes:
+                raise UntrustedFileError(
+                    f"{what} {shown(source)} expands to more than {max_nodes} nodes through its "
+                    "aliases (a 'billion laughs' document?): refused"
+                )
+            documents.append(loader.construct_document(node))
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or type(error).__name__
+        raise UntrustedFileError(
+            f"{what} {shown(source)}{line}: not valid YAML ({shown(problem)}): fix the file"
+        ) from None
+    except RecursionError:
+        raise UntrustedFileError(
+            f"{what} {shown(source)} nests too deeply to read: refused"
+        ) from None
+    finally:
+        loader.dispose()
+    return documents
+
+
+def _expanded_size(node: Any, memo: dict[int, int], stack: set[int], limit: int) -> int:
+    import yaml
+
+    key = id(node)
+    if key in memo:
+        return memo[key]
+    if key in stack:
+        raise UntrustedFileError("a recursive YAML alias (a node that contains itself): refused")
+    stack.add(key)
+    size = 1
+    if isinstance(node, yaml.SequenceNode):
+        for child in node.value:
+            size += _expanded_size(child, memo, stack, limit)
+            if size > limit:
+                break
+    elif isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            size += _expanded_size(k, memo, stack, limit) + _expanded_size(v, memo, stack, limit)
+            if size > limit:
+                break
+    stack.discard(key)
+    memo[key] = size
+    return size
+
+
+def check_output_file(path: str | os.PathLike[str], *, what: str = "output file") -> Path:
+    """A path a report or log may be written to: not a folder, not a device or FIFO."""
+    target = Path(path)
+    try:
+        info = os.stat(target)
+    except FileNotFoundError:
+        parent = target.parent
+        if parent.exists() and not parent.is_dir():
+            raise UntrustedFileError(
+                f"{what} {shown(target)}: {shown(parent)} is not a folder"
+            ) from None
+        return target
+    except NotADirectoryError:
+        raise UntrustedFileError(
+            f"{what} {shown(target)}: a part of the path is not a folder"
+        ) from None
+    if stat.S_ISDIR(info.st_mode):
+        raise UntrustedFileError(
+            f"{what} {shown(target)} is a folder: name a file, e.g. {shown(target)}/report.html"
+        )
+    if not stat.S_ISREG(info.st_mode):
+        raise UntrustedFileError(f"{what} {shown(target)} is {_kind(info.st_mode)}: name a file")
+    return target
+
+
+def check_folder_target(path: str | os.PathLike[str], *, what: str = "folder") -> Path:
+    """A folder to use or make: refused when it, or a folder above it, is a file or device."""
+    target = Path(path)
+    for place in (target, *target.parents):
+        try:
+            info = os.stat(place)
+        except FileNotFoundError:
+            continue
+        except NotADirectoryError:
+            continue  # a file further up: found when the loop reaches it
+        except PermissionError:
+            raise UnreadableFile(
+                f"{what} {shown(target)}: {shown(place)} cannot be reached (permission denied)"
+            ) from None
+        if not stat.S_ISDIR(info.st_mode):
+            where = "is" if place == target else f"is under {shown(place)}, which is"
+            raise UntrustedFileError(
+                f"{what} {shown(target)} {where} {_kind(info.st_mode)}, not a folder: name a folder"
+            )
+        return target
+    return target
+
+
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "UnreadableFile",
+    "UntrustedFileError",
+    "check_folder_target",
+    "check_output_file",
+    "decode_utf8",
+    "load_yaml_all",
+    "open_regular",
+    "read_bytes",
+    "read_text",
+    "resolve_inside",
+    "shown",
+]

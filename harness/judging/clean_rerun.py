@@ -1,0 +1,138 @@
+"""The yardstick for a resize recovery: the same losses, made cleanly where the loop resumed.
+
+In replica-resize mode with a batch that scales with the slices, a recovery changes the batch
+schedule, so the fault-free run trained other batches and its final state says nothing. What a
+correct recovery must equal is a run that lost the same slices *right after* the snapshot it
+resumed from: no work thrown away, the same batches on the same meshes afterwards. This
+module writes that schedule from the faulted run's log (each loss moved to ``save=K``, the
+save the run restored, counted as the clean run will count it); the judge compares the final
+states only if the clean run really trained the same batch schedule, and says why not otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pathways_chaos.harness.engine.recorder import Event
+
+#: Fault kinds a clean rerun can move to a save trigger (losses) or keep as they were.
+MOVABLE = frozenset({"data_loss", "deadline_exceeded", "not_found", "internal", "slice_loss"})
+KEPT = frozenset({"repair"})
+SAVE_KINDS = ("snapshot_save",)
+
+
+def clean_schedule(events: Sequence[Event]) -> tuple[str | None, str]:
+    """``(schedule, "")`` for the clean rerun, or ``(None, why it cannot be written)``."""
+    faults = [e for e in events if e["kind"] == "fault" and "raised" not in e]
+    if not faults:
+        return None, "no fault fired"
+    for f in faults:
+        kind = f["fault"]["kind"]
+        if kind not in MOVABLE | KEPT:
+            return None, f"the schedule holds a {kind} fault, which a clean rerun cannot place"
+    segments = _segments(events)
+    if segments is None:
+        return None, "the run's restores do not lead back to saves it made"
+    clean_saves: list[Event] = []
+    for key, limit in segments:
+        clean_saves += [
+            e
+            for e in events
+            if e["kind"] in SAVE_KINDS
+            and not e.get("skipped")
+            and (e["run"], e["attempt"]) == key
+            and (limit is None or e["seq"] <= limit)
+        ]
+    out: list[str] = []
+    restores = _chain_restores(events, segments)
+    for f in faults:
+        kind = f["fault"]["kind"]
+        if kind in KEPT:
+            out.append(f["text"])
+            continue
+        restore = next((r for r in restores if r[0]["seq"] <= f["seq"] < r[1]["seq"]), None)
+        if restore is None:
+            return None, f"the loss {f['text']} led to no restore the final state comes from"
+        save = restore[0]
+        k = next((i for i, s in enumerate(clean_saves, 1) if s["seq"] == save["seq"]), None)
+        if k is None:
+            return None, f"the save the run resumed from after {f['text']} is not on its chain"
+        name, _, rest = f["text"].partition("@")
+        _, _, params = rest.partition(":")
+        out.append(f"{name}@save={k}" + (f":{params}" if params else ""))
+    return ",".join(out), ""
+
+
+def _segments(events: Sequence[Event]) -> list[tuple[tuple[int, int], int | None]] | None:
+    """The attempts the final state's batches came from, first to last, each with the seq of
+    the save the next one restored (``None`` for the last attempt)."""
+    attempts = [(e["run"], e["attempt"]) for e in events if e["kind"] == "batch"]
+    if not attempts:
+        return None
+    key = attempts[-1]
+    out: list[tuple[tuple[int, int], int | None]] = [(key, None)]
+    seen = {key}
+    while True:
+        restore = next(
+            (
+                e
+                for e in events
+                if e["kind"] == "restore_end"
+                and e.get("source") == "snapshot"
+                and (e["run"], e["attempt"]) == key
+            ),
+            None,
+        )
+        if restore is None:
+            break
+        save = _restored_save(events, restore)
+        if save is None:
+            return None
+        key = (save["run"], save["attempt"])
+        if key in seen:
+            return None
+        seen.add(key)
+        out.insert(0, (key, save["seq"]))
+    return out
+
+
+def _restored_save(events: Sequence[Event], restore: Event) -> Event | None:
+    earlier = [
+        e
+        for e in events
+        if e["kind"] in SAVE_KINDS
+        and not e.get("skipped")
+        and e.get("step") == restore.get("step")
+        and e["seq"] < restore["seq"]
+    ]
+    return earlier[-1] if earlier else None
+
+
+def _chain_restores(
+    events: Sequence[Event], segments: list[tuple[tuple[int, int], int | None]]
+) -> list[tuple[Event, Event]]:
+    """(save, restore) pairs along the chain: the losses between them caused the restore."""
+    pairs = []
+    for key, _ in segments[1:]:
+        restore = next(
+            e
+            for e in events
+            if e["kind"] == "restore_end"
+            and e.get("source") == "snapshot"
+            and (e["run"], e["attempt"]) == key
+        )
+        save = _restored_save(events, restore)
+        assert save is not None
+        pairs.append((save, restore))
+    return pairs
+
+
+def batch_sizes(events: Sequence[Event]) -> list[int | None]:
+    """The sizes of the batches the final state was trained on, in order."""
+    from pathways_chaos.harness.judging.lineage import follow
+    from pathways_chaos.harness.judging.loop_oracle import committed_batches
+
+    chain = follow(events)
+    if chain.followed:
+        return [d.size for d in chain.trained]
+    return [r.size for r in committed_batches(events)[0]]

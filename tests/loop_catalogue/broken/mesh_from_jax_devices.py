@@ -1,0 +1,83 @@
+"""The mesh is built from ``jax.devices()`` reshaped to (slices, devices per slice), not from the
+manager's active slices, so after a slice loss the new attempt places its state on the dead
+slice and fails again until that slice is repaired.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+CAUSE = "dead-slice-in-mesh"
+SCENARIO = "data_loss@batch=10:slice=1:repair_after_polls=3"
+
+ATTEMPTS: list[int] = []  # slices the manager called active in each attempt, for a tester
+
+
+def _parts() -> Any:
+    """The catalogue's shared pieces, loaded by path (the toolkit imports this file alone)."""
+    import importlib.util
+    import sys
+
+    name = "loop_catalogue_parts"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parents[1] / "parts.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def main(
+    *, devices: Any = None, checkpoint_dir: str | None = None, steps: int = 24, every: int = 4
+) -> Any:
+    import grain
+    import jax
+    import numpy as np
+    import orbax.checkpoint as ocp
+    from grain.experimental import ElasticIterator
+    from pathwaysutils.elastic import manager
+
+    p = _parts()
+    ATTEMPTS.clear()
+    mgr = manager.Manager(devices)
+    snapshotter = ocp.v1.training.pathways.Snapshotter(replica_axis_index=0)
+    data = p.dataset()
+
+    @jax.jit
+    def sgd(params: Any, x: Any, y: Any) -> Any:
+        return jax.tree.map(lambda w, g: w - 0.05 * g, params, p.grads(params, x, y))
+
+    @mgr.elastic_retry(minimum_slice_count=1, poll_interval=5, timeout=300)
+    def attempt() -> Any:
+        ATTEMPTS.append(len(mgr.active_slice_indices))
+        everything = jax.devices()
+        mesh = jax.sharding.Mesh(
+            np.asarray(everything, dtype=object).reshape(4, -1), ("replica", "model")
+        )
+        rep = p.replicated(mesh)
+        it = ElasticIterator(data, 16, grain.sharding.NoSharding())
+        if snapshotter.latest is not None:
+            snapshotter.join()
+            like = {
+                "params": p.abstract_of(jax.eval_shape(p.init_params), rep),
+                "step": 0,
+                "it": it.get_state(),
+            }
+            saved = snapshotter.load(like)
+            params, step = saved["params"], int(saved["step"]) + 1
+            it.set_state(saved["it"])
+        else:
+            params, step = jax.device_put(p.init_params(), rep), 0
+        while step < steps:
+            params = sgd(params, *p.put_batch(next(it), mesh))
+            if step % every == 0:
+                snapshotter.save(step, {"params": params, "step": step, "it": it.get_state()})
+            step += 1
+        return params
+
+    params = attempt()
+    snapshotter.join()
+    return jax.device_get(params)

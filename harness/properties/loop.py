@@ -379,6 +379,7 @@ class SearchStats:
     failures: int = 0
     skipped_for_budget: int = 0
     seconds: float = 0.0
+    wall_s: float = 0.0  # the searches' wall time (generation, shrinking, episodes)
     baseline_s: float = 0.0
     scenarios: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     fault_kinds: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
@@ -402,6 +403,7 @@ class SearchStats:
             "profile": self.profile,
             "budget_s": self.budget_s,
             "episode_s": round(self.seconds, 2),
+            "wall_s": round(self.wall_s, 2),
             "baseline_s": round(self.baseline_s, 2),
             "schedules": self.schedules,
             "failures": self.failures,
@@ -426,6 +428,7 @@ class SearchStats:
         self.skipped_for_budget += other["skipped_for_budget"]
         self.flaky += other["flaky"]
         self.seconds += other["episode_s"]
+        self.wall_s += other["wall_s"]
         self.baseline_s += other["baseline_s"]
         self.by_property.update(other["by_property"])
         self.scenarios.update(other["scenarios"])
@@ -444,7 +447,8 @@ class SearchStats:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.fault_kinds.items()))
         return (
             f"pathways-chaos loop search ({self.profile}): {self.schedules} schedules in "
-            f"{self.seconds:.1f} s{budget} on {self.loop}, {self.failures} failed{unrun}; "
+            f"{self.wall_s + self.baseline_s:.1f} s{budget} on {self.loop}, "
+            f"{self.failures} failed{unrun}; "
             f"fault kinds drawn: {kinds or 'none'}; episodes with: {shares or 'nothing'}"
         )
 
@@ -495,8 +499,8 @@ class LoopSearch:
         self._baseline: list[dict[str, Any]] | None = None
         self._shape: LoopShape | None = None
         self._episode_s: float | None = None
-        self._spent: collections.Counter[str] = collections.Counter()
         self._allowances: dict[str, float] = {}
+        self._started: dict[str, float] = {}
         self._failed: set[str] = set()
 
     # the fault-free run, once
@@ -532,8 +536,8 @@ class LoopSearch:
             return by_profile
         self.baseline()
         allowance = self._allowance(prop)
-        if self.stats.schedules:  # what this loop's faulted episodes have cost so far
-            per_episode = self.stats.seconds / self.stats.schedules
+        if self.stats.schedules:  # what this loop's schedules have cost so far, wall time
+            per_episode = max(self.stats.wall_s, self.stats.seconds) / self.stats.schedules
         else:
             per_episode = 2.5 * (self._episode_s or 1.0)  # faults cost more than a clean run
         return max(3, int(allowance / max(0.05, per_episode)) + 1)
@@ -543,7 +547,7 @@ class LoopSearch:
         assert self.budget_s is not None
         if prop not in self._allowances:
             waiting = [p for p in BUDGET_SHARES if p not in self._allowances]
-            left = max(0.0, self.budget_s - self.stats.seconds - self.stats.baseline_s)
+            left = max(0.0, self.budget_s - self.stats.wall_s - self.stats.baseline_s)
             share = BUDGET_SHARES[prop] / sum(BUDGET_SHARES[p] for p in waiting)
             self._allowances[prop] = left * share
         return self._allowances[prop]
@@ -582,14 +586,12 @@ class LoopSearch:
         baseline, _ = self.baseline()
         schedule = writer.text()
         outcome, seconds = play_target(self.target, schedule, baseline)
-        self._spent[prop] += seconds
         self.stats.note(prop, writer, outcome.events, seconds)
         _note_hypothesis_events(outcome.events, writer)
         verdict = outcome.verdict
         if verdict.ok:
             return
         again, seconds = play_target(self.target, schedule, baseline)
-        self._spent[prop] += seconds
         self.stats.seconds += seconds  # the budget pays for the check run, too
         if again.verdict.ok:
             # Reported only when it fails again: the replay command must show it. Counted, with
@@ -633,9 +635,10 @@ class LoopSearch:
     def _over_budget(self, prop: str) -> bool:
         """Past its share of the budget, a property runs no more new examples, unless one has
         failed (then shrinking and hypothesis's final replay must run every episode)."""
-        if self.budget_s is None or prop in self._failed:
+        if self.budget_s is None or prop in self._failed or prop not in self._started:
             return False
-        return self._spent[prop] >= self._allowance(prop)
+        # Wall time, not only the episodes': what a CI job waits for.
+        return time.perf_counter() - self._started[prop] >= self._allowance(prop)
 
     def run(self, prop: str) -> None:
         """Searches ``prop`` (snapshot, dataset, mesh or stateful) over the loop."""
@@ -658,12 +661,16 @@ class LoopSearch:
             raise ValueError(f"no loop property {prop!r}: snapshot, dataset, mesh or stateful")
         # A failure found for this loop is tried first next time (the key names the loop).
         search._hypothesis_internal_database_key = self.database_key(prop)  # type: ignore[attr-defined]
+        self._started[prop] = time.perf_counter()
         if self.seed is not None:
             # What @seed(n) sets, without the database=None that @seed adds: a reproducible
             # search that still tries a failure it saved before anything new.
             search._hypothesis_internal_use_seed = self.seed  # type: ignore[attr-defined]
         try:
-            search()
+            try:
+                search()
+            finally:
+                self.stats.wall_s += time.perf_counter() - self._started[prop]
         except LoopPropertyFailure as failure:
             smaller = self.minimize(prop, failure.schedule)
             if smaller is None or smaller[0] == failure.schedule:

@@ -49,7 +49,9 @@ def stateful_rate(examples: int, warmup: int) -> dict[str, Any]:
     jax.monitoring.register_event_duration_secs_listener(on_duration)
     episodes: list[float] = []
     spans: list[tuple[float, float]] = []  # (start, end) of every episode
-    real_run_spec = properties.run_spec
+    from pathways_chaos.harness.properties import stateful
+
+    real_run_spec = stateful.run_spec
 
     played: list[tuple[Any, dict[str, Any]]] = []  # every schedule, to replay the same ones
 
@@ -63,7 +65,7 @@ def stateful_rate(examples: int, warmup: int) -> dict[str, Any]:
             episodes.append(t1 - t0)
             spans.append((t0, t1))
 
-    properties.run_spec = timed_run_spec  # type: ignore[assignment]
+    stateful.run_spec = timed_run_spec  # type: ignore[assignment]
 
     def run(n: int) -> tuple[float, int, int, properties.ExampleCounter]:
         counter = properties.ExampleCounter()

@@ -55,7 +55,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     check.add_argument("--no-replay", action="store_true")
 
     sub.add_parser("rollback", help="undo every change a rollback journal records (JOURNAL)")
-    sub.add_parser("replay", help="run one episode from a schedule's text form and judge it")
+    sub.add_parser(
+        "replay",
+        help="run one episode from a schedule's text form and judge it (--loop MODULE:FUNC: "
+        "your own loop)",
+    )
     sub.add_parser("ramdisk", help="size the Multi-Tier Checkpointing ramdisk per host")
 
     args = parser.parse_args(args_list)

@@ -1,7 +1,9 @@
 """``pathways-chaos replay``: one episode from its command-line form, judged like the property.
 
 A property failure prints this command with the shrunk schedule; pasting it reproduces the
-failure in a new process (exit 1), or shows the fix (exit 0).
+failure in a new process (exit 1), or shows the fix (exit 0). ``replay --loop MODULE:FUNC``
+replays a user's own loop (the loop search's failures): a fault-free run of the loop, then the
+schedule, judged by the loop judge against it.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ def replay_main(argv: list[str]) -> int:
     """Runs the episode; prints the schedule, outcome and every violation; 1 when it fails."""
     from pathways_chaos.harness.errors import ChaosError
 
+    if any(a == "--loop" or a.startswith("--loop=") for a in argv):
+        return replay_loop_main(argv)
     args = build_parser().parse_args(argv)
     try:
         from pathways_chaos.harness.cli.main import apply_deadline_arguments
@@ -71,6 +75,85 @@ def replay_main(argv: list[str]) -> int:
         return 1
     print("verdict: survived")
     return 0
+
+
+def build_loop_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pathways-chaos replay --loop",
+        description="replay a user's loop under one schedule and print the loop judge's verdict",
+    )
+    parser.add_argument("--loop", required=True, metavar="MODULE:FUNC", help="the loop to run")
+    parser.add_argument("--schedule", default="", help="faults, e.g. data_loss@batch=6:slice=1")
+    parser.add_argument("--topology", default="4x2", help="the fake cluster, NxM (default 4x2)")
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a keyword option for the loop (VALUE as JSON, else a string); repeatable",
+    )
+    return parser
+
+
+def _loop_options(items: list[str]) -> dict[str, object]:
+    import json
+
+    from pathways_chaos.harness.errors import ChaosConfigError
+
+    options: dict[str, object] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.isidentifier():
+            raise ChaosConfigError(
+                f"--option {item!r} is not KEY=VALUE: write for example --option final_step=12"
+            )
+        try:
+            options[key] = json.loads(value)
+        except ValueError:
+            options[key] = value
+    return options
+
+
+def replay_loop_main(argv: list[str]) -> int:
+    """The loop under the schedule, judged against its fault-free run; 1 when it fails."""
+    from pathways_chaos.harness.errors import ChaosError
+
+    args = build_loop_parser().parse_args(argv)
+    try:
+        from pathways_chaos.faults.model import check_schedule_fits, parse_schedule
+        from pathways_chaos.harness.engine.loop_episode import load_loop
+        from pathways_chaos.harness.engine.topology import SliceTopology, request_cpu_devices
+
+        # Every input is checked before JAX starts.
+        topology = SliceTopology.parse(args.topology)
+        schedule = parse_schedule(args.schedule)
+        check_schedule_fits(schedule, topology.num_slices, kubernetes=False)
+        options = _loop_options(args.option)
+        request_cpu_devices(topology.device_count)
+        quiet_libraries()
+        load_loop(args.loop)  # a bad spec: one line, before any episode
+        from pathways_chaos.harness.properties.loop import LoopTarget, play_target
+
+        target = LoopTarget(args.loop, tuple(sorted(options.items())), str(args.topology))
+        baseline, _ = play_target(target, "", None)
+        outcome, _ = play_target(target, schedule.to_text(), list(baseline.events))
+    except ChaosError as error:
+        print(f"pathways-chaos replay: error: {error}", file=sys.stderr)
+        return error.exit_code
+    except OSError as error:
+        print(f"pathways-chaos replay: error: {error.strerror or error}", file=sys.stderr)
+        return 2
+    verdict = outcome.verdict
+    print(f"replay: {args.topology} fake cluster, loop {args.loop}")
+    print(f"schedule: {schedule.to_text() or '(none)'}")
+    if not baseline.result.completed:
+        print(f"the fault-free run did not complete: {baseline.result.error!r}")
+    for e in outcome.of_kind("run_end"):
+        why = e.get("error") or ""
+        print(f"run {e['run']}: {e['status']} {why}".rstrip())
+    print(verdict.summary())
+    print("verdict: FAILED" if not verdict.ok else "verdict: survived")
+    return 0 if verdict.ok else 1
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ DEVICE_FIXTURES = frozenset(
         "fake_cluster",
         "fake_cluster_factory",
         "kube_bridged_cluster",
+        "loop_search",
         "max_devices",
     }
 )

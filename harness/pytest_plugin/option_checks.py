@@ -134,6 +134,12 @@ def first_problem(config: pytest.Config) -> str | None:
     lease = _opt(config, "chaos_lease_seconds")
     if lease is not None and int(str(lease)) < 1:
         return f"--chaos-lease-seconds={lease}: use a whole number of seconds >= 1"
+    budget = _opt(config, "chaos_budget")
+    if budget is not None and not (float(str(budget)) > 0 and float(str(budget)) < float("inf")):
+        return f"--chaos-budget={budget}: use a number of seconds > 0 (for example 120)"
+    search_report = _opt(config, "chaos_search_report")
+    if search_report is not None and Path(str(search_report)).is_dir():
+        return f"--chaos-search-report={search_report} is a folder: name a file, e.g. search.json"
     for name, flag in (
         ("chaos_deadline", "--chaos-deadline"),
         ("chaos_wall_deadline", "--chaos-wall-deadline"),

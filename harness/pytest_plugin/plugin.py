@@ -95,7 +95,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         metavar="MODULE:FUNC",
         help="your own elastic loop (MODULE:FUNC or FILE.py:FUNC), run unchanged by the chaos "
-        "suite's loop scenarios and the acceptance runtime rows (default: the sample loop)",
+        "suite's loop scenarios, the property suites' loop search and the acceptance runtime "
+        "rows (default: the sample loop)",
     )
     group.addoption(
         "--chaos-report",
@@ -121,6 +122,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="hypothesis profile of the property suites: ci (default), dev, nightly "
         "(env PATHWAYS_CHAOS_PROFILE)",
+    )
+    group.addoption(
+        "--chaos-budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="with --chaos-loop: seconds of episodes the property suites' loop search may spend "
+        "(default 120 under the ci profile, none under dev and nightly)",
+    )
+    group.addoption(
+        "--chaos-search-report",
+        default=None,
+        metavar="PATH",
+        help="with --chaos-loop: write what the loop search covered as JSON to PATH (default: "
+        "loop-search.json in --chaos-log-dir, else in pytest's cache folder)",
     )
     group.addoption(
         "--chaos-arm",

@@ -2,6 +2,12 @@
 
 ``ci`` is fast enough for every push, ``dev`` searches more, ``nightly`` runs thousands of
 examples. The seed is printed in the header so any failure reproduces with --hypothesis-seed.
+
+Without ``--chaos-loop`` the suites test a trainer class (``--chaos-trainer``, the reference by
+default) and the loop search (test_loop_properties.py) is left out; with it, the loop search
+runs on the user's loop and the trainer suites are left out (they drive a trainer class
+through its seams, which a loop does not have). The loop search spends at most
+``--chaos-budget`` seconds of episodes (120 under ci) and reports what it covered at the end.
 """
 
 from __future__ import annotations
@@ -13,6 +19,12 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 
 PROFILES = {"ci": 25, "dev": 200, "nightly": 2000}
+#: Seconds of episodes the loop search may spend per profile (``--chaos-budget`` overrides).
+LOOP_BUDGETS: dict[str, float | None] = {"ci": 120.0, "dev": None, "nightly": None}
+#: The loop search's test module: run with --chaos-loop, and only then.
+LOOP_MODULE = "test_loop_properties.py"
+_SEARCH = pytest.StashKey[object]()
+_WORKER_STATS = "pathways_chaos_loop_search"
 
 for _name, _examples in PROFILES.items():
     settings.register_profile(
@@ -56,8 +68,11 @@ def pytest_configure(config: pytest.Config) -> None:
         trainer_under_test,
     )
 
-    if config.getoption("chaos_loop", None):
-        return  # a user's loop: these suites test trainer classes, deselected below
+    loop = config.getoption("chaos_loop", None)
+    if loop:
+        _start_loop_search(config, str(loop), name)
+        enable_compilation_cache()
+        return
     try:  # the stateful TestCase is built at import, from this choice
         set_session_trainer(trainer_under_test(config))
     except ChaosConfigError as error:
@@ -65,26 +80,114 @@ def pytest_configure(config: pytest.Config) -> None:
     enable_compilation_cache()  # each mesh shape compiles once per session, not per example
 
 
+def _start_loop_search(config: pytest.Config, loop: str, profile: str) -> None:
+    from pathways_chaos.harness.engine.loop_episode import load_loop
+    from pathways_chaos.harness.errors import ChaosConfigError
+    from pathways_chaos.harness.properties.loop import LoopSearch, LoopTarget
+    from pathways_chaos.harness.pytest_plugin.plugin import fake_topology
+
+    try:
+        load_loop(loop)  # a bad spec: one line now, not one per test
+    except ChaosConfigError as error:
+        raise pytest.UsageError(str(error)) from None
+    budget = config.getoption("chaos_budget", None)
+    seed = config.getoption("hypothesis_seed", None)
+    topology = fake_topology(config)
+    config.stash[_SEARCH] = LoopSearch(
+        LoopTarget(loop, topology=f"{topology.num_slices}x{topology.devices_per_slice}"),
+        profile=profile,
+        budget_s=float(budget) if budget is not None else LOOP_BUDGETS[profile],
+        seed=int(seed) if seed is not None else 0,
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """With ``--chaos-loop`` these suites are left out, and the header says so: they drive a
-    trainer class through its seams, which a user's loop does not have."""
-    if not config.getoption("chaos_loop", None):
-        return
+    """With ``--chaos-loop`` only the loop search runs here; without it, all but the loop
+    search (and the header says which)."""
     here = Path(__file__).parent
-    mine = [item for item in items if Path(item.path).is_relative_to(here)]
-    if mine:
-        config.hook.pytest_deselected(items=mine)
-        items[:] = [item for item in items if not Path(item.path).is_relative_to(here)]
+    with_loop = bool(config.getoption("chaos_loop", None))
+
+    def dropped(item: pytest.Item) -> bool:
+        path = Path(item.path)
+        if not path.is_relative_to(here):
+            return False
+        return (path.name == LOOP_MODULE) != with_loop
+
+    drop = [item for item in items if dropped(item)]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = [item for item in items if not dropped(item)]
+
+
+@pytest.fixture(scope="session")
+def loop_search(pytestconfig: pytest.Config) -> object:
+    """The search over ``--chaos-loop``'s loop: one fault-free run for the session."""
+    search = pytestconfig.stash.get(_SEARCH, None)
+    if search is None:
+        pytest.skip("the loop search runs with --chaos-loop=MODULE:FUNC")
+    return search
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    search = session.config.stash.get(_SEARCH, None)
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if search is not None and workeroutput is not None:  # an xdist worker: to the controller
+        workeroutput[_WORKER_STATS] = search.stats.to_json()  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    """pytest-xdist: a worker's figures join the controller's."""
+    del error
+    output = getattr(node, "workeroutput", {}).get(_WORKER_STATS)
+    config = getattr(node, "config", None)
+    search = config.stash.get(_SEARCH, None) if config is not None else None
+    if output and search is not None:
+        search.stats.merge(output)  # type: ignore[attr-defined]
+
+
+def pytest_terminal_summary(terminalreporter: object, config: pytest.Config) -> None:
+    """One line (and a JSON file) saying what the loop search covered, within what budget."""
+    search = config.stash.get(_SEARCH, None)
+    if search is None or hasattr(config, "workerinput"):
+        return
+    stats = search.stats  # type: ignore[attr-defined]
+    if not stats.schedules and not stats.skipped_for_budget:
+        return
+    import json
+
+    path = config.getoption("chaos_search_report", None)
+    if path is None:
+        log_dir = config.getoption("chaos_log_dir", None)
+        cache = getattr(config, "cache", None)  # None under -p no:cacheprovider
+        if log_dir:
+            folder = Path(log_dir)
+        elif cache is not None:
+            folder = Path(str(cache.mkdir("pathways-chaos")))
+        else:
+            import tempfile
+
+            folder = Path(tempfile.gettempdir()) / "pathways-chaos"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / "loop-search.json"
+    Path(path).write_text(json.dumps(stats.to_json(), indent=2) + "\n")
+    write = terminalreporter.write_line  # type: ignore[attr-defined]
+    write(stats.summary())
+    write(f"pathways-chaos loop search figures: {path}")
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    if config.getoption("chaos_loop", None):
-        return (
-            "pathways-chaos properties: not run with --chaos-loop (they test trainer classes "
-            "through --chaos-trainer; the chaos suite judges the loop)"
-        )
     seed = config.getoption("hypothesis_seed", None)
     name = _profile(config)
+    search = config.stash.get(_SEARCH, None)
+    if search is not None:
+        budget = search.budget_s  # type: ignore[attr-defined]
+        spend = f"a budget of {budget:g} s of episodes" if budget else "no time budget"
+        return (
+            f"pathways-chaos properties: the loop search on {config.getoption('chaos_loop')}, "
+            f"hypothesis profile {name!r}, seed {search.seed}, {spend} "  # type: ignore[attr-defined]
+            "(the trainer suites are left out: they test --chaos-trainer classes)"
+        )
     how = (
         "derandomized: the same examples every run" if name == "ci" else f"--hypothesis-seed={seed}"
     )

@@ -1,0 +1,763 @@
+"""The properties over a user's own loop (``--chaos-loop``): generated fault schedules, judged by
+the loop judge against a fault-free run of the same loop.
+
+A loop is a black box: the faults fire on what the observer sees (the Nth batch drawn, save,
+restore or attempt, a time on the episode clock), so the generator sizes its triggers from the
+fault-free run (how many batches and saves the loop makes). Slice 0 is never lost: it always
+holds a replica of the latest snapshot, so every generated schedule is one a correct loop
+survives, whatever its recovery mode (every lost slice also comes back, after a few health
+polls, so a pause-and-resume loop is never left waiting for good).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import math
+import re
+import shlex
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hypothesis import strategies as st
+
+from pathways_chaos.harness.properties.settings import LOSS_KINDS, PropertyFailure
+
+#: Fault scenarios a loop is searched with; each one is one or two schedule entries.
+LOOP_SCENARIOS = (
+    "slice_down",  # a slice-down code (each of LOSS_KINDS), back after 1-3 health polls
+    "loss_and_repair",  # lost, then repaired by a later entry
+    "flapping",  # lost, back, lost again once touched a few times
+    "loss_during_a_save",  # lost at the loop's Nth Snapshotter save
+    "loss_during_a_restore",  # a loss, then another at the restore it causes
+    "slow_save_then_failure",  # a save held in flight, a loss or retried error meanwhile
+    "retried_error",  # a slice-down code raised with no slice lost (a retried error)
+    "preemption",  # SIGTERM: a loop that handles it checkpoints, and a new run resumes
+)
+
+#: Elastic attempts each scenario may cost (a loop's retry policy is finite): a schedule's
+#: scenarios together cost at most ``MAX_ATTEMPT_COST``.
+ATTEMPT_COST = {
+    "slice_down": 1,
+    "loss_and_repair": 1,
+    "flapping": 3,
+    "loss_during_a_save": 1,
+    "loss_during_a_restore": 2,
+    "slow_save_then_failure": 1,
+    "retried_error": 1,
+    "preemption": 0,
+}
+MAX_ATTEMPT_COST = 4
+#: Preemptions per schedule: an episode runs the loop at most three times.
+MAX_PREEMPTIONS = 2
+
+#: The property families: each draws its schedules from these scenarios.
+FAMILIES = {
+    "snapshot": (
+        "slice_down",
+        "loss_during_a_save",
+        "loss_during_a_restore",
+        "slow_save_then_failure",
+        "retried_error",
+    ),
+    "dataset": ("slice_down", "loss_and_repair", "retried_error", "preemption"),
+    "mesh": ("slice_down", "loss_and_repair", "flapping"),
+    "stateful": LOOP_SCENARIOS,
+}
+
+#: What the coverage report counts per episode (``loop_features``).
+LOOP_FEATURES = (
+    "slice lost",
+    "restore",
+    "restore interrupted",
+    "mesh shrink",
+    "mesh grows back",
+    "in-loop scale-up",
+    "retried error",
+    "save held in flight",
+    "preemption resumed",
+    "fault never fired",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopTarget:
+    """The loop under test: ``MODULE:FUNC`` (or ``FILE.py:FUNC``), its options, the fake
+    cluster's shape. Everything the replay command needs to run it again."""
+
+    spec: str
+    options: tuple[tuple[str, Any], ...] = ()
+    topology: str = "4x2"
+
+    @property
+    def num_slices(self) -> int:
+        return int(self.topology.lower().partition("x")[0])
+
+    def load(self) -> Callable[..., Any]:
+        from pathways_chaos.harness.engine.loop_episode import load_loop
+
+        return load_loop(self.spec)
+
+    def replay_command(self, schedule: str) -> str:
+        parts = ["pathways-chaos", "replay", "--loop", self.spec, "--schedule", schedule]
+        if self.topology != "4x2":
+            parts += ["--topology", self.topology]
+        for key, value in self.options:
+            parts += ["--option", f"{key}={json.dumps(value)}"]
+        return " ".join(shlex.quote(p) for p in parts)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopShape:
+    """What the fault-free run shows: how many batches and saves, how long it took."""
+
+    batches: int
+    saves: int
+    seconds: float
+
+    @classmethod
+    def of(cls, events: list[dict[str, Any]], seconds: float) -> LoopShape:
+        batches = sum(1 for e in events if e["kind"] == "batch")
+        saves = sum(1 for e in events if e["kind"] == "snapshot_save" and not e.get("skipped"))
+        return cls(batches, saves, seconds)
+
+
+def play_target(
+    target: LoopTarget, schedule: str, baseline: list[dict[str, Any]] | None
+) -> tuple[Any, float]:
+    """One episode on a fresh fake cluster (nothing carries over), with its own checkpoint
+    folder; returns the ``Outcome`` and its wall time."""
+    import gc
+
+    from pathways_chaos.harness.play import play_loop
+
+    # The last episode's garbage is collected now, not halfway through this one (where the
+    # no-leaks judge would count it as this episode's live arrays).
+    gc.collect()
+    with tempfile.TemporaryDirectory(prefix="pathways-chaos-loop-") as tmp:
+        t0 = time.perf_counter()
+        outcome = play_loop(
+            target.load(),
+            schedule,
+            baseline=baseline,
+            options=dict(target.options),
+            topology=target.topology,
+            checkpoint_dir=Path(tmp) / "checkpoints",
+        )
+        _release_leftover_snapshotters()
+        return outcome, time.perf_counter() - t0
+
+
+def _release_leftover_snapshotters() -> None:
+    """Ends the worker threads of the Snapshotters the loop made and left running.
+
+    Each episode's loop makes its own; without this a search of a hundred schedules leaves
+    ~200 threads, which the interpreter then waits for at exit (minutes, seen under the ci
+    budget). The episode is judged by now; nothing reads them again.
+    """
+    import gc
+
+    from pathways_chaos.harness.engine.snapshotter_release import (
+        live_snapshotter_threads,
+        release_snapshotter,
+    )
+
+    if not live_snapshotter_threads():
+        return
+    from orbax.checkpoint.experimental.v1.training.pathways import Snapshotter
+
+    for obj in gc.get_objects():
+        if isinstance(obj, Snapshotter):
+            release_snapshotter(obj)
+
+
+# -- the schedule generator ----------------------------------------------------------------
+@dataclasses.dataclass
+class ScheduleWriter:
+    """Writes a schedule scenario by scenario, at batches that only move forward.
+
+    It keeps the schedule one a correct loop survives: slice 0 is never lost, every loss comes
+    back, the scenarios' attempts stay within ``MAX_ATTEMPT_COST``, at most two preemptions.
+    """
+
+    shape: LoopShape
+    num_slices: int
+    batch: int = 1
+    restores: int = 0
+    cost: int = 0
+    preemptions: int = 0
+    entries: list[str] = dataclasses.field(default_factory=list)
+    scenarios: list[str] = dataclasses.field(default_factory=list)
+    #: Slices an explicit ``repair`` entry will bring back: no other scenario loses them.
+    reserved: set[int] = dataclasses.field(default_factory=set)
+    #: Slices some entry loses (a repair is written only for a slice lost once).
+    touched: set[int] = dataclasses.field(default_factory=set)
+
+    @property
+    def last_batch(self) -> int:
+        return max(1, self.shape.batches)
+
+    def can(self, what: str) -> bool:
+        if self.cost + ATTEMPT_COST[what] > MAX_ATTEMPT_COST:
+            return False
+        if what == "preemption":
+            return self.preemptions < MAX_PREEMPTIONS
+        if what in ("retried_error", "slow_save_then_failure"):
+            return what != "slow_save_then_failure" or self.shape.saves > 0
+        if what == "loss_during_a_save" and self.shape.saves == 0:
+            return False
+        return bool(self.free_slices())  # the rest lose a slice other than slice 0
+
+    def free_slices(self) -> list[int]:
+        """Slices a scenario may lose: never slice 0, never one with a repair to come.
+
+        A repair written for one loss must not land right after another loss of the same
+        slice: the fake cluster deletes a lost slice's arrays at the loss, and a slice repaired
+        before the loop touched them makes the loop read deleted arrays ("RuntimeError: Array
+        has been deleted"), which no real slice does. Found by the dev profile on the sample
+        loop: raise_error@batch=2:code=DATA_LOSS,repair@batch=7:slice=1,
+        data_loss@save=2:slice=1:repair_after_polls=1 (REPAIR_SAME_STEP for trainers).
+        """
+        return [s for s in range(1, self.num_slices) if s not in self.reserved]
+
+    def advance(self, batches: int) -> None:
+        self.batch = min(self.batch + batches, self.last_batch)
+
+    def write(self, draw: Callable[[st.SearchStrategy[Any]], Any], what: str) -> None:
+        """Appends ``what`` at the current batch (a retried error instead, where it cannot be)."""
+        if not self.can(what):
+            what = "retried_error" if self.can("retried_error") else ""
+            if not what:
+                return
+        self.scenarios.append(what)
+        self.cost += ATTEMPT_COST[what]
+        getattr(self, "_" + what)(draw)
+
+    def text(self) -> str:
+        return ",".join(self.entries)
+
+    def __repr__(self) -> str:  # what hypothesis prints for a failing example: the schedule
+        return f"ScheduleWriter(schedule={self.text()!r}, scenarios={self.scenarios!r})"
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # hypothesis's printer
+        del cycle
+        printer.text(repr(self))
+
+    # one method per scenario
+    def _loss(
+        self,
+        draw: Callable[..., Any],
+        trigger: str,
+        polls: int | None = None,
+        untouched: bool = False,
+    ) -> int:
+        free = [s for s in self.free_slices() if not (untouched and s in self.touched)]
+        if not free:  # the slices left are reserved: a retried error stands in for the loss
+            self._retried_error(draw)
+            return -1
+        s = draw(st.sampled_from(free))
+        kind = draw(st.sampled_from(LOSS_KINDS))
+        polls = draw(st.integers(1, 3)) if polls is None else polls
+        self.entries.append(f"{kind}@{trigger}:slice={s}:repair_after_polls={polls}")
+        self.restores += 1
+        self.touched.add(s)
+        return s
+
+    def _slice_down(self, draw: Callable[..., Any]) -> None:
+        how = draw(st.sampled_from(["batch", "batch", "batch", "time", "attempt"]))
+        if how == "time":  # the episode clock runs at least a second a batch
+            trigger = f"time={self.batch + draw(st.integers(0, 3))}"
+        elif how == "attempt" and self.restores:
+            trigger = f"attempt={min(self.restores + 1, 3)}"
+        else:
+            trigger = f"batch={self.batch}"
+        self._loss(draw, trigger)
+
+    def _loss_and_repair(self, draw: Callable[..., Any]) -> None:
+        # Back by itself after 4-6 polls at the latest (a pause-and-resume loop draws no
+        # batch until then), repaired at a later batch before that when the loop goes on.
+        # A slice no entry lost before (a flapping one, or one lost at a save or a time,
+        # may go down again just before this repair).
+        s = self._loss(draw, f"batch={self.batch}", polls=draw(st.integers(4, 6)), untouched=True)
+        if s < 0:
+            return
+        later = min(self.batch + draw(st.integers(1, 5)), self.last_batch)
+        if later > self.batch:  # never at the batch of the loss itself
+            self.entries.append(f"repair@batch={later}:slice={s}")
+            self.reserved.add(s)
+
+    def _flapping(self, draw: Callable[..., Any]) -> None:
+        s = draw(st.sampled_from(self.free_slices()))
+        times, up = draw(st.integers(1, 3)), draw(st.integers(2, 6))
+        self.entries.append(f"flapping@batch={self.batch}:slice={s}:times={times}:up_accesses={up}")
+        self.touched.add(s)
+        self.restores += times
+
+    def _save_near(self, draw: Callable[..., Any]) -> int:
+        """The Nth save at about the current batch (saves are counted over the episode)."""
+        near = math.ceil(self.batch * self.shape.saves / self.last_batch)
+        return int(min(max(1, near + draw(st.integers(0, 1))), self.shape.saves))
+
+    def _loss_during_a_save(self, draw: Callable[..., Any]) -> None:
+        self._loss(draw, f"save={self._save_near(draw)}")
+
+    def _loss_during_a_restore(self, draw: Callable[..., Any]) -> None:
+        self._loss(draw, f"batch={self.batch}")
+        self._loss(draw, f"restore={self.restores}")
+
+    def _slow_save_then_failure(self, draw: Callable[..., Any]) -> None:
+        if draw(st.booleans()):
+            hold = f"seconds={draw(st.integers(2, 6))}"
+        else:
+            hold = f"polls={draw(st.integers(1, 3))}"
+        self.entries.append(f"slow_save@batch={self.batch}:{hold}")
+        every = max(1, self.last_batch // max(1, self.shape.saves))  # batches between saves
+        self.advance(draw(st.integers(1, every + 1)))
+        if self.free_slices() and draw(st.booleans()):
+            self._loss(draw, f"batch={self.batch}")
+        else:
+            self._retried_error(draw)
+
+    def _retried_error(self, draw: Callable[..., Any]) -> None:
+        code = draw(st.sampled_from([k.upper() for k in LOSS_KINDS]))
+        self.entries.append(f"raise_error@batch={self.batch}:code={code}")
+        self.restores += 1
+
+    def _preemption(self, draw: Callable[..., Any]) -> None:
+        del draw
+        self.preemptions += 1
+        self.entries.append(f"preemption@batch={self.batch}")
+
+
+@st.composite
+def loop_schedules(
+    draw: st.DrawFn, shape: LoopShape, num_slices: int, family: str = "stateful"
+) -> ScheduleWriter:
+    """One to three scenarios of ``family`` at batches that move forward through the run."""
+    writer = ScheduleWriter(shape, num_slices)
+    for _ in range(draw(st.integers(1, 3))):
+        writer.advance(draw(st.integers(0, max(1, shape.batches // 3))))
+        writer.write(draw, draw(st.sampled_from(FAMILIES[family])))
+    return writer
+
+
+# -- what an episode covered ---------------------------------------------------------------
+def loop_features(events: list[dict[str, Any]]) -> set[str]:
+    """Which of ``LOOP_FEATURES`` a loop episode's log shows."""
+    out: set[str] = set()
+    restores = {"restore_begin": 0, "restore_end": 0}
+    last_mesh: int | None = None
+    attempt_meshes = 0
+    scheduled = 0
+    fired = 0
+    for e in events:
+        kind = e["kind"]
+        if kind == "episode_start":
+            scheduled = len([p for p in str(e.get("schedule", "")).split(",") if p])
+        elif kind == "fault":
+            fired += 1
+            name = e["fault"]["kind"]
+            if name in (*LOSS_KINDS, "flapping") and "touched" in e:
+                out.add("slice lost")
+            elif name == "raise_error":
+                out.add("retried error")
+        elif kind in restores:
+            restores[kind] += 1
+        elif kind == "attempt_start":
+            attempt_meshes = 0
+        elif kind == "mesh":
+            n = len(e["slices"])
+            attempt_meshes += 1
+            if last_mesh is not None and n < last_mesh:
+                out.add("mesh shrink")
+            if last_mesh is not None and n > last_mesh:
+                out.add("mesh grows back")
+                if attempt_meshes > 1:
+                    out.add("in-loop scale-up")
+            last_mesh = n
+        elif kind == "save_held":
+            out.add("save held in flight")
+        elif kind == "run_end" and e.get("status") == "suspended":
+            out.add("preemption resumed")
+    if restores["restore_end"]:
+        out.add("restore")
+    if restores["restore_begin"] > restores["restore_end"]:
+        out.add("restore interrupted")
+    if fired < scheduled:
+        out.add("fault never fired")
+    return out
+
+
+@dataclasses.dataclass
+class SearchStats:
+    """What the loop search covered: schedules run, their time, fault kinds, event shares."""
+
+    loop: str = ""
+    profile: str = ""
+    budget_s: float | None = None
+    schedules: int = 0
+    failures: int = 0
+    skipped_for_budget: int = 0
+    seconds: float = 0.0
+    wall_s: float = 0.0  # the searches' wall time (generation, shrinking, episodes)
+    baseline_s: float = 0.0
+    scenarios: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    fault_kinds: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    features: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    by_property: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    #: Schedules that failed once and passed when run again (not reported as failures).
+    flaky: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+    def note(self, prop: str, writer: ScheduleWriter, events: list[Any], seconds: float) -> None:
+        self.schedules += 1
+        self.by_property[prop] += 1
+        self.seconds += seconds
+        self.scenarios.update(writer.scenarios)
+        self.fault_kinds.update(e.partition("@")[0] for e in writer.entries)
+        self.features.update(loop_features(events))
+
+    def to_json(self) -> dict[str, Any]:
+        n = max(1, self.schedules)
+        return {
+            "loop": self.loop,
+            "profile": self.profile,
+            "budget_s": self.budget_s,
+            "episode_s": round(self.seconds, 2),
+            "wall_s": round(self.wall_s, 2),
+            "baseline_s": round(self.baseline_s, 2),
+            "schedules": self.schedules,
+            "failures": self.failures,
+            "skipped_for_budget": self.skipped_for_budget,
+            "flaky": self.flaky,
+            "schedules_per_minute": round(self.schedules / self.seconds * 60, 1)
+            if self.seconds
+            else None,
+            "by_property": dict(self.by_property),
+            "scenarios": dict(self.scenarios),
+            "fault_kinds": dict(self.fault_kinds),
+            "episode_shares": {f: round(self.features[f] / n, 3) for f in LOOP_FEATURES},
+        }
+
+    def merge(self, other: dict[str, Any]) -> None:
+        """Adds a worker's figures (``to_json``) to these (pytest-xdist)."""
+        self.loop = self.loop or other["loop"]
+        self.profile = self.profile or other["profile"]
+        self.budget_s = self.budget_s if self.budget_s is not None else other["budget_s"]
+        self.schedules += other["schedules"]
+        self.failures += other["failures"]
+        self.skipped_for_budget += other["skipped_for_budget"]
+        self.flaky += other["flaky"]
+        self.seconds += other["episode_s"]
+        self.wall_s += other["wall_s"]
+        self.baseline_s += other["baseline_s"]
+        self.by_property.update(other["by_property"])
+        self.scenarios.update(other["scenarios"])
+        self.fault_kinds.update(other["fault_kinds"])
+        for name, share in other["episode_shares"].items():
+            self.features[name] += round(share * other["schedules"])
+
+    def summary(self) -> str:
+        data = self.to_json()
+        budget = f" of a {self.budget_s:g} s budget" if self.budget_s else ""
+        skipped = self.skipped_for_budget
+        unrun = f", {skipped} not run (budget spent)" if skipped else ""
+        if self.flaky:
+            unrun += f", {len(self.flaky)} failed once but not again (see 'flaky' in the JSON)"
+        shares = ", ".join(f"{k} {v:.0%}" for k, v in data["episode_shares"].items() if v)
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.fault_kinds.items()))
+        return (
+            f"pathways-chaos loop search ({self.profile}): {self.schedules} schedules in "
+            f"{self.wall_s + self.baseline_s:.1f} s{budget} on {self.loop}, "
+            f"{self.failures} failed{unrun}; "
+            f"fault kinds drawn: {kinds or 'none'}; episodes with: {shares or 'nothing'}"
+        )
+
+
+def _shape_of(violation: str) -> str:
+    """A violation without its numbers: "fails the same way" compares these."""
+    return re.sub(r"\d+", "N", violation)
+
+
+class LoopPropertyFailure(PropertyFailure):
+    """A loop property does not hold; ``schedule`` is the text that shows it."""
+
+    def __init__(self, message: str, schedule: str = "") -> None:
+        super().__init__(message)
+        self.schedule = schedule
+
+
+# -- the search over one loop --------------------------------------------------------------
+#: Share of the budget each property gets (they run in this order in the suite).
+BUDGET_SHARES = {"snapshot": 0.2, "dataset": 0.2, "mesh": 0.2, "stateful": 0.4}
+#: Examples per property when no budget is set: this share of the profile's max_examples.
+PROFILE_SHARES = {"snapshot": 0.25, "dataset": 0.25, "mesh": 0.25, "stateful": 0.5}
+
+
+class LoopSearch:
+    """Searches one loop: the fault-free run once per (loop, options, topology), a budget,
+    the example database keyed by the loop, the figures of what it covered."""
+
+    def __init__(
+        self,
+        target: LoopTarget,
+        *,
+        profile: str = "ci",
+        budget_s: float | None = None,
+        seed: int | None = 0,
+        database: Any = "default",
+        max_examples: int | None = None,
+        shrink: bool = True,
+    ) -> None:
+        self.target = target
+        self.profile = profile
+        self.budget_s = budget_s
+        self.seed = seed
+        self.database = database
+        self.max_examples = max_examples
+        self.shrink = shrink  # off: the first failure, cut down by ``minimize`` alone
+        self.stats = SearchStats(loop=target.spec, profile=profile, budget_s=budget_s)
+        self._baseline: list[dict[str, Any]] | None = None
+        self._shape: LoopShape | None = None
+        self._episode_s: float | None = None
+        self._allowances: dict[str, float] = {}
+        self._started: dict[str, float] = {}
+        self._failed: set[str] = set()
+
+    # the fault-free run, once
+    def baseline(self) -> tuple[list[dict[str, Any]], LoopShape]:
+        if self._baseline is None or self._shape is None:
+            outcome, seconds = play_target(self.target, "", None)
+            if not outcome.result.completed:
+                raise PropertyFailure(
+                    f"the fault-free run of {self.target.spec} did not complete "
+                    f"({outcome.result.error!r}): fix the loop before searching its faults"
+                )
+            self._baseline = list(outcome.events)
+            self._shape = LoopShape.of(self._baseline, seconds)
+            self.stats.baseline_s += seconds
+            if self._shape.batches == 0:
+                raise PropertyFailure(
+                    f"{self.target.spec} drew no batch from a grain iterator in its fault-free "
+                    "run: the loop search triggers faults on batches (use ElasticIterator)"
+                )
+            # A warm episode (executables and the compilation cache reused) prices the rest.
+            _, self._episode_s = play_target(self.target, "", self._baseline)
+            self.stats.baseline_s += self._episode_s
+        return self._baseline, self._shape
+
+    def examples_for(self, prop: str) -> int:
+        """The profile's share of examples, or what ``prop``'s share of the budget buys."""
+        from hypothesis import settings
+
+        if self.max_examples is not None:
+            return self.max_examples
+        by_profile = max(3, int(settings().max_examples * PROFILE_SHARES[prop]))
+        if self.budget_s is None:
+            return by_profile
+        self.baseline()
+        allowance = self._allowance(prop)
+        if self.stats.schedules:  # what this loop's schedules have cost so far, wall time
+            per_episode = max(self.stats.wall_s, self.stats.seconds) / self.stats.schedules
+        else:
+            per_episode = 2.5 * (self._episode_s or 1.0)  # faults cost more than a clean run
+        return max(3, int(allowance / max(0.05, per_episode)) + 1)
+
+    def _allowance(self, prop: str) -> float:
+        """``prop``'s share of what is left of the budget, fixed when it starts."""
+        assert self.budget_s is not None
+        if prop not in self._allowances:
+            waiting = [p for p in BUDGET_SHARES if p not in self._allowances]
+            left = max(0.0, self.budget_s - self.stats.wall_s - self.stats.baseline_s)
+            share = BUDGET_SHARES[prop] / sum(BUDGET_SHARES[p] for p in waiting)
+            self._allowances[prop] = left * share
+        return self._allowances[prop]
+
+    def settings(self, prop: str) -> Any:
+        from hypothesis import HealthCheck, Phase, settings
+        from hypothesis.database import DirectoryBasedExampleDatabase
+
+        database = self.database
+        if database == "default":
+            database = DirectoryBasedExampleDatabase(Path(".hypothesis") / "examples")
+        return settings(
+            settings(),
+            max_examples=self.examples_for(prop),
+            deadline=None,
+            derandomize=False,  # a seed instead: reproducible, and the database stays on
+            database=database,
+            phases=tuple(
+                p
+                for p in Phase
+                if p is not Phase.explain and (self.shrink or p is not Phase.shrink)
+            ),
+            suppress_health_check=list(HealthCheck),
+            stateful_step_count=6,
+        )
+
+    def database_key(self, prop: str) -> bytes:
+        return f"pathways-chaos loop {prop} {self.target!r}".encode()
+
+    # one episode, judged
+    def check(self, prop: str, writer: ScheduleWriter) -> None:
+        """Runs the loop under the writer's schedule; a ``PropertyFailure`` unless it survived."""
+        if self._over_budget(prop):
+            self.stats.skipped_for_budget += 1
+            return
+        baseline, _ = self.baseline()
+        schedule = writer.text()
+        outcome, seconds = play_target(self.target, schedule, baseline)
+        self.stats.note(prop, writer, outcome.events, seconds)
+        _note_hypothesis_events(outcome.events, writer)
+        verdict = outcome.verdict
+        if verdict.ok:
+            return
+        again, seconds = play_target(self.target, schedule, baseline)
+        self.stats.seconds += seconds  # the budget pays for the check run, too
+        if again.verdict.ok:
+            # Reported only when it fails again: the replay command must show it. Counted, with
+            # what it said, in the figures.
+            self.stats.flaky.append({"schedule": schedule, "violations": verdict.violations})
+            return
+        self.stats.failures += 1
+        self._failed.add(prop)
+        raise LoopPropertyFailure(self.failure_message(prop, schedule, verdict), schedule)
+
+    def failure_message(self, prop: str, schedule: str, verdict: Any) -> str:
+        lines = [f"{PROPERTY_NAMES[prop]} property violated by {self.target.spec}:"]
+        lines += [f"  - {v}" for v in verdict.violations]
+        lines += [
+            f"  schedule: {schedule or '(none)'}",
+            f"  replay: {self.target.replay_command(schedule)}",
+        ]
+        return "\n".join(lines)
+
+    def minimize(self, prop: str, schedule: str) -> tuple[str, Any] | None:
+        """Drops every entry the failure does not need, one at a time, until each that is
+        left is needed (hypothesis shrinks the scenarios it drew; this shrinks the text the
+        replay command runs). None when the schedule no longer fails."""
+        baseline, _ = self.baseline()
+        entries = [e for e in schedule.split(",") if e]
+        outcome, _ = play_target(self.target, ",".join(entries), baseline)
+        if outcome.verdict.ok:
+            return None
+        verdict = outcome.verdict
+        same_way = _shape_of(verdict.violations[0])
+        i = 0
+        while i < len(entries) and len(entries) > 1:
+            candidate = entries[:i] + entries[i + 1 :]
+            trial, _ = play_target(self.target, ",".join(candidate), baseline)
+            if trial.verdict.ok or _shape_of(trial.verdict.violations[0]) != same_way:
+                i += 1  # needed, or without it the loop fails another way
+            else:
+                entries, verdict = candidate, trial.verdict
+        return ",".join(entries), verdict
+
+    def _over_budget(self, prop: str) -> bool:
+        """Past its share of the budget, a property runs no more new examples, unless one has
+        failed (then shrinking and hypothesis's final replay must run every episode)."""
+        if self.budget_s is None or prop in self._failed or prop not in self._started:
+            return False
+        # Wall time, not only the episodes': what a CI job waits for.
+        return time.perf_counter() - self._started[prop] >= self._allowance(prop)
+
+    def run(self, prop: str) -> None:
+        """Searches ``prop`` (snapshot, dataset, mesh or stateful) over the loop."""
+        from hypothesis import given
+        from hypothesis.stateful import get_state_machine_test
+
+        _, shape = self.baseline()
+        if prop == "stateful":
+            search = get_state_machine_test(
+                loop_machine(self), settings=self.settings(prop), _min_steps=1
+            )
+        elif prop in FAMILIES:
+
+            @self.settings(prop)
+            @given(writer=loop_schedules(shape, self.target.num_slices, prop))
+            def search(writer: ScheduleWriter) -> None:
+                self.check(prop, writer)
+
+        else:
+            raise ValueError(f"no loop property {prop!r}: snapshot, dataset, mesh or stateful")
+        # A failure found for this loop is tried first next time (the key names the loop).
+        search._hypothesis_internal_database_key = self.database_key(prop)  # type: ignore[attr-defined]
+        self._started[prop] = time.perf_counter()
+        if self.seed is not None:
+            # What @seed(n) sets, without the database=None that @seed adds: a reproducible
+            # search that still tries a failure it saved before anything new.
+            search._hypothesis_internal_use_seed = self.seed  # type: ignore[attr-defined]
+        try:
+            try:
+                search()
+            finally:
+                self.stats.wall_s += time.perf_counter() - self._started[prop]
+        except LoopPropertyFailure as failure:
+            smaller = self.minimize(prop, failure.schedule)
+            if smaller is None or smaller[0] == failure.schedule:
+                raise
+            raise LoopPropertyFailure(
+                self.failure_message(prop, *smaller)
+                + f"\n  (hypothesis's shortest schedule was {failure.schedule}; the entries "
+                "above are each needed)",
+                smaller[0],
+            ) from failure
+
+
+PROPERTY_NAMES = {
+    "snapshot": "snapshot round-trip (loop)",
+    "dataset": "dataset continuity (loop)",
+    "mesh": "mesh rebuild (loop)",
+    "stateful": "end-to-end (loop, stateful)",
+}
+
+
+def _note_hypothesis_events(events: list[Any], writer: ScheduleWriter) -> None:
+    from hypothesis import event
+    from hypothesis.control import currently_in_test_context
+
+    if currently_in_test_context():
+        for name in sorted(loop_features(events)):
+            event(f"episode includes: {name}")
+        for name in sorted(set(writer.scenarios)):
+            event(f"scenario: {name}")
+
+
+def loop_machine(search: LoopSearch) -> type[Any]:
+    """A state machine whose rules write a loop's fault schedule as the run goes (each rule a
+    scenario at a batch that only moves forward) and whose teardown runs and judges it.
+
+    One rule, with no precondition and no invalid draws, so hypothesis discards no example;
+    an example it is throwing away (an exception in flight) runs no episode.
+    """
+    from hypothesis.stateful import RuleBasedStateMachine, rule
+
+    _, shape = search.baseline()
+
+    class LoopMachine(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.writer = ScheduleWriter(shape, search.target.num_slices)
+
+        @rule(
+            what=st.sampled_from(LOOP_SCENARIOS),
+            advance=st.integers(0, max(1, shape.batches // 4)),
+            data=st.data(),
+        )
+        def fault(self, what: str, advance: int, data: st.DataObject) -> None:
+            """One scenario, ``advance`` batches after the last one."""
+            self.writer.advance(advance)
+            self.writer.write(data.draw, what)
+
+        def teardown(self) -> None:
+            import sys
+
+            if sys.exc_info()[1] is not None:
+                return
+            search.check("stateful", self.writer)
+
+    LoopMachine.__name__ = LoopMachine.__qualname__ = "LoopMachine"
+    return LoopMachine

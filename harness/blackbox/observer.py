@@ -97,7 +97,15 @@ class LoopObserver:
             fields["where"] = where_raised(error)
             cause = error.__cause__
             fields["cause"] = f"{type(cause).__name__}: {cause}"[:300] if cause else None
-        elif value is not None:
+        if self.lineage is not None and self._failed_attempts:
+            # What failed attempts still hold once the run is over and garbage is collected:
+            # a transient holder (a worker thread, a log record) is gone by now, a leak is not.
+            gc.collect()
+            live = self.lineage.live_by_attempt()
+            fields["failed_attempts_alive"] = {
+                k: n for k, n in live.items() if k in self._failed_attempts
+            }
+        if error is None and value is not None:
             fields["returned"] = type(value).__name__
             fields["final_state"] = describe_state(value)
             if self.lineage is not None:

@@ -586,6 +586,21 @@ def _no_leaks(events: Sequence[Event]) -> list[str] | str:
     readies = [e for e in events if e["kind"] == "attempt_ready"]
     if len(readies) < 2:
         return "only one attempt ran"
+    ends = [e for e in events if e["kind"] == "run_end" and "failed_attempts_alive" in e]
+    if ends:
+        for e in ends:
+            kept = {k: n for k, n in e["failed_attempts_alive"].items() if n}
+            if kept:
+                which = ", ".join(
+                    f"{n} from run {k.split(':')[0]} attempt {k.split(':')[1]}"
+                    for k, n in sorted(kept.items())
+                )
+                return [
+                    f"run {e['run']} ended with device arrays made by failed attempts still "
+                    f"alive ({which}), after a garbage collection: something keeps the "
+                    "failed attempt's arrays (a global, a list, a closure, a kept exception)"
+                ]
+        return []
     if all("by_attempt" in e["live"] for e in readies):
         for e in readies:
             failed = set(e["live"].get("failed_attempts", []))

@@ -591,10 +591,7 @@ def _no_leaks(events: Sequence[Event]) -> list[str] | str:
         for e in ends:
             kept = {k: n for k, n in e["failed_attempts_alive"].items() if n}
             if kept:
-                which = ", ".join(
-                    f"{n} from run {k.split(':')[0]} attempt {k.split(':')[1]}"
-                    for k, n in sorted(kept.items())
-                )
+                which = _made_by(kept)
                 return [
                     f"run {e['run']} ended with device arrays made by failed attempts still "
                     f"alive ({which}), after a garbage collection: something keeps the "
@@ -606,10 +603,7 @@ def _no_leaks(events: Sequence[Event]) -> list[str] | str:
             failed = set(e["live"].get("failed_attempts", []))
             kept = {k: n for k, n in e["live"]["by_attempt"].items() if k in failed}
             if kept:
-                which = ", ".join(
-                    f"{n} from run {k.split(':')[0]} attempt {k.split(':')[1]}"
-                    for k, n in sorted(kept.items())
-                )
+                which = _made_by(kept)
                 return [
                     f"run {e['run']} attempt {e['attempt']} drew its first batch while device "
                     f"arrays made by failed attempts were still alive ({which}): something "
@@ -626,6 +620,13 @@ def _no_leaks(events: Sequence[Event]) -> list[str] | str:
                 f"attempt {attempt}: something keeps the failed attempt's arrays alive"
             ]
     return []
+
+
+def _made_by(kept: dict[str, int]) -> str:
+    """{"1:2": 6} -> "6 from run 1 attempt 2"."""
+    return ", ".join(
+        f"{n} from run {k.split(':')[0]} attempt {k.split(':')[1]}" for k, n in sorted(kept.items())
+    )
 
 
 def _schedule_kept(lineage: list[BatchRecord], base: list[BatchRecord] | None) -> tuple[bool, str]:

@@ -30,7 +30,7 @@ import collections
 import contextlib
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -218,8 +218,10 @@ class LineageSeam:
     # -- what the observer tells it --------------------------------------------------------------
     def drawn(self, batch_number: int, batch: Any) -> None:
         """A batch left the iterator: remember its host buffers for linking placements."""
+        import jax
+
         ranges = []
-        for leaf in _leaves(batch):
+        for leaf in jax.tree_util.tree_leaves(batch):
             if isinstance(leaf, np.ndarray) and leaf.size:
                 start = leaf.__array_interface__["data"][0]
                 ranges.append((start, start + leaf.nbytes))
@@ -278,17 +280,6 @@ class LineageSeam:
             if key is not None:
                 counts[key] = counts.get(key, 0) + 1
         return counts
-
-
-def _leaves(tree: Any) -> Iterator[Any]:
-    if isinstance(tree, dict):
-        for value in tree.values():
-            yield from _leaves(value)
-    elif isinstance(tree, list | tuple):
-        for value in tree:
-            yield from _leaves(value)
-    else:
-        yield tree
 
 
 def _clear_fast_paths() -> None:

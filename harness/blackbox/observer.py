@@ -97,14 +97,18 @@ class LoopObserver:
             fields["where"] = where_raised(error)
             cause = error.__cause__
             fields["cause"] = f"{type(cause).__name__}: {cause}"[:300] if cause else None
-        if self.lineage is not None and self._failed_attempts:
+        if self.lineage is not None:
             # What failed attempts still hold once the run is over and garbage is collected:
             # a transient holder (a worker thread, a log record) is gone by now, a leak is not.
-            gc.collect()
-            live = self.lineage.live_by_attempt()
-            fields["failed_attempts_alive"] = {
-                k: n for k, n in live.items() if k in self._failed_attempts
-            }
+            # The run's last attempt is not counted: its arrays are what it returned, or what
+            # the error that ended it still holds.
+            earlier = self._failed_attempts - {f"{self.run}:{self.attempt}"}
+            alive: dict[str, int] = {}
+            if earlier:
+                gc.collect()
+                live = self.lineage.live_by_attempt()
+                alive = {k: n for k, n in live.items() if k in earlier}
+            fields["failed_attempts_alive"] = alive
         if error is None and value is not None:
             fields["returned"] = type(value).__name__
             fields["final_state"] = describe_state(value)
@@ -239,11 +243,7 @@ class LoopObserver:
         from pathways_chaos.harness.reference.trainer import live_census
 
         self._ready = True
-        live = live_census()
-        if self.lineage is not None:
-            live["by_attempt"] = self.lineage.live_by_attempt()
-            live["failed_attempts"] = sorted(self._failed_attempts)
-        self.recorder.emit("attempt_ready", **self._ids(), reason="attempt", live=live)
+        self.recorder.emit("attempt_ready", **self._ids(), reason="attempt", live=live_census())
 
     # -- Orbax -----------------------------------------------------------------------------
     def _snapshotter_init(self, original: Callable[..., Any], snap: Any, *a: Any, **k: Any) -> Any:

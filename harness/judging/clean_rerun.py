@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pathways_chaos.harness.engine.recorder import Event
+from pathways_chaos.harness.judging.lineage import saved_for
 
 #: Fault kinds a clean rerun can move to a save trigger (losses) or keep as they were.
 MOVABLE = frozenset({"data_loss", "deadline_exceeded", "not_found", "internal", "slice_loss"})
@@ -73,16 +74,7 @@ def _segments(events: Sequence[Event]) -> list[tuple[tuple[int, int], int | None
     out: list[tuple[tuple[int, int], int | None]] = [(key, None)]
     seen = {key}
     while True:
-        restore = next(
-            (
-                e
-                for e in events
-                if e["kind"] == "restore_end"
-                and e.get("source") == "snapshot"
-                and (e["run"], e["attempt"]) == key
-            ),
-            None,
-        )
+        restore = _snapshot_restore(events, key)
         if restore is None:
             break
         save = _restored_save(events, restore)
@@ -97,15 +89,22 @@ def _segments(events: Sequence[Event]) -> list[tuple[tuple[int, int], int | None
 
 
 def _restored_save(events: Sequence[Event], restore: Event) -> Event | None:
-    earlier = [
-        e
-        for e in events
-        if e["kind"] in SAVE_KINDS
-        and not e.get("skipped")
-        and e.get("step") == restore.get("step")
-        and e["seq"] < restore["seq"]
-    ]
-    return earlier[-1] if earlier else None
+    saves = [e for e in events if e["kind"] in SAVE_KINDS and not e.get("skipped")]
+    return saved_for(saves, restore)
+
+
+def _snapshot_restore(events: Sequence[Event], key: tuple[int, int]) -> Event | None:
+    """The attempt's restore of an in-memory snapshot, if it made one."""
+    return next(
+        (
+            e
+            for e in events
+            if e["kind"] == "restore_end"
+            and e.get("source") == "snapshot"
+            and (e["run"], e["attempt"]) == key
+        ),
+        None,
+    )
 
 
 def _chain_restores(
@@ -114,13 +113,8 @@ def _chain_restores(
     """(save, restore) pairs along the chain: the losses between them caused the restore."""
     pairs = []
     for key, _ in segments[1:]:
-        restore = next(
-            e
-            for e in events
-            if e["kind"] == "restore_end"
-            and e.get("source") == "snapshot"
-            and (e["run"], e["attempt"]) == key
-        )
+        restore = _snapshot_restore(events, key)
+        assert restore is not None  # _segments found it
         save = _restored_save(events, restore)
         assert save is not None
         pairs.append((save, restore))

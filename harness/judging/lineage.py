@@ -99,16 +99,15 @@ class Graph:
         return g
 
     def saved_for(self, restore: Event) -> Event | None:
-        """The save a restore brought back: the last one of its step and kind before it."""
-        kind = "checkpoint_save" if restore.get("source") == "checkpoint" else "snapshot_save"
-        earlier = [
-            s
-            for s in self.saves
-            if s["kind"] == kind
-            and s.get("step") == restore.get("step")
-            and s["seq"] < restore["seq"]
-        ]
-        return earlier[-1] if earlier else None
+        return saved_for(self.saves, restore)
+
+
+def saved_for(saves: Sequence[Event], restore: Event) -> Event | None:
+    """The save a restore brought back: the last one of its step and kind before it."""
+    kind = "checkpoint_save" if restore.get("source") == "checkpoint" else "snapshot_save"
+    step, seq = restore.get("step"), restore["seq"]
+    earlier = [s for s in saves if s["kind"] == kind and s.get("step") == step and s["seq"] < seq]
+    return earlier[-1] if earlier else None
 
 
 @dataclasses.dataclass
@@ -467,18 +466,11 @@ def restored_shapes(events: Sequence[Event]) -> list[str] | str:
     applied = False
     saves = [e for e in events if e["kind"] in SAVE_KINDS and e.get("shapes")]
     for restore in (e for e in events if e["kind"] == "restore_end" and e.get("shapes")):
-        kind = "checkpoint_save" if restore.get("source") == "checkpoint" else "snapshot_save"
-        earlier = [
-            s
-            for s in saves
-            if s["kind"] == kind
-            and s.get("step") == restore.get("step")
-            and s["seq"] < restore["seq"]
-        ]
-        if not earlier:
+        save = saved_for(saves, restore)
+        if save is None:
             continue
         applied = True
-        saved = earlier[-1]["shapes"]
+        saved = save["shapes"]
         for path, (shape, dtype) in sorted(restore["shapes"].items()):
             if path in saved and saved[path] != [shape, dtype]:
                 problems.append(

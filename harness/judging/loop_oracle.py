@@ -579,9 +579,10 @@ def _no_leaks(events: Sequence[Event]) -> list[str] | str:
     """No attempt keeps a failed attempt's device arrays alive.
 
     With the lineage seam every array is attributed to the attempt that made it (logical
-    arrays, not per-device shards), so what the current attempt holds (its restored state,
-    however many names point at it) never counts; without it, the count of live device
-    arrays may not grow from the first attempt's.
+    arrays, not per-device shards), and what failed attempts still hold when the run ends,
+    after a collection, is the leak: what the current attempt holds (its restored state,
+    however many names point at it) never counts. Without it, the count of live device
+    arrays at each attempt's first batch may not grow from the first attempt's.
     """
     readies = [e for e in events if e["kind"] == "attempt_ready"]
     if len(readies) < 2:
@@ -596,19 +597,6 @@ def _no_leaks(events: Sequence[Event]) -> list[str] | str:
                     f"run {e['run']} ended with device arrays made by failed attempts still "
                     f"alive ({which}), after a garbage collection: something keeps the "
                     "failed attempt's arrays (a global, a list, a closure, a kept exception)"
-                ]
-        return []
-    if all("by_attempt" in e["live"] for e in readies):
-        for e in readies:
-            failed = set(e["live"].get("failed_attempts", []))
-            kept = {k: n for k, n in e["live"]["by_attempt"].items() if k in failed}
-            if kept:
-                which = _made_by(kept)
-                return [
-                    f"run {e['run']} attempt {e['attempt']} drew its first batch while device "
-                    f"arrays made by failed attempts were still alive ({which}): something "
-                    "keeps the failed attempt's arrays (a global, a list, a closure, a kept "
-                    "exception)"
                 ]
         return []
     counts = [((e["run"], e["attempt"]), e["live"]["by_kind"].get("device", 0)) for e in readies]

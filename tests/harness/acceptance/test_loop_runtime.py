@@ -116,7 +116,15 @@ def test_the_interruption_rows_fix_is_chosen_by_the_cause_found(tmp_path, loop, 
 def test_a_leak_fails_the_live_arrays_row(tmp_path):
     from pathways_chaos.harness.acceptance.table import FAIL
 
-    leaky = ROOT / "tests" / "harness" / "judging" / "loop_catalogue" / "broken" / "attempt_history_kept.py"
+    leaky = (
+        ROOT
+        / "tests"
+        / "harness"
+        / "judging"
+        / "loop_catalogue"
+        / "broken"
+        / "attempt_history_kept.py"
+    )
     runs = LoopRuns(load_loop(f"{leaky}:main"), workdir=tmp_path)
     try:
         row = LOOP_RUNTIME_CHECKS["live-arrays"](runs)

@@ -431,6 +431,19 @@ def test_the_api_page_documents_exactly_the_public_names():
     assert sorted(listed) == sorted(pathways_chaos.__all__)
 
 
+def test_every_public_name_has_a_docstring_for_the_reference():
+    """The API page is generated from docstrings: a name without one is a blank entry there."""
+    import pathways_chaos
+
+    blank = []
+    for name in pathways_chaos.__all__:
+        obj = getattr(pathways_chaos, name)
+        doc = vars(obj).get("__doc__") if isinstance(obj, type) else obj.__doc__  # not inherited
+        if not doc or doc.startswith(f"{name}("):  # a dataclass's generated signature
+            blank.append(name)
+    assert not blank, f"public names without a docstring of their own: {blank}"
+
+
 # -- each checker catches a planted broken block ------------------------------------------------
 def _planted(lang: str, text: str) -> Block:
     return Block("planted.md:1", lang, text)

@@ -202,6 +202,10 @@ def check_shell(block: Block, known_pytest: Callable[[str], bool]) -> list[str]:
         if syntax.returncode:
             problems.append(f"{block.where}: not valid shell: {syntax.stderr.strip()}")
     for tokens, shown in shell_commands(block):
+        for token in tokens:  # a path into this repository exists (an option's value too)
+            path = token.split("=", 1)[-1].split(":")[0]
+            if _PATH.fullmatch(path) and not (ROOT / path).exists():
+                problems.append(f"{block.where}: {path} is not in the repository")
         for command in split_commands(tokens):
             if not command:
                 continue
@@ -252,7 +256,9 @@ def check_schedule_text(text: str, where: str) -> list[str]:
     return problems
 
 
-_PATH = re.compile(r"(?:harness|faults|fixtures|suites|bench|ci|pathways_chaos|docs|\.ci)/[\w./-]*")
+_PATH = re.compile(
+    r"(?:harness|faults|fixtures|suites|tests|bench|ci|pathways_chaos|docs|\.ci)/[\w./-]*"
+)
 
 
 def check_prose(text: str, name: str, options: set[str]) -> list[str]:
@@ -463,6 +469,8 @@ def _planted(lang: str, text: str) -> Block:
         ("bash", "pathways-chaos replay --loop m:f --slices 4\n", "no option --slices"),
         ("bash", "pathways-chaos replya --schedule x\n", "no subcommand 'replya'"),
         ("bash", "pathways-chaos demo --schedule 'data_loss@step=1:slise=2'\n", "slise"),
+        ("bash", "pytest suites/properties/test_no_such_suite.py -q\n", "not in the repository"),
+        ("bash", "pytest suites/acceptance --acceptance-source=suites/nope\n", "suites/nope"),
         ("console", "$ pathways-chaos ramdisk --params 8e9 --hosts-per-slice 16\n1 GB\n", "prints"),
     ],
 )

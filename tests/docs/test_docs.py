@@ -266,6 +266,8 @@ def check_prose(text: str, name: str, options: set[str]) -> list[str]:
     problems = []
     for code in inline_code(text):
         problems += check_schedule_text(code, name)
+        if "\\|" in code:
+            problems.append(f"{name}: `{code}`: a table's escaped pipe shows its backslash in code")
         path = code.split(":")[0].split("::")[0]
         if _PATH.fullmatch(path) and not (ROOT / path).exists():
             problems.append(f"{name}: `{code}` names a path the repository does not have")
@@ -500,6 +502,7 @@ def test_the_planted_blocks_fixed_pass(known_pytest):
         ("```python\nchaos.run('data_loss@step=1.5:slice=2')\n```\n", "does not parse"),
         ("The judge lives in `harness/judging/no_such_judge.py`.", "path the repository"),
         ("Pass `--chaos-lop` to point at a loop.", "not an option"),
+        ("| `taint_node@step=1:slice=0:reason=a\\|b` | taint |", "shows its backslash"),
     ],
 )
 def test_a_planted_broken_line_of_prose_is_caught(plugin_options, text, says):

@@ -13,11 +13,10 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pathways_chaos.harness.engine.backend import SliceStates, Unguardable
+from pathways_chaos.harness.engine.backend import ClusterBackend, SliceStates, Unguardable
 
 if TYPE_CHECKING:
     from pathways_chaos.faults.model import Schedule
-    from pathways_chaos.harness.engine.backend import ClusterBackend
     from pathways_chaos.harness.engine.deadline import Deadline
     from pathways_chaos.harness.engine.episode import EpisodeResult
     from pathways_chaos.harness.engine.loop_episode import LoopResult

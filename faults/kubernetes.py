@@ -26,7 +26,7 @@ from pathways_chaos.faults.jobset import (
     WORKER_REPLICATED_JOB,
     slice_selector,
 )
-from pathways_chaos.faults.journal import RollbackJournal, job_manifest_for_recreate
+from pathways_chaos.faults.journal import RollbackJournal
 from pathways_chaos.faults.model import Fault, FaultSpecError
 from pathways_chaos.faults.safety import (
     CORDONED_BY_ANNOTATION,
@@ -39,6 +39,7 @@ from pathways_chaos.faults.safety import (
     check_opted_in,
     write_confirmed,
 )
+from pathways_chaos.faults.undo import job_manifest_for_recreate
 from pathways_chaos.harness.errors import ChaosConfigError
 
 if TYPE_CHECKING:
@@ -728,7 +729,7 @@ class TaintNode(Fault[KubeTarget]):
     def _taint_one(
         self, target: KubeTarget, node: Any, base: dict[str, str], shown: str
     ) -> str | None:
-        from pathways_chaos.faults.journal import same_taint
+        from pathways_chaos.faults.undo import same_taint
 
         journal = _journal(target)
         name, uid = node.metadata.name, node.metadata.uid

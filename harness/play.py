@@ -17,9 +17,9 @@ if TYPE_CHECKING:
     from pathways_chaos.faults.model import Schedule
     from pathways_chaos.harness.engine.backend import ClusterBackend
     from pathways_chaos.harness.engine.deadline import Deadline
-    from pathways_chaos.harness.engine.episode import EpisodeResult
-    from pathways_chaos.harness.engine.loop_episode import LoopResult
     from pathways_chaos.harness.engine.topology import SliceTopology
+    from pathways_chaos.harness.episodes.episode import EpisodeResult
+    from pathways_chaos.harness.episodes.loop_episode import LoopResult
     from pathways_chaos.harness.judging.oracle import Verdict
     from pathways_chaos.harness.reference.trainer import TrainerConfig
 
@@ -71,7 +71,7 @@ def play(
     and undone after it.
     """
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness.engine.episode import run_episode
+    from pathways_chaos.harness.episodes.episode import run_episode
     from pathways_chaos.harness.judging import oracle
     from pathways_chaos.harness.reference.trainer import ReferenceTrainer, TrainerConfig
 
@@ -125,7 +125,7 @@ def play_loop(
     function with no schedule); without it, the judges that need one say "not judged".
     """
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness.engine.loop_episode import load_loop, run_loop_episode
+    from pathways_chaos.harness.episodes.loop_episode import load_loop, run_loop_episode
     from pathways_chaos.harness.judging.loop_oracle import judge_loop
 
     fn = load_loop(loop) if isinstance(loop, str) else loop
@@ -166,7 +166,7 @@ def _clean_rerun(
 ) -> tuple[list[dict[str, Any]] | None, str]:
     """The same loop, the same losses made right after the snapshot it resumed from."""
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness.engine.loop_episode import run_loop_episode
+    from pathways_chaos.harness.episodes.loop_episode import run_loop_episode
     from pathways_chaos.harness.judging.clean_rerun import clean_schedule
 
     text, why = clean_schedule(events)
@@ -196,7 +196,7 @@ def _fake_cluster(topology: SliceTopology | str | None, clock: str) -> Any:
     from pathways_chaos.harness.engine.topology import SliceTopology
 
     if topology is None:
-        topology = SliceTopology(4, 2)
+        topology = SliceTopology.DEFAULT
     elif isinstance(topology, str):
         topology = SliceTopology.parse(topology)
     return FakeCluster(topology, clock=make_clock(clock))
@@ -204,14 +204,11 @@ def _fake_cluster(topology: SliceTopology | str | None, clock: str) -> Any:
 
 def load_object(spec: str, what: str) -> Any:
     """``MODULE:NAME`` (or ``MODULE.NAME``) to the object, or one line saying how to write it."""
-    import pkgutil
-
+    from pathways_chaos.harness.engine.user_modules import load_name
     from pathways_chaos.harness.errors import ChaosConfigError
 
     try:
-        if ":" not in spec and "." not in spec:
-            raise ValueError("no module")
-        return pkgutil.resolve_name(spec)
+        return load_name(spec)
     except (ValueError, ImportError, AttributeError) as error:
         raise ChaosConfigError(
             f"{what}={spec!r} cannot be loaded ({error}): write MODULE:NAME, for example "

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import gc
-import hashlib
 import signal
 import threading
 import time
@@ -33,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from pathways_chaos.harness.blackbox.lineage import LineageSeam
+from pathways_chaos.harness.engine.digest import digest
 from pathways_chaos.harness.engine.recorder import Recorder
 from pathways_chaos.harness.engine.seams import defining_class
 from pathways_chaos.harness.errors import ChaosConfigError
@@ -453,7 +453,7 @@ class LoopObserver:
         if self.lineage is not None:
             self.lineage.paused += 1
         try:
-            return digest(tree)
+            return digest(tree, partial=True)
         finally:
             if self.lineage is not None:
                 self.lineage.paused -= 1
@@ -564,38 +564,6 @@ def _sample_ids(batch: Any) -> list[int] | None:
     if isinstance(batch, Mapping) and "id" in batch:
         return [int(i) for i in np.asarray(batch["id"]).ravel()]
     return None
-
-
-def digest(tree: Any) -> dict[str, str]:
-    """sha256 of each array leaf's bytes by path; leaves on a lost slice are skipped.
-
-    One batched ``device_get`` for the whole tree (one wait, not one per leaf).
-    """
-    import jax
-
-    flat = [
-        (jax.tree_util.keystr(path), leaf)
-        for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
-        if hasattr(leaf, "shape") and not isinstance(leaf, jax.ShapeDtypeStruct)
-    ]
-    try:
-        hosts = jax.device_get([leaf for _, leaf in flat])
-    except RuntimeError:  # some leaf is on a lost slice: fetch what can be fetched
-        hosts = []
-        for _, leaf in flat:
-            try:
-                hosts.append(jax.device_get(leaf))
-            except RuntimeError:
-                hosts.append(None)
-    out = {}
-    for (path, _), host in zip(flat, hosts, strict=True):
-        if host is None:
-            continue
-        array = np.asarray(host)
-        out[path] = hashlib.sha256(
-            array.dtype.str.encode() + str(array.shape).encode() + array.tobytes()
-        ).hexdigest()[:16]
-    return out
 
 
 def describe_state(tree: Any) -> dict[str, dict[str, Any]]:

@@ -19,7 +19,8 @@ import numpy as np
 
 from pathways_chaos.harness.engine.recorder import Event
 from pathways_chaos.harness.judging import lineage as chain_checks
-from pathways_chaos.harness.judging.oracle import REPLAY_ATOL, REPLAY_RTOL, Verdict, recoveries
+from pathways_chaos.harness.judging.oracle import Verdict, recoveries
+from pathways_chaos.harness.judging.replay import REPLAY_ATOL, REPLAY_RTOL
 
 #: Every judge, in the order the verdict lists them.
 #: Every judge, in the order the verdict lists them: causes before the effects they lead to
@@ -148,8 +149,6 @@ def judge_loop(
         if clean is None:
             why_not += f"; no clean rerun to compare with ({clean_why_not or 'none was made'})"
         else:
-            from pathways_chaos.harness.judging.clean_rerun import batch_sizes
-
             sizes, clean_sizes = batch_sizes(events), batch_sizes(clean)
             if sizes == clean_sizes and _last_end(clean) is not None:
                 schedule_kept, yardstick = True, _last_end(clean)
@@ -264,6 +263,14 @@ def causes_named(judge: str, text: str) -> list[str]:
 
 
 # -- the lineage ---------------------------------------------------------------------------
+def batch_sizes(events: Sequence[Event]) -> list[int | None]:
+    """The sizes of the batches the final state was trained on, in order."""
+    chain = chain_checks.follow(events)
+    if chain.followed:
+        return [d.size for d in chain.trained]
+    return [r.size for r in committed_batches(events)[0]]
+
+
 def committed_batches(events: Sequence[Event] | None) -> tuple[list[BatchRecord], list[str]]:
     """The batches the final state is made of, in the order they were trained on."""
     if not events:

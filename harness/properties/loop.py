@@ -25,6 +25,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from pathways_chaos.harness.engine.topology import SliceTopology
 from pathways_chaos.harness.properties.settings import LOSS_KINDS, PropertyFailure
 
 #: Fault scenarios a loop is searched with; each one is one or two schedule entries.
@@ -91,20 +92,20 @@ class LoopTarget:
 
     spec: str
     options: tuple[tuple[str, Any], ...] = ()
-    topology: str = "4x2"
+    topology: str = str(SliceTopology.DEFAULT)
 
     @property
     def num_slices(self) -> int:
         return int(self.topology.lower().partition("x")[0])
 
     def load(self) -> Callable[..., Any]:
-        from pathways_chaos.harness.engine.loop_episode import load_loop
+        from pathways_chaos.harness.episodes.loop_episode import load_loop
 
         return load_loop(self.spec)
 
     def replay_command(self, schedule: str) -> str:
         parts = ["pathways-chaos", "replay", "--loop", self.spec, "--schedule", schedule]
-        if self.topology != "4x2":
+        if self.topology != str(SliceTopology.DEFAULT):
             parts += ["--topology", self.topology]
         for key, value in self.options:
             parts += ["--option", f"{key}={json.dumps(value)}"]

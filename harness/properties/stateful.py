@@ -8,13 +8,13 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from pathways_chaos.harness.engine.episode_spec import (
+from pathways_chaos.harness.properties.churn import recompiles
+from pathways_chaos.harness.properties.episode_spec import (
     REFERENCE_TRAINER,
     EpisodeSpec,
     judge,
     run_spec,
 )
-from pathways_chaos.harness.properties.churn import recompiles
 from pathways_chaos.harness.properties.settings import LOSS_KINDS, ExampleCounter, fail
 
 STATEFUL_SLICES = 4

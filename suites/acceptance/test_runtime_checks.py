@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pathways_chaos.harness.acceptance.runtime import RUNTIME_CHECKS
+from pathways_chaos.harness.acceptance.runtime_checks import RUNTIME_CHECKS
 
 
 @pytest.mark.parametrize("check", list(RUNTIME_CHECKS))

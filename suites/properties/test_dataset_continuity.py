@@ -9,8 +9,6 @@ from hypothesis import strategies as st
 from pathways_chaos.harness import properties
 from pathways_chaos.harness.judging.data_checks import BatchShardingError, elastic_iterator
 
-DEVICES = properties.available_devices()
-
 
 @properties.share_of_profile(2)
 @given(run=properties.iterator_runs())
@@ -20,8 +18,8 @@ def test_elastic_iterator_across_shard_count_changes(run):
 
 @properties.share_of_profile(0.5)
 @given(data=st.data())
-def test_trainer_eats_every_sample_once_in_order_across_resizes(chaos_trainer, data):
-    spec = data.draw(properties.dataset_specs(max_devices=DEVICES, trainer=chaos_trainer))
+def test_trainer_eats_every_sample_once_in_order_across_resizes(chaos_trainer, max_devices, data):
+    spec = data.draw(properties.dataset_specs(max_devices=max_devices, trainer=chaos_trainer))
     properties.check_dataset_episode(spec)
 
 

@@ -41,6 +41,17 @@ _EVENT_TRIGGERS = {
 TrainerFactory = Callable[..., ReferenceTrainer]
 
 
+def refuse_misfits(schedule: Schedule, cluster: ClusterBackend) -> None:
+    """A slice or host outside the cluster, or a Kubernetes fault on the fake: one line before a
+    step. Once per episode: by the runner before its log begins, else by the controller."""
+    check_schedule_fits(
+        schedule,
+        cluster.topology.num_slices,
+        kubernetes=getattr(cluster, "target", None) is not None,
+        mtc_hosts=getattr(cluster, "mtc_hosts", None),
+    )
+
+
 class FaultController:
     """Applies a schedule to a fake cluster as the trainer's events arrive."""
 
@@ -50,14 +61,11 @@ class FaultController:
         cluster: ClusterBackend,
         recorder: Recorder,
         step_seconds: float = 1.0,
+        *,
+        checked: bool = False,
     ) -> None:
-        # A slice outside the topology or a Kubernetes fault on the fake: refused before a step.
-        check_schedule_fits(
-            schedule,
-            cluster.topology.num_slices,
-            kubernetes=getattr(cluster, "target", None) is not None,
-            mtc_hosts=getattr(cluster, "mtc_hosts", None),
-        )
+        if not checked:  # the runner did not refuse a misfit schedule before its log began
+            refuse_misfits(schedule, cluster)
         self.cluster = cluster
         self.recorder = recorder
         self.step_seconds = step_seconds
@@ -189,11 +197,7 @@ def run_episode(
     ``--chaos-deadline`` / ``--chaos-wall-deadline``); past it the run ends with
     ``EpisodeDeadlineExceeded`` saying what it waited for.
     """
-    check_schedule_fits(
-        schedule or Schedule(),
-        cluster.topology.num_slices,
-        kubernetes=getattr(cluster, "target", None) is not None,
-    )
+    refuse_misfits(schedule or Schedule(), cluster)
     # More slices asked than the cluster has: one line before anything runs, not a wait.
     config.check_fits(cluster.topology.num_slices)
     from pathways_chaos.harness.reference.overrides import warn_dead_overrides
@@ -212,7 +216,9 @@ def run_episode(
     error: BaseException | None = None
     try:
         with (
-            FaultController(schedule or Schedule(), cluster, recorder, step_seconds) as controller,
+            FaultController(
+                schedule or Schedule(), cluster, recorder, step_seconds, checked=True
+            ) as controller,
             episode_deadline(cluster.clock, deadline, cluster=cluster),
         ):
             for run_index in range(1, max_runs + 1):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
 import inspect
 import logging
 import signal
@@ -23,11 +22,12 @@ from typing import Any
 
 from pathways_chaos.faults.model import Schedule, ScheduledFault
 from pathways_chaos.harness.blackbox.observer import LoopObserver
+from pathways_chaos.harness.engine import user_modules
 from pathways_chaos.harness.engine.clock import FakeClock
 from pathways_chaos.harness.engine.deadline import Deadline, episode_deadline
-from pathways_chaos.harness.engine.episode import ClusterBackend, FaultController
 from pathways_chaos.harness.engine.recorder import Event, Recorder
-from pathways_chaos.harness.engine.user_modules import import_file
+from pathways_chaos.harness.engine.user_modules import load_name
+from pathways_chaos.harness.episodes.episode import ClusterBackend, FaultController
 from pathways_chaos.harness.errors import ChaosConfigError
 
 #: Trigger kind -> the observer's event it counts (``step`` is ``batch`` for a loop).
@@ -161,17 +161,13 @@ def load_loop(spec: str, flag: str = "--chaos-loop") -> Callable[..., Any]:
     """
     shown = spec if len(spec) <= 120 else spec[:120] + "..."
     how = "write MODULE:FUNCTION, for example pathways_chaos.harness.reference.user_loop:main"
-    module_name, sep, attr = spec.partition(":")
+    _, sep, attr = spec.rpartition(":")
     if not spec.strip():
         raise ChaosConfigError(f"{flag} is empty: {how} (or leave the option out)")
     try:
         if not sep or not attr:
             raise ValueError("no colon")
-        if module_name.endswith(".py"):
-            module = import_file(Path(module_name), "pathways_chaos_loop_")
-        else:
-            module = importlib.import_module(module_name)
-        loop = getattr(module, attr)
+        loop = load_name(spec, "pathways_chaos_loop_")
     except Exception as error:  # anything the user's module does at import
         raise ChaosConfigError(
             f"{flag}={shown!r} cannot be loaded ({_one_line(error)}): {how}"
@@ -194,7 +190,8 @@ def _one_line(error: BaseException) -> str:
     text = f"{type(error).__name__}: {error}".splitlines()[0]
     text = text if len(text) <= 160 else text[:160] + "..."
     frames = traceback.extract_tb(error.__traceback__)
-    own = [f for f in frames if "importlib" not in f.filename and f.filename != __file__]
+    ours = (__file__, user_modules.__file__)
+    own = [f for f in frames if "importlib" not in f.filename and f.filename not in ours]
     if own:
         text += f" at {own[-1].filename}:{own[-1].lineno}"
     return text

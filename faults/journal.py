@@ -21,8 +21,14 @@ instruction). A torn last line (killed mid-write, no newline) is a change never 
 Why every record is signed: a journal is evidence, not an instruction. Each record carries a
 chained HMAC under a key in the user's state folder, and the file must be the user's own regular
 file in a folder nobody else can write (faults/journal_trust.py): a planted, edited or
-symlinked journal is refused in one line, and nothing of it is undone.
+symlinked journal is refused in one line, and nothing of it is undone. Undoing one entry
+against the live API is faults/undo.py.
 """
+
+# One piece (over 600 lines): writing, reading, replaying and finding journals all pass the same
+# trust checks (file, folder, MAC chain, holder, scope), looked up here at call time; the attack
+# tests switch them all off on this one module to prove each refusal is the checks' doing.
+# Split, a check patched in one module would still run in another.
 
 from __future__ import annotations
 

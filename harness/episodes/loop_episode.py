@@ -367,8 +367,17 @@ def run_loop_episode(
                 continue
             observer.end_run("completed", value)
             break
-    if held.held:
-        recorder.emit("library_logs_held", count=held.held)
+    unfired = _close_episode(recorder, held.held, controller, error)
+    return LoopResult(recorder.events, results, error, recorder.path, name, unfired)
+
+
+def _close_episode(
+    recorder: Recorder, held: int, controller: FaultController, error: BaseException | None
+) -> list[str]:
+    """The episode's last events (library logs held, faults that never fired, its end); the
+    faults that never fired, one line each."""
+    if held:
+        recorder.emit("library_logs_held", count=held)
     unfired = controller.unfired()
     for line in unfired:
         recorder.emit("fault_unfired", text=line)
@@ -376,4 +385,4 @@ def run_loop_episode(
         "episode_end", error=None if error is None else f"{type(error).__name__}: {error}"
     )
     recorder.close()
-    return LoopResult(recorder.events, results, error, recorder.path, name, unfired)
+    return unfired

@@ -134,6 +134,8 @@ def episode_machine(
     hypothesis is throwing away (it ran out of data, or a rule failed: an exception is in
     flight) runs no episode, so no failure is reported from an example hypothesis discards.
     """
+    # One piece (over 80 lines): the state machine class is built here so that its rules and
+    # teardown close over ``trainer`` and ``counter``; hypothesis collects rules from the class.
 
     class EpisodeMachine(RuleBasedStateMachine):
         def __init__(self) -> None:

@@ -26,6 +26,7 @@ MARKERS = (
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    # One piece (over 80 lines): the option table pytest prints for --help, in its order.
     group = parser.getgroup("pathways-chaos", "pathways-chaos: elastic training under failure")
     group.addoption(
         "--cluster",

@@ -259,6 +259,8 @@ class ReferenceTrainer:
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> TrainResult:
+        # One piece (over 80 lines): the guide's outer loop (Manager, elastic_retry, the
+        # scale-up signal) as one reads it in the resilient-training guide it mirrors.
         import jax
         from pathwaysutils.elastic import elastic
         from pathwaysutils.elastic import manager as manager_lib
@@ -346,6 +348,9 @@ class ReferenceTrainer:
         return self._attempt(manager, snapshotter)
 
     def _attempt(self, manager: Any, snapshotter: Any) -> TrainResult:
+        # One piece (over 80 lines): one attempt of the guide's elastic loop, step by step
+        # as the guide writes it (restore, steps, snapshot, scale-up); the mutants override
+        # the hooks it calls, not the loop.
         import jax
 
         config, emit = self.config, self.recorder.emit

@@ -18,8 +18,8 @@ import pytest
 
 if TYPE_CHECKING:
     from pathways_chaos.harness.acceptance.adapter import TrainingAdapter
-    from pathways_chaos.harness.acceptance.manifest_checks import Manifest
-    from pathways_chaos.harness.acceptance.static_checks import SourceFile
+    from pathways_chaos.harness.acceptance.manifest import Manifest
+    from pathways_chaos.harness.acceptance.sources import SourceFile
     from pathways_chaos.harness.acceptance.table import CheckResult
 
 HERE = Path(__file__).parent

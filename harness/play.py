@@ -26,15 +26,19 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass
 class Outcome:
-    """An episode and the oracle's verdict on it (a user's loop: a ``LoopResult`` and a
-    ``LoopVerdict``, from ``chaos.run_loop``)."""
+    """An episode and the oracle's verdict on it: from ``play`` (the reference trainer),
+    ``play_loop`` (a user's loop: a ``LoopResult`` and a ``LoopVerdict``) or ``play_mtc`` (a
+    Multi-Tier Checkpointing job, with the MTC properties' findings too)."""
 
     result: EpisodeResult | LoopResult
     verdict: Verdict
+    #: The Multi-Tier Checkpointing properties' violations (``play_mtc``); empty otherwise.
+    problems: list[str] = dataclasses.field(default_factory=list)
 
     def __repr__(self) -> str:
         # Short: an assertion on an Outcome must not print the whole event log.
-        verdict = "ok" if self.verdict.ok else f"{len(self.verdict.violations)} violations"
+        failed = len(self.verdict.violations) + len(self.problems)
+        verdict = "ok" if self.ok else f"{failed} violations"
         return f"Outcome({len(self.result.events)} events, {verdict})"
 
     @property
@@ -42,8 +46,16 @@ class Outcome:
         return self.result.events
 
     @property
+    def error(self) -> BaseException | None:
+        return self.result.error
+
+    @property
     def ok(self) -> bool:
-        return self.verdict.ok
+        return self.verdict.ok and not self.problems
+
+    def raise_if_failed(self) -> None:
+        self.verdict.raise_if_failed()
+        assert not self.problems, "MTC properties violated:\n" + "\n".join(self.problems)
 
     def of_kind(self, kind: str) -> list[dict[str, Any]]:
         return [e for e in self.result.events if e["kind"] == kind]
@@ -154,6 +166,43 @@ def play_loop(
                 )
                 verdict = judge_loop(result.events, baseline, clean, clean_why)
     return Outcome(result, verdict)
+
+
+def play_mtc(
+    schedule: str | Schedule = "",
+    *,
+    cluster: Any,
+    service: Callable[..., Any] | None = None,
+    trainer: Callable[..., Any] | None = None,
+    final_step: int = 20,
+    **options: Any,
+) -> Outcome:
+    """Runs one Multi-Tier Checkpointing job under ``schedule`` on ``cluster``'s fake hosts (the
+    real Orbax MTC client; fresh ramdisks, peers, backup and an emulated replication service,
+    started and stopped around it) and judges it: the oracle, plus the MTC properties.
+
+    ``options`` are ``MtcOptions`` fields; ``service`` replaces the replication service (a
+    broken variant), ``trainer`` the MTC trainer.
+    """
+    from pathways_chaos.faults.model import parse_schedule
+    from pathways_chaos.harness.judging import oracle
+    from pathways_chaos.harness.mtc import judging
+    from pathways_chaos.harness.mtc.cluster import MtcCluster
+    from pathways_chaos.harness.mtc.episode import run_mtc_episode
+    from pathways_chaos.harness.mtc.service import ReplicationService
+    from pathways_chaos.harness.mtc.trainer import MtcOptions, MtcTrainer
+    from pathways_chaos.harness.reference.trainer import TrainerConfig
+
+    plan = parse_schedule(schedule) if isinstance(schedule, str) else schedule
+    with MtcCluster(cluster, service_factory=service or ReplicationService) as mtc:
+        result = run_mtc_episode(
+            mtc,
+            TrainerConfig(mode="pause_resume", final_step=final_step),
+            plan,
+            options=MtcOptions(run_name=mtc.job, mount=mtc.mount, **options),
+            trainer_factory=trainer or MtcTrainer,
+        )
+    return Outcome(result, oracle.check(result.events), judging.check_all(result.events))
 
 
 def _clean_rerun(

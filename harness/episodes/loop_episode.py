@@ -18,12 +18,11 @@ import logging
 import signal
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pathways_chaos.faults.model import Schedule, ScheduledFault
 from pathways_chaos.harness.blackbox.observer import LoopObserver
 from pathways_chaos.harness.engine import user_modules
-from pathways_chaos.harness.engine.clock import FakeClock
 from pathways_chaos.harness.engine.deadline import Deadline, episode_deadline
 from pathways_chaos.harness.engine.recorder import Event, Recorder
 from pathways_chaos.harness.engine.user_modules import load_name
@@ -69,39 +68,20 @@ class LoopFaultController(FaultController):
     run on the same cluster (and clock) before.
     """
 
+    triggers: ClassVar[dict[str, str]] = LOOP_TRIGGERS
+    clock_event: ClassVar[str] = "batch"
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.t0 = self.cluster.clock.time()
+        self.time_origin = self.cluster.clock.time()
 
-    def on_time(self, now: float) -> None:
-        super().on_time(now - self.t0)
-
-    def on_event(self, event: Event) -> None:
-        if self._firing:
-            return
-        kind = event["kind"]
-        if kind == "attempt_start":
-            self._mesh_slices = None
-        elif kind == "mesh":
-            self._mesh_slices = list(event["slices"])
-        self._counts[kind] = self._counts.get(kind, 0) + 1
-        for entry in list(self.pending):
-            if self._due(entry, event):
-                self._fire(entry)
+    def _touch_mesh(self, kind: str, slices: list[int]) -> None:
+        """A loop's batch uses its mesh: a flapping slice in it fails again (the loop's own
+        arrays fail through the device-loss seam, not here)."""
         if kind == "batch":
-            if self._mesh_slices is not None:
-                count_access = getattr(self.cluster, "count_access", None)
-                if count_access is not None:
-                    count_access(self._mesh_slices)  # a flapping slice fails again
-            if self.step_seconds and isinstance(self.cluster.clock, FakeClock):
-                self.cluster.clock.advance(self.step_seconds)
-
-    def _due(self, entry: ScheduledFault, event: Event) -> bool:
-        at = entry.at
-        if at.kind == "time":
-            return self.cluster.clock.time() - self.t0 >= at.value
-        counted = LOOP_TRIGGERS[at.kind]
-        return event["kind"] == counted and self._counts[counted] == at.value
+            count_access = getattr(self.cluster, "count_access", None)
+            if count_access is not None:
+                count_access(slices)
 
     def unfired(self) -> list[str]:
         """One line per fault that never fired: what the observer saw, and what to use."""
@@ -109,7 +89,7 @@ class LoopFaultController(FaultController):
         for entry in self.pending:
             at = entry.at
             if at.kind == "time":
-                now = self.cluster.clock.time() - self.t0
+                now = self.cluster.clock.time() - self.time_origin
                 why = (
                     f"the episode ended at {now:.1f} s on its clock; use a smaller time= or a "
                     "batch= trigger"

@@ -8,13 +8,13 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from pathways_chaos.harness.engine.episode_spec import (
+from pathways_chaos.harness.properties.churn import recompiles
+from pathways_chaos.harness.properties.episode_spec import (
     REFERENCE_TRAINER,
     EpisodeSpec,
     judge,
     run_spec,
 )
-from pathways_chaos.harness.properties.churn import recompiles
 from pathways_chaos.harness.properties.settings import LOSS_KINDS, ExampleCounter, fail
 
 STATEFUL_SLICES = 4
@@ -134,6 +134,8 @@ def episode_machine(
     hypothesis is throwing away (it ran out of data, or a rule failed: an exception is in
     flight) runs no episode, so no failure is reported from an example hypothesis discards.
     """
+    # One piece (over 80 lines): the state machine class is built here so that its rules and
+    # teardown close over ``trainer`` and ``counter``; hypothesis collects rules from the class.
 
     class EpisodeMachine(RuleBasedStateMachine):
         def __init__(self) -> None:

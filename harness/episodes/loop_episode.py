@@ -270,6 +270,18 @@ def loop_arguments(
     return out
 
 
+def refuse_loop_misfits(schedule: Schedule) -> None:
+    """A trigger a loop cannot fire on (``callback=``: the toolkit sees no callbacks of a
+    user's loop) is one line before anything runs, not a KeyError mid-episode."""
+    usable = sorted(set(LOOP_TRIGGERS) | {"time"})
+    for entry in schedule:
+        if entry.at.kind not in usable:
+            raise ChaosConfigError(
+                f"{entry.to_text()}: the {entry.at.kind}= trigger is not available for a "
+                f"user's loop: use one of {', '.join(k + '=' for k in usable)}"
+            )
+
+
 def run_loop_episode(
     cluster: ClusterBackend,
     loop: Callable[..., Any],
@@ -293,6 +305,7 @@ def run_loop_episode(
     ``None``): a loop that never returns ends in a failed run saying what it waited for.
     """
     schedule = schedule or Schedule()
+    refuse_loop_misfits(schedule)
     name = loop_name(loop)
     recorder = Recorder(log_path, clock=cluster.clock)
     for listener in listeners:

@@ -57,8 +57,8 @@ fi
 
 # startupPolicy InOrder starts the workers only once this Pod is ready, so pytest would read a
 # JobSet without workers (the twin showed it: preflight saw 0 worker slices). Wait until every
-# Pod of the JobSet's other replicatedJobs is Running and Ready.
-if [ -n "${JOBSET_NAME:-}" ]; then
+# Pod of the JobSet's other replicatedJobs is Running and Ready (RUN_SUITE_WAIT_S=0: no wait).
+if [ -n "${JOBSET_NAME:-}" ] && [ "${RUN_SUITE_WAIT_S:-900}" != 0 ]; then
     KUBECONFIG="$KUBECONFIG_OUT" python - "$namespace" "$JOBSET_NAME" "${RUN_SUITE_WAIT_S:-900}" <<'EOF' || exit 2
 import sys
 import time

@@ -31,6 +31,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pathways_chaos.harness.cli.replay import replay_main
 
         return replay_main(args_list[1:])
+    if args_list[:1] == ["twin"]:
+        from pathways_chaos.harness.cli.twin import twin_main
+
+        return twin_main(args_list[1:])
     if args_list[:1] == ["ramdisk"]:
         from pathways_chaos.harness.acceptance.ramdisk import ramdisk_main
 
@@ -66,6 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "your own loop)",
     )
     sub.add_parser("ramdisk", help="size the Multi-Tier Checkpointing ramdisk per host")
+    sub.add_parser("twin", help="a local twin of Pathways on GKE: twin up --manifest F / down")
 
     args = parser.parse_args(args_list)
     from pathways_chaos.faults.model import FaultSpecError

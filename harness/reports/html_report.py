@@ -60,7 +60,9 @@ def slice_spans(events: Sequence[Event]) -> dict[int, list[tuple[float, float, s
             slices = sorted(int(s) for s in e["slices"])
             for s in slices:
                 spans[s] = []
-                state[s] = (t, "active" if s in e["active_slices"] else "down")
+                # A loop's run starts on every slice (the observer logs no active_slices there).
+                active = e.get("active_slices", slices)
+                state[s] = (t, "active" if s in active else "down")
         elif kind == "fault" and "slice" in e["fault"] and "touched" in e:
             s = e["fault"]["slice"]
             if s in state:

@@ -70,8 +70,8 @@ def _describe(e: Event) -> str | None:
     if kind == "attempt_start":
         return f"attempt {e['attempt']} (run {e['run']}) on slices {e['active_slices']}"
     if kind == "mesh":
-        again = "compiled" if e["recompile"] else "reused executables"
-        return f"mesh {tuple(e['shape'])} on slices {e['slices']} ({e['reason']}, {again})"
+        again = {True: ", compiled", False: ", reused executables"}.get(e.get("recompile"), "")
+        return f"mesh {tuple(e['shape'])} on slices {e['slices']} ({e['reason']}{again})"
     if kind == "restore_end":
         return f"restored step {e['step']} from {e['source']}"
     if kind == "snapshot_save":

@@ -39,6 +39,12 @@ class ExampleCounter:
     discarded: int = 0  # examples hypothesis threw away before their episode ran
     features: list[set[str]] = dataclasses.field(default_factory=list)
 
+    def saw(self, events: list[dict[str, Any]]) -> None:
+        """An episode's log, once played (the search's episode record overrides this)."""
+        from pathways_chaos.harness.properties.churn import recompiles
+
+        self.recompiles.append(recompiles(events))
+
     def run(self, body: Callable[[], None]) -> None:
         self.examples += 1
         try:

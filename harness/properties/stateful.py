@@ -14,7 +14,6 @@ from pathways_chaos.harness.engine.episode_spec import (
     judge,
     run_spec,
 )
-from pathways_chaos.harness.properties.churn import recompiles
 from pathways_chaos.harness.properties.settings import LOSS_KINDS, ExampleCounter, fail
 
 STATEFUL_SLICES = 4
@@ -310,7 +309,7 @@ def episode_machine(
                 events = outcome.events
                 note_features(events, counter)
                 if counter is not None:
-                    counter.recompiles.append(recompiles(events))
+                    counter.saw(events)
                 fail("end-to-end (stateful)", judge(events, spec, outcome.verdict), spec)
 
             if counter is None:

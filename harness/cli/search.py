@@ -231,6 +231,8 @@ def _emit_job(args: argparse.Namespace, argv: list[str]) -> int:
     from pathways_chaos.harness.search.job import JobOptions, job_yaml
 
     _check_subject(args)
+    if args.emit_job < 1:
+        raise ChaosConfigError(f"--emit-job {args.emit_job}: use at least 1 shard")
     budget, _ = _budget(args)
     for flag in ("--shard", "--shards", "--out", "--database", "--run-id"):
         if any(a == flag or a.startswith(flag + "=") for a in argv):

@@ -118,6 +118,8 @@ def make_plan(
     run_id: str | None = None,
     properties: tuple[str, ...] = PROPERTIES,
 ) -> ShardPlan:
+    if count < 1 or not 0 <= index < count:
+        raise ChaosConfigError(f"shard {index} of {count}: use at least 1 shard, index 0..N-1")
     unknown = [p for p in properties if p not in PROPERTIES]
     if unknown or not properties:
         raise ChaosConfigError(

@@ -136,6 +136,7 @@ class ShardSearch:
         self.errors: list[dict[str, Any]] = []
         self.by_property: dict[str, int] = {}
         self._deadline = 0.0
+        self._t0 = time.monotonic()
         self._round = 0
         self._seed = 0
         self._out: IO[str] | None = None
@@ -177,6 +178,7 @@ class ShardSearch:
             "replay": current.replay,
             **fields,
             "seconds": round(fields["seconds"], 3),
+            "t": round(time.monotonic() - self._t0, 3),  # when it ended, from the shard's start
         }
         self.schedules += 1
         self.by_property[current.prop] = self.by_property.get(current.prop, 0) + 1
@@ -190,7 +192,7 @@ class ShardSearch:
         """Rounds until the budget (or ``max_rounds``) is spent; returns the shard's report."""
         self.out_dir.mkdir(parents=True, exist_ok=True)
         started = time.time()
-        t0 = time.monotonic()
+        t0 = self._t0 = time.monotonic()
         self._deadline = t0 + self.budget_s
         todo = list(self.plan.properties)
         # A restarted Pod starts its shard over: the file says what this attempt ran.

@@ -53,7 +53,7 @@ def _search(args: list[str], index: int | None = None) -> subprocess.Popen[str]:
 
 def _wait_all(procs: list[subprocess.Popen[str]]) -> None:
     for p in procs:
-        out, err = p.communicate(timeout=1800)
+        _out, err = p.communicate(timeout=1800)
         if p.returncode != 0:
             raise SystemExit(f"a shard failed ({p.returncode}): {err[-2000:]}")
 
@@ -108,9 +108,21 @@ def replay(root: Path) -> dict[str, Any]:
         _wait_all(
             [
                 _search(
-                    ["--shards", "4", "--properties", "snapshot,dataset,mesh", "--out", str(out)]
-                    + common
-                    + ["--seed", "0", "--examples-per-round", "4", "--budget", "600"],
+                    [
+                        "--shards",
+                        "4",
+                        "--properties",
+                        "snapshot,dataset,mesh",
+                        "--out",
+                        str(out),
+                        *common,
+                        "--seed",
+                        "0",
+                        "--examples-per-round",
+                        "4",
+                        "--budget",
+                        "600",
+                    ],
                     i,
                 )
                 for i in range(4)
@@ -123,9 +135,19 @@ def replay(root: Path) -> dict[str, Any]:
         t0 = time.perf_counter()
         again_out = root / "replay-2"
         p = _search(
-            ["--shard", "0/1", "--properties", "dataset", "--out", str(again_out)]
-            + common
-            + ["--seed", "987654321", "--examples-per-round", "4"]
+            [
+                "--shard",
+                "0/1",
+                "--properties",
+                "dataset",
+                "--out",
+                str(again_out),
+                *common,
+                "--seed",
+                "987654321",
+                "--examples-per-round",
+                "4",
+            ]
         )
         first_line = again_out / "shard-0-of-1.jsonl"
         seen = None

@@ -100,7 +100,7 @@ def indexed_job(options: JobOptions) -> dict[str, Any]:
     }
     if options.service_account:
         pod["serviceAccountName"] = options.service_account
-    metadata: dict[str, Any] = {"name": options.name, "labels": labels}
+    metadata: dict[str, Any] = {"name": options.name, "labels": dict(labels)}
     if options.namespace:
         metadata["namespace"] = options.namespace
     backoff = options.backoff_limit

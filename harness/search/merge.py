@@ -344,7 +344,8 @@ def render_html(merged: Merged) -> str:
     if merged.flaky or merged.errors:
         parts.append("<h2>Flaky and toolkit errors</h2><ul>")
         for f in merged.flaky:
-            parts.append(f"<li>flaky ({_e(f['property'])}, shard {f['shard']}): {_e(f)}</li>")
+            what = f.get("property", "loop")
+            parts.append(f"<li>flaky ({_e(what)}, shard {f['shard']}): {_e(f)}</li>")
         for f in merged.errors:
             parts.append(
                 f"<li class='bad'>toolkit error ({_e(f['property'])}, shard {f['shard']}): "

@@ -59,7 +59,8 @@ class EpisodeLog(ExampleCounter):
         self.current = Current(prop, schedule, replay)
 
     def saw(self, events: list[dict[str, Any]]) -> None:
-        super().saw(events)
+        if not self.shard.loop:  # a loop's log records no recompiles
+            super().saw(events)
         self._events = events
 
     def run(self, body: Callable[[], None]) -> None:
@@ -426,7 +427,9 @@ class ShardSearch:
             "by_property": self.by_property,
             "skipped_for_budget": self.skipped_for_budget,
             "findings": self.findings,
-            "flaky": self.flaky,
+            # A loop's schedules that failed once and passed when run again (LoopSearch's own).
+            "flaky": self.flaky
+            + ([] if self._loop_search is None else list(self._loop_search.stats.flaky)),
             "errors": self.errors,
             "database": describe(self.database),
             "host": socket.gethostname(),

@@ -211,3 +211,26 @@ def test_the_merged_report_shows_every_shard(first_run: dict[str, Any], tmp_path
     total = sum(len(_lines(first_run["out"] / r["episodes"])) for r in first_run["reports"])
     assert data["schedules"] == total and data["overlaps"] == [] and data["missing"] == []
     assert sum(n for n, _ in data["by_property"].values()) == total
+
+
+def test_a_loop_shard_writes_the_loop_search_episodes(tmp_path: Path) -> None:
+    """``--loop``: the loop search's schedules, each a line with the loop's replay command and
+    what the loop search saw (its own events, not a trainer's)."""
+    loop = "pathways_chaos.harness.reference.user_loop:main"
+    out = tmp_path / "loop"
+    code, stdout, stderr = _wait(
+        _search(
+            "--shard", "0/1", "--loop", loop, "--properties", "dataset", "--out", str(out),
+            "--database", str(tmp_path / "db"), "--seed", "3", "--rounds", "1",
+            "--examples-per-round", "2",
+        )
+    )  # fmt: skip
+    assert code == 0, stderr[-3000:]
+    lines = _lines(out / "shard-0-of-1.jsonl")
+    assert len(lines) == 2 and all(e["ok"] for e in lines), lines
+    for e in lines:
+        assert e["replay"].startswith(f"pathways-chaos replay --loop {loop} --schedule ")
+        assert e["fault_kinds"] and "slice lost" in e["features"]
+    report = json.loads((out / "shard-0-of-1.json").read_text())
+    assert report["subject"] == f"loop {loop}" and report["errors"] == []
+    assert f"on loop {loop}: 2 schedules" in stdout

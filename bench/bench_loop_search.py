@@ -4,7 +4,7 @@
   schedule one episode of the loop, judged against its fault-free run), per minute of episodes
   and per minute of wall time (generation and the fault-free runs included), and the share of
   episodes with each event.
-- first_failure: for each broken loop of tests/properties/two_fault_loops.py (each needs two
+- first_failure: for each broken loop of tests/harness/properties/two_fault_loops.py (each needs two
   faults in order), the examples and seconds the derandomized stateful search needed to find
   it (the fault-free run excluded, no shrinking): the median of 3 runs of the same seed, and
   the schedule it failed on.
@@ -26,7 +26,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = "pathways_chaos.harness.reference.user_loop:main"
-LOOPS_FILE = "tests/properties/two_fault_loops.py"
+LOOPS_FILE = "tests/harness/properties/two_fault_loops.py"
 TWO_FAULT_LOOPS = (
     "checkpoint_position_from_step",
     "mesh_cache_by_slice_count",

@@ -1,6 +1,6 @@
 """Safety figures for a shared cluster, printed as one JSON object.
 
-- bad_inputs: the regression table's rows (tests/bad_inputs/table.py), each run in a new
+- bad_inputs: the regression table's rows (tests/house/bad_inputs/table.py), each run in a new
   process as a person would type it: tried / one-line errors / tracebacks / silent successes
   (target: tracebacks 0, silent successes 0).
 - error_proxy: every Kubernetes fault and its undo with the first write answered badly by the
@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))  # the tables live beside the tests that assert on
 
 
 def bad_input_figures(folder: Path) -> dict[str, Any]:
-    from tests.bad_inputs.table import figures, run_all
+    from tests.house.bad_inputs.table import figures, run_all
 
     started = time.monotonic()
     outcomes = run_all(folder)
@@ -39,8 +39,8 @@ def bad_input_figures(folder: Path) -> dict[str, Any]:
 def proxy_figures(folder: Path) -> dict[str, Any]:
     from pathways_chaos.fixtures.control_plane import LocalControlPlane, find_kube_binaries
     from pathways_chaos.fixtures.kubernetes.pathways_jobset import pathways_workload_in
-    from tests.kubernetes.error_proxy import error_proxy
-    from tests.kubernetes.proxy_matrix import run_matrix
+    from tests.faults.kubernetes.error_proxy import error_proxy
+    from tests.faults.kubernetes.proxy_matrix import run_matrix
 
     if find_kube_binaries() is None:
         return {"skipped": "no kube-apiserver/etcd: run ci/build-kube-binaries.sh"}

@@ -73,24 +73,32 @@ class SliceLoss(Fault["ClusterBackend"]):
 
 @dataclasses.dataclass(frozen=True)
 class DataLoss(SliceLoss):
+    """A slice lost with ``DATA_LOSS``, a code ``elastic_retry`` retries."""
+
     kind = "data_loss"
     code: str = "DATA_LOSS"
 
 
 @dataclasses.dataclass(frozen=True)
 class DeadlineExceeded(SliceLoss):
+    """A slice lost with ``DEADLINE_EXCEEDED``, a code ``elastic_retry`` retries."""
+
     kind = "deadline_exceeded"
     code: str = "DEADLINE_EXCEEDED"
 
 
 @dataclasses.dataclass(frozen=True)
 class NotFound(SliceLoss):
+    """A slice lost with ``NOT_FOUND``, a code ``elastic_retry`` retries."""
+
     kind = "not_found"
     code: str = "NOT_FOUND"
 
 
 @dataclasses.dataclass(frozen=True)
 class Internal(SliceLoss):
+    """A slice lost with ``INTERNAL``, a code ``elastic_retry`` retries."""
+
     kind = "internal"
     code: str = "INTERNAL"
 

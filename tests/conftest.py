@@ -6,10 +6,16 @@ import fcntl
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:  # imported when a Kubernetes test asks: a plain run stays light
+    from pathways_chaos.faults.journal import RollbackJournal
+    from pathways_chaos.faults.kubernetes import KubeTarget
+    from pathways_chaos.fixtures.kubernetes.pathways_jobset import PathwaysWorkload
 
 ROOT = Path(__file__).parents[1]
 
@@ -74,3 +80,57 @@ def _private_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
         os.environ.pop("XDG_STATE_HOME", None)
     else:
         os.environ["XDG_STATE_HOME"] = saved
+
+
+# The Kubernetes fault tests' targets (tests/faults, tests/fixtures, tests/harness/cli):
+# armed and dry-run targets on the local workload.
+
+
+class Echo(list[str]):
+    """Collects what a fault prints, so a test can read it."""
+
+    def __call__(self, line: str) -> None:
+        self.append(line)
+
+
+def make_target(
+    workload: PathwaysWorkload, *, armed: bool, journal: RollbackJournal | None = None
+) -> KubeTarget:
+    from pathways_chaos.faults.kubernetes import KubeTarget
+
+    return KubeTarget(
+        api_client=workload.api_client,
+        namespace=workload.namespace,
+        jobset=workload.jobset,
+        armed=armed,
+        allowed_namespaces=frozenset({workload.namespace}),
+        journal=journal,
+        echo=Echo(),
+    )
+
+
+@pytest.fixture
+def journal_path(tmp_path: Path) -> Path:
+    return tmp_path / "rollback.jsonl"
+
+
+@pytest.fixture
+def kube_target(pathways_workload: PathwaysWorkload, journal_path: Path) -> Iterator[KubeTarget]:
+    """Armed (the local cluster is ours), journalled, rolled back at teardown whatever happens."""
+    from pathways_chaos.faults.journal import RollbackJournal
+
+    journal = RollbackJournal(journal_path)
+    target = make_target(pathways_workload, armed=True, journal=journal)
+    with journal.guard(target.api_client):
+        yield target
+
+
+@pytest.fixture
+def dry_target(pathways_workload: PathwaysWorkload) -> KubeTarget:
+    return make_target(pathways_workload, armed=False)
+
+
+@pytest.fixture
+def make_kube_target() -> Callable[..., KubeTarget]:
+    """``make_kube_target(workload, armed=..., journal=...)`` for tests that need variants."""
+    return make_target

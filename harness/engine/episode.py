@@ -152,6 +152,8 @@ class FaultController:
 
 @dataclasses.dataclass
 class EpisodeResult:
+    """What an episode left: its event log, each run's result, and the error that ended it."""
+
     events: list[Event]
     results: list[TrainResult]
     error: BaseException | None

@@ -78,6 +78,7 @@ class Recorder:
 
 
 def read_log(path: str | Path) -> list[Event]:
+    """The events of a JSONL log an episode wrote (``--chaos-log-dir``, ``--log``), in order."""
     with Path(path).open(encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
 

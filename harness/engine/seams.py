@@ -233,7 +233,7 @@ class JaxDeviceLossSeam:
         if not jax.__version__.startswith(JAX_TESTED):
             warnings.warn(
                 f"the JAX device-loss seam was tested on jax {'/'.join(JAX_TESTED)}x, not "
-                f"{jax.__version__}: its targets exist, but check tests/test_device_loss_seam.py",
+                f"{jax.__version__}: its targets exist, but check test_device_loss_seam.py",
                 stacklevel=2,
             )
         lost = self._lost

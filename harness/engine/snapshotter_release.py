@@ -10,7 +10,7 @@ accumulates one idle thread and one snapshot per episode.
 ``Snapshotter``: a public ``close()`` when orbax has one; otherwise drop ``_latest_snapshot``
 under its ``_lock`` and stop the worker by queueing a sentinel whose first look (``dtype``)
 raises ``SystemExit``, which ends the thread without a traceback (the worker's own ``finally``
-marks the item done). tests/test_snapshotter_release.py pins the private names it relies on.
+marks the item done). test_snapshotter_release.py pins the private names it relies on.
 
 The worker also logs a failed snapshot (a save whose arrays a slice loss deleted) with
 ``logging.exception``: the record's traceback holds JAX's frames and in them the pinned-host

@@ -49,6 +49,8 @@ class StepRecord:
 
 @dataclasses.dataclass
 class Verdict:
+    """The oracle's judgement of one log: each violation in one line naming its step and cause."""
+
     violations: list[str]
     completed: bool
     lineage: list[StepRecord]

@@ -1,7 +1,7 @@
 """Deliberately broken replication services (and one trainer), each caught by one MTC property.
 
 ``MUTANTS`` maps a name to (what to build, the schedule that exposes it, the property that
-must catch it). ``tests/mtc/test_mutants.py`` runs each and proves its property fails.
+must catch it). ``tests/harness/mtc/test_mtc_mutants.py`` runs each and proves its property fails.
 """
 
 from __future__ import annotations

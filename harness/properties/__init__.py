@@ -1,7 +1,7 @@
 """The property suites' bodies, parameterised by the trainer (or the user's loop) under test.
 
 suites/properties wraps each in ``@given`` for the reference trainer, or, with ``--chaos-loop``,
-for a user's own loop; tests/test_mutants.py runs the same bodies against every broken trainer
+for a user's own loop; test_mutants.py runs the same bodies against every broken trainer
 and asserts the catalogue's property catches it. Every property raises ``PropertyFailure`` with a
 message that names the property, what broke and (for episodes) the replay command that
 reproduces it. One module per property (snapshot, dataset, mesh, stateful), the shared

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-#: Fixtures that run JAX on the fake cluster's CPU devices (tests/test_plugin_hygiene.py checks
+#: Fixtures that run JAX on the fake cluster's CPU devices (test_plugin_hygiene.py checks
 #: this against the fixtures the plugin's modules define).
 DEVICE_FIXTURES = frozenset(
     {

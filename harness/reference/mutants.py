@@ -4,7 +4,7 @@ Every mutant overrides as little of ``ReferenceTrainer`` as its bug needs, throu
 seams only (``make_snapshotter``, ``on_elastic_event``, ``before_step``, ``build_mesh`` /
 ``mesh_and_step``, ``settle_snapshots`` / ``restore_snapshot``, ``train_attempt`` and the data
 and placement methods). ``CATALOGUE`` says which property suite catches which mutant and which
-judge inside it speaks; tests/test_mutants.py holds it to that.
+judge inside it speaks; tests/harness/reference/test_mutants.py holds it to that.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Correct trainers that are not the reference: other step math, the same right recovery.
 
 The oracle must pass them (a judge that fails a correct trainer with no fault at all judges
-the model, not the recovery). tests/test_mutants.py runs each through the suites' checks;
+the model, not the recovery). test_mutants.py runs each through the suites' checks;
 ``pytest suites/properties --chaos-trainer=pathways_chaos.harness.reference.variants:...``
 runs the property suites on one.
 """

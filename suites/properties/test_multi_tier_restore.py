@@ -5,7 +5,7 @@ emulated replication service) driven by the real Orbax MTC client. Every restore
 newest step some tier holds completely, from the fastest tier, bitwise, never a partial step;
 a pinned ``restore.version`` wins; the steps run again equal the gap to the step restored; the
 data position comes back with the model. ``harness/mtc/mutants.py`` has a broken service each
-property catches (``tests/mtc/test_mtc_mutants.py``).
+property catches (``tests/harness/mtc/test_mtc_mutants.py``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,291 @@
+"""Each static check flags its known-bad snippet at the right line and passes the good one."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pathways_chaos.harness.acceptance import static_checks
+from pathways_chaos.harness.acceptance.static_checks import STATIC_CHECKS, load_sources
+from pathways_chaos.harness.errors import ChaosConfigError
+
+SAMPLES = Path(__file__).parents[3] / "suites" / "acceptance" / "samples"
+
+
+def run(tmp_path: Path, check: str, source: str) -> static_checks.CheckResult:
+    path = tmp_path / "port.py"
+    path.write_text(textwrap.dedent(source).lstrip())
+    return STATIC_CHECKS[check](load_sources([path]))
+
+
+def lines(result) -> list[int]:
+    return [int(f.where.rsplit(":", 1)[1]) for f in result.findings]
+
+
+# (check, known-bad source, the lines it must name, known-good source)
+CASES = {
+    "process-index": (
+        """
+        import jax
+        shard = jax.process_index()
+        ds = data[jax.process_index()::jax.process_count()]
+        if jax.process_index() == 0:
+            save()
+        """,
+        [2, 3, 3, 4],
+        """
+        import jax
+        print("controller", jax.process_index())
+        logger.info("process %d", jax.process_index())
+        ds = data
+        """,
+    ),
+    "mesh-from-jax-devices": (
+        """
+        import jax
+        import numpy as np
+        from jax.sharding import Mesh
+        from pathwaysutils.elastic import manager
+
+        def create_mesh(n):
+            devices = np.asarray(jax.devices()).reshape(n, -1)
+            return Mesh(devices, ("replica", "data"))
+
+        def other():
+            return jax.make_mesh((4, 2), ("replica", "data"))
+        """,
+        [8, 11],
+        """
+        import jax
+        import numpy as np
+        from jax.sharding import Mesh
+        from pathwaysutils.elastic import manager
+
+        def create_mesh(m):
+            devices = np.asarray(m.active_devices).reshape(m.active_slice_count, -1)
+            return Mesh(devices, ("replica", "data"))
+
+        def other(m):
+            return jax.make_mesh((4, 2), ("r", "d"), devices=m.active_devices)
+        """,
+    ),
+    "cpu-count-workers": (
+        """
+        import os
+        from multiprocessing import cpu_count
+        workers = os.cpu_count()
+        options = ReadOptions(num_threads=cpu_count() - 1)
+        """,
+        [3, 4],
+        """
+        import os
+        workers = 4
+        print("node cpus", os.cpu_count())
+        """,
+    ),
+    "private-src-import": (
+        """
+        import orbax.checkpoint._src.path.step
+        from pathwaysutils._src import thing
+        import orbax.checkpoint as ocp
+        x = ocp._src.handlers
+        """,
+        [1, 2, 4],
+        """
+        import orbax.checkpoint as ocp
+        from pathwaysutils.elastic import manager
+        from mylib._src import fine  # not orbax or pathwaysutils
+        """,
+    ),
+    "logging-raise-exceptions": (
+        """
+        import logging
+        logging.raiseExceptions = True
+        logging.raiseExceptions = False
+        """,
+        [3],
+        """
+        import logging
+        logging.raiseExceptions = False
+        run_quietly()
+        logging.raiseExceptions = True
+        """,
+    ),
+    "elastic-retry-bound": (
+        """
+        from pathwaysutils.elastic import manager
+        from pathwaysutils.elastic.manager import Manager as M
+
+        elastic_manager = manager.Manager()
+
+        @elastic_manager.elastic_retry(minimum_slice_count=1)
+        def loop():
+            pass
+
+        wrapped = M().elastic_retry(retry_policy=None, poll_interval=5)(loop)
+        again = elastic_manager.elastic_retry(None)(loop)
+        """,
+        [6, 10, 11],
+        """
+        from pathwaysutils.elastic import manager
+
+        elastic_manager = manager.Manager()
+        policy = manager.ElasticRetryLimit(max_attempts=10)
+
+        @elastic_manager.elastic_retry(minimum_slice_count=1, retry_policy=policy)
+        def loop():
+            pass
+
+        a = elastic_manager.elastic_retry(max_retries=3)(loop)
+        b = elastic_manager.elastic_retry(3, minimum_slice_count=None)(loop)
+        c = elastic_manager.elastic_retry(**options)(loop)
+        """,
+    ),
+}
+
+
+def test_elastic_retry_fix_is_the_users_call_bounded(tmp_path):
+    result = run(
+        tmp_path,
+        "elastic-retry-bound",
+        """
+        @elastic_manager.elastic_retry(minimum_slice_count=1, poll_interval=10)
+        def loop():
+            pass
+        """,
+    )
+    assert [f.message for f in result.findings] == [
+        "elastic_manager.elastic_retry(minimum_slice_count=1, poll_interval=10) has no retry "
+        "bound (no retry_policy, no max_retries): write elastic_manager.elastic_retry("
+        "minimum_slice_count=1, poll_interval=10, "
+        "retry_policy=manager.ElasticRetryLimit(max_attempts=10))"
+    ]
+    assert "ElasticRetryLimit(max_attempts=10)" in result.fix
+
+
+def test_the_projects_own_elastic_code_is_bounded():
+    """The reference trainer and the good sample pass the check they teach."""
+    root = Path(__file__).parents[3]
+    files = load_sources([root / "harness" / "reference", SAMPLES / "good_port"])
+    result = STATIC_CHECKS["elastic-retry-bound"](files)
+    assert result.ok, result.failure_message()
+
+
+@pytest.mark.parametrize("check", list(CASES))
+def test_flags_the_known_bad_sample_at_its_lines(tmp_path, check):
+    bad, want_lines, _ = CASES[check]
+    result = run(tmp_path, check, bad)
+    assert not result.ok
+    assert lines(result) == want_lines
+    assert all(f.where.rsplit(":", 1)[0].endswith("port.py") for f in result.findings)
+
+
+@pytest.mark.parametrize("check", list(CASES))
+def test_passes_the_known_good_sample(tmp_path, check):
+    _, _, good = CASES[check]
+    result = run(tmp_path, check, good)
+    assert result.ok, result.failure_message()
+    assert result.reason == "1 file scanned, nothing found"
+
+
+def test_every_check_has_a_case():
+    assert set(CASES) == set(STATIC_CHECKS)
+
+
+def test_aliases_are_resolved(tmp_path):
+    result = run(
+        tmp_path,
+        "process-index",
+        """
+        import jax as j
+        from jax import process_index as pid
+        a = j.process_index()
+        b = pid()
+        """,
+    )
+    assert lines(result) == [3, 4]
+
+
+def test_purpose_is_named(tmp_path):
+    result = run(
+        tmp_path,
+        "process-index",
+        """
+        import jax
+        loader = Loader(shard_index=jax.process_index())
+        key = jax.random.key(jax.process_index())
+        if jax.process_index() == 0:
+            pass
+        """,
+    )
+    messages = [f.message for f in result.findings]
+    assert "picks a data shard" in messages[0]
+    assert "initialises state" in messages[1]
+    assert "chooses which process acts" in messages[2]
+    assert all("always 0" in m for m in messages)
+
+
+def test_mesh_check_only_applies_to_elastic_code(tmp_path):
+    source = """
+    import jax
+    from jax.sharding import Mesh
+    mesh = Mesh(jax.devices(), ("data",))
+    """
+    assert run(tmp_path, "mesh-from-jax-devices", source).ok
+    result = run(
+        tmp_path,
+        "mesh-from-jax-devices",
+        "import pathwaysutils\n" + textwrap.dedent(source).lstrip(),
+    )
+    assert lines(result) == [4]
+
+
+def test_ignore_mark_skips_a_line(tmp_path):
+    result = run(
+        tmp_path,
+        "cpu-count-workers",
+        """
+        import os
+        workers = os.cpu_count()  # pathways-chaos: ignore (sized for the laptop run)
+        """,
+    )
+    assert result.ok
+
+
+def test_folders_are_walked_and_skip_virtualenvs(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("import os\nn = os.cpu_count()\n")
+    (tmp_path / ".venv").mkdir()
+    (tmp_path / ".venv" / "b.py").write_text("import os\nn = os.cpu_count()\n")
+    result = STATIC_CHECKS["cpu-count-workers"](load_sources([tmp_path]))
+    assert [f.where.rsplit("/", 1)[-1] for f in result.findings] == ["a.py:2"]
+
+
+def test_bad_input_is_one_line_saying_what_to_do(tmp_path):
+    broken = tmp_path / "broken.py"
+    broken.write_text("def f(:\n")
+    with pytest.raises(ChaosConfigError, match=r"broken.py:1: cannot parse .*fix the syntax"):
+        load_sources([broken])
+    with pytest.raises(ChaosConfigError, match="no such file or folder"):
+        load_sources([tmp_path / "missing"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ChaosConfigError, match=r"no \.py files found"):
+        load_sources([tmp_path / "empty"])
+
+
+def test_the_sample_ports():
+    bad = static_checks.run_static_checks([SAMPLES / "pitfall_port"])
+    good = static_checks.run_static_checks([SAMPLES / "good_port"])
+    assert [r.check for r in bad if not r.ok] == list(STATIC_CHECKS)
+    assert all(r.ok for r in good), [r.failure_message() for r in good if not r.ok]
+
+
+def test_container_cpu_count_reads_the_cgroup_quota(tmp_path):
+    (tmp_path / "cpu.max").write_text("200000 100000\n")
+    assert static_checks.container_cpu_count(tmp_path) == min(
+        2, len(__import__("os").sched_getaffinity(0))
+    )
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert static_checks.container_cpu_count(tmp_path) >= 1

@@ -1,0 +1,108 @@
+"""The acceptance suite as a user runs it: ``--acceptance-*`` options from the plugin, only what
+is given is checked, checks chosen by group or name, and the rows written to a report."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parents[3]
+SAMPLES = ROOT / "suites" / "acceptance" / "samples"
+
+
+def pytest_run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            *args,
+            "-q",
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:cacheprovider",
+        ],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def table_rows(stdout: str) -> dict[str, str]:
+    table = stdout.split("pathways-chaos acceptance checks", 1)[1]
+    out = {}
+    for line in table.splitlines():
+        words = line.split()
+        if len(words) > 1 and words[1] in ("PASS", "FAIL", "SKIP"):
+            out[words[0]] = words[1]
+        elif len(words) > 2 and words[1:3] == ["NOT", "JUDGED"]:
+            out[words[0]] = "NOT JUDGED"
+    return out
+
+
+def test_static_and_manifest_checks_on_another_repository(tmp_path):
+    """The README's command: the installed suite, a repository that is not this one, no
+    adapter, only the static and manifest groups; the rows land in a JSON report."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "deploy").mkdir()
+    shutil.copy(SAMPLES / "pitfall_port" / "train.py", tmp_path / "src" / "train.py")
+    shutil.copy(SAMPLES / "pitfall_port" / "jobset.yaml", tmp_path / "deploy" / "jobset.yaml")
+    out = pytest_run(
+        tmp_path,
+        "--pyargs",
+        "pathways_chaos.suites.acceptance",
+        "--acceptance-checks=static,manifest",
+        "--acceptance-source=src",
+        "--acceptance-manifest=deploy",
+        "--acceptance-params=8e9",
+        "--acceptance-report=rows.json",
+    )
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-2000:]
+    rows = table_rows(out.stdout)
+    assert len(rows) == 18 and set(rows.values()) == {"FAIL"}
+    assert "data-order" not in rows and "8 deselected" in out.stdout
+    assert "adapter not given; source src; manifest deploy" in out.stdout
+    report = json.loads((tmp_path / "rows.json").read_text())
+    assert {r["group"] for r in report["rows"]} == {"static", "manifest"}
+    assert [r["check"] for r in report["rows"]][:2] == ["process-index", "mesh-from-jax-devices"]
+    assert report["summary"] == "0 passed, 18 failed"
+
+
+def test_nothing_given_checks_nothing():
+    """No fallback to the bundled sample: every row is SKIP and says what to pass."""
+    out = pytest_run(ROOT, "suites/acceptance", "--acceptance-checks=static,manifest", "-rs")
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "18 skipped" in out.stdout and "passed" not in out.stdout.split("short test")[0]
+    assert "not given: pass --acceptance-source PATH" in out.stdout
+    assert "nothing given, 18 rows skipped" in out.stdout
+
+
+def test_checks_chosen_by_name_and_missing_inputs_skipped(tmp_path):
+    out = pytest_run(
+        ROOT,
+        "suites/acceptance",
+        "--acceptance-checks=dev-shm,elastic-retry-bound,ramdisk-size",
+        f"--acceptance-manifest={SAMPLES / 'good_port' / 'jobset.yaml'}",
+        f"--acceptance-report={tmp_path / 'rows.html'}",
+    )
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert table_rows(out.stdout) == {
+        "elastic-retry-bound": "SKIP",  # no --acceptance-source
+        "dev-shm": "PASS",
+        "ramdisk-size": "SKIP",  # no --acceptance-params and no adapter to count
+    }
+    page = (tmp_path / "rows.html").read_text()
+    assert "not given: pass --acceptance-source PATH" in page
+
+
+def test_an_unknown_check_is_a_one_line_usage_error():
+    out = pytest_run(ROOT, "suites/acceptance", "--acceptance-checks=static,dev-shmm")
+    assert out.returncode == 4
+    assert "--acceptance-checks: unknown dev-shmm: use the groups static, manifest, runtime" in (
+        out.stderr
+    )

@@ -27,6 +27,7 @@ import json
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -62,11 +63,17 @@ def throughput(shards: int, budget: float, root: Path) -> dict[str, Any]:
     out = root / f"throughput-{shards}"
     args = ["--shards", str(shards), "--properties", "dataset", "--out", str(out)]
     args += ["--database", str(root / f"db-{shards}"), "--budget", str(budget), "--seed", "0"]
+    load = os.getloadavg()[0]
     t0 = time.perf_counter()
     _wait_all([_search(args, i) for i in range(shards)])
     wall = time.perf_counter() - t0
     reports = [json.loads((out / f"shard-{i}-of-{shards}.json").read_text()) for i in range(shards)]
     schedules = sum(r["schedules"] for r in reports)
+    firsts = []
+    for r in reports:
+        text = (out / r["episodes"]).read_text().splitlines()
+        if text:  # the first episode's end, from the shard's search start (warm-up included)
+            firsts.append(json.loads(text[0])["t"])
     return {
         "shards": shards,
         "budget_s": budget,
@@ -74,6 +81,8 @@ def throughput(shards: int, budget: float, root: Path) -> dict[str, Any]:
         "schedules": schedules,
         "schedules_per_minute": round(schedules / wall * 60, 1),
         "per_shard_per_minute": round(schedules / wall * 60 / shards, 1),
+        "median_first_episode_s": round(statistics.median(firsts), 1) if firsts else None,
+        "load_average_before": round(load, 1),  # other work on the shared machine
     }
 
 

@@ -110,11 +110,17 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument("--memory", default="8Gi", help="memory per shard")
     job.add_argument("--backoff-limit", type=int, default=None, help="default: N")
     job.add_argument("--service-account", default=None)
+    merge = parser.add_argument_group(
+        "search merge DIR... --html PATH: one report from the shards' folders (exit 1 on a "
+        "failure, a missing or unfinished shard, or seeds run twice)"
+    )
+    merge.add_argument("--html", type=Path, default=None, metavar="PATH", help="the report")
+    merge.add_argument("--json", type=Path, default=None, metavar="PATH", help="its figures")
     return parser
 
 
 def search_main(argv: list[str]) -> int:
-    from pathways_chaos.harness.errors import ChaosError
+    from pathways_chaos.harness.errors import ChaosConfigError, ChaosError
 
     if argv[:1] == ["merge"]:
         from pathways_chaos.harness.search.merge import merge_main
@@ -122,6 +128,11 @@ def search_main(argv: list[str]) -> int:
         return merge_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
+        if args.html is not None or args.json is not None:
+            raise ChaosConfigError(
+                "--html and --json are for the merge: pathways-chaos search merge DIR... "
+                "--html PATH"
+            )
         if args.emit_job is not None:
             return _emit_job(args, argv)
         return _search(args)

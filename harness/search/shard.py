@@ -363,8 +363,19 @@ class ShardSearch:
             from pathways_chaos.harness.properties.loop import (
                 LoopSearch,
                 LoopTarget,
+                SearchStats,
                 loop_features,
             )
+
+            class ShardStats(SearchStats):
+                """The loop search's figures; each episode's log goes to the episode line too."""
+
+                log: EpisodeLog | None = None
+
+                def note(self, prop: str, writer: Any, events: list[Any], seconds: float) -> None:
+                    super().note(prop, writer, events, seconds)
+                    if self.log is not None:
+                        self.log.saw(events)
 
             class ShardLoopSearch(LoopSearch):
                 """The loop search, one episode line per schedule it runs."""
@@ -387,14 +398,7 @@ class ShardSearch:
                 max_examples=self.examples_per_round,
                 shrink=self.shrink,
             )
-            note = search.stats.note
-
-            def noted(prop: str, writer: Any, events: list[Any], seconds: float) -> None:
-                note(prop, writer, events, seconds)
-                if search.log is not None:
-                    search.log.saw(events)
-
-            search.stats.note = noted  # type: ignore[method-assign]
+            search.stats = ShardStats(loop=target.spec, profile="search", budget_s=None)
             self._loop_search = search
             self._loop_features = loop_features
         return self._loop_search
@@ -402,7 +406,7 @@ class ShardSearch:
     def _run_loop(self, prop: str, log: EpisodeLog) -> None:
         search = self._loop()
         log.features_of = self._loop_features
-        search.log = log
+        search.log = search.stats.log = log
         search.seed = self._seed
         search.run(prop)
 

@@ -130,7 +130,8 @@ def test_other_files_are_one_line_errors(
     assert merge_main([str(tmp_path), "--html", str(tmp_path / "r.html")]) == 2
     err = capsys.readouterr().err
     assert message in err and err.strip().count("\n") == 0
+    (tmp_path / "empty").mkdir()
     with pytest.raises(ChaosConfigError, match="no shard files"):
-        merge([tmp_path / "empty"] if (tmp_path / "empty").mkdir() is None else [])
+        merge([tmp_path / "empty"])
     with pytest.raises(ChaosConfigError, match="is not a folder"):
         merge([tmp_path / "nowhere"])

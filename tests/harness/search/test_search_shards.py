@@ -77,7 +77,7 @@ class Tables(HTMLParser):
         elif tag in ("td", "th") and self._table is not None:
             self._cell = []
         elif a.get("id"):
-            self._id = a["id"]
+            self._id = str(a["id"])
             self.ids[self._id] = ""
 
     def handle_endtag(self, tag: str) -> None:

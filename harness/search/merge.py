@@ -44,7 +44,7 @@ class Merged:
     unfinished: list[int]  # episodes but no report: the Pod died before the end
     overlaps: list[tuple[int, int, list[int]]]  # (shard, shard, seeds both ran)
     duplicates: list[int]  # an index found twice (two runs mixed?)
-    by_property: dict[str, list[int]]  # property -> [schedules, failed]
+    by_property: dict[str, list[int]]  # property -> [schedules, failed, run while shrinking]
     by_fault_kind: dict[str, list[int]]
     by_event: dict[str, int]
     findings: list[dict[str, Any]]
@@ -130,7 +130,7 @@ def merge(folders: list[Path]) -> Merged:
     shards = sorted(read_shards(folders), key=lambda s: s.index)
     expected = max(s.count for s in shards)
     seen = collections.Counter(s.index for s in shards)
-    by_property: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
+    by_property: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0, 0])
     by_kind: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
     by_event: collections.Counter[str] = collections.Counter()
     findings: list[dict[str, Any]] = []
@@ -143,6 +143,7 @@ def merge(folders: list[Path]) -> Merged:
             failed = int(not e["ok"])
             by_property[e["property"]][0] += 1
             by_property[e["property"]][1] += failed
+            by_property[e["property"]][2] += int(bool(e.get("after_failure")))
             for kind in e["fault_kinds"] or ["(no fault)"]:
                 by_kind[kind][0] += 1
                 by_kind[kind][1] += failed
@@ -195,12 +196,13 @@ def merge(folders: list[Path]) -> Merged:
 # -- the HTML ------------------------------------------------------------------------------------
 CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}
-table{border-collapse:collapse;margin:.5em 0 1.5em}
+table{border-collapse:collapse;margin:.5em 0 1.5em;max-width:100%}
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#f3f3f3} td.n{text-align:right}
 .bad{color:#b71c1c;font-weight:bold} .ok{color:#1b5e20;font-weight:bold}
-pre{background:#f7f7f7;padding:6px;white-space:pre-wrap;margin:0}
-code{background:#f7f7f7}
+pre{background:#f7f7f7;padding:6px;white-space:pre-wrap;word-break:break-all;margin:0}
+code{background:#f7f7f7;word-break:break-all}
+summary{cursor:pointer}
 """
 
 
@@ -250,7 +252,8 @@ def render_html(merged: Merged) -> str:
                     f"<td><code>{_e(f['schedule'] or '(no fault)')}</code></td>",
                     replay,
                     _td(how),
-                    f"<td><pre>{_e(f.get('message', ''))}</pre></td>",
+                    f"<td><details><summary>message</summary><pre>{_e(f.get('message', ''))}"
+                    "</pre></details></td>",
                 ]
             )
         parts.append(
@@ -326,9 +329,11 @@ def render_html(merged: Merged) -> str:
 
     parts.append("<h2>Schedules per property</h2>")
     rows = [
-        [_td(p), _td(n, True), _td(bad, True)] for p, (n, bad) in sorted(merged.by_property.items())
+        [_td(p), _td(n, True), _td(bad, True), _td(shrinking, True)]
+        for p, (n, bad, shrinking) in sorted(merged.by_property.items())
     ]
-    parts.append(_table(["property", "schedules", "failed"], rows, "by-property"))
+    head = ["property", "schedules", "failed", "of them run while shrinking a failure"]
+    parts.append(_table(head, rows, "by-property"))
 
     parts.append("<h2>Schedules per fault kind</h2>")
     rows = [

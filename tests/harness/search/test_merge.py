@@ -77,7 +77,7 @@ def test_a_complete_search_counts_per_fault_kind_and_event(tmp_path: Path) -> No
     assert merged.complete and merged.expected == 2 and merged.schedules == 6
     assert merged.by_fault_kind == {"data_loss": [5, 0], "not_found": [1, 1]}
     assert merged.by_event == {"loss": 6}
-    assert merged.by_property == {"dataset": [6, 1]}
+    assert merged.by_property == {"dataset": [6, 1, 0]}
     assert [f["schedule"] for f in merged.findings] == ["not_found@step=1:slice=0"]
     page = render_html(merged)
     assert "No two shards ran the same seed (5 seeds over 2 shards)" in page

@@ -204,13 +204,18 @@ def test_the_merged_report_shows_every_shard(first_run: dict[str, Any], tmp_path
     (finding,) = first_run["reports"][1]["findings"]
     assert failure[0] == "dataset" and failure[1] == "1"
     assert failure[3] == finding["schedule"] and failure[4] == finding["replay"]
+    assert "duplicated ids" in failure[6]
     kinds = {row[0]: row for row in tables.tables["by-fault-kind"][1:]}
     assert "replica_loss" in kinds  # the snapshot shards' round trips
     assert any(int(row[2]) > 0 for row in kinds.values())  # where the failures were
     data = json.loads(figures.read_text())
     total = sum(len(_lines(first_run["out"] / r["episodes"])) for r in first_run["reports"])
     assert data["schedules"] == total and data["overlaps"] == [] and data["missing"] == []
-    assert sum(n for n, _ in data["by_property"].values()) == total
+    assert sum(n for n, _, _ in data["by_property"].values()) == total
+    shrinking = sum(
+        1 for e in _lines(first_run["out"] / "shard-1-of-4.jsonl") if e["after_failure"]
+    )
+    assert data["by_property"]["dataset"][2] == shrinking > 0
 
 
 def test_a_loop_shard_writes_the_loop_search_episodes(tmp_path: Path) -> None:

@@ -12,9 +12,13 @@
 
 On 2 cores the throughput is sublinear beyond 2 shards: each shard is a process whose
 episodes keep a core busy (XLA's CPU client and the Python loop), so 4 or 8 shards time-share
-2 cores; each also pays its own start-up (the interpreter, JAX, the compilation cache read),
-which is a larger share of a short budget. On a cluster each shard has its own Pod and cores:
-there the figure grows with the shards until the database or the merge is the limit.
+2 cores; each also pays its own start-up (the interpreter, JAX, the compilation cache read:
+``median_first_episode_s`` grows from about 3 s alone to about 8 s with 8 shards), which is a
+larger share of a short budget. The machine is shared (``load_average_before`` about 10 on 2
+cores): an earlier run of the same bench, under heavier load from other work, measured 257,
+274, 144 and 45 schedules a minute for 1, 2, 4 and 8 shards; more processes than cores only
+lose there. On a cluster each shard has its own Pod and cores: there the figure grows with the
+shards until the database or the merge is the limit.
 
 Usage: python bench/bench_search.py [--budget 40] [--shards 1,2,4,8] [--out FILE]
 (bench/results/issue-24-search.json: --budget 40 on 2 shared cores; needs redis-server)

@@ -13,11 +13,12 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from pathways_chaos.harness.cli.quiet import quiet_libraries
+from pathways_chaos.harness.cli.quiet import quiet_libraries, restores_library_logging
 
 DEMO_SCHEDULE = "data_loss@step=12:slice=2,data_loss@step=25:slice=1,repair@step=30:slice=2"
 
 
+@restores_library_logging
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["rollback"]:  # these have their own parsers, --help included

@@ -12,7 +12,7 @@ import argparse
 import dataclasses
 import sys
 
-from pathways_chaos.harness.cli.quiet import quiet_libraries
+from pathways_chaos.harness.cli.quiet import quiet_libraries, restores_library_logging
 from pathways_chaos.harness.engine.episode_spec import EpisodeSpec
 
 
@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@restores_library_logging
 def replay_main(argv: list[str]) -> int:
     """Runs the episode; prints the schedule, outcome and every violation; 1 when it fails."""
     from pathways_chaos.harness.errors import ChaosError
@@ -114,6 +115,7 @@ def _loop_options(items: list[str]) -> dict[str, object]:
     return options
 
 
+@restores_library_logging
 def replay_loop_main(argv: list[str]) -> int:
     """The loop under the schedule, judged against its fault-free run; 1 when it fails."""
     from pathways_chaos.harness.errors import ChaosError

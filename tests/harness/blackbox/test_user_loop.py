@@ -231,7 +231,7 @@ def test_a_resize_recovery_is_judged_on_its_numbers_against_a_clean_rerun(chaos)
 
     from pathways_chaos.harness.engine.loop_episode import load_loop
 
-    loop = load_loop(f"{Path(__file__).parent / 'loops' / 'lr_schedule_counter.py'}:main")
+    loop = load_loop(f"{Path(__file__).parents[2] / 'loops' / 'lr_schedule_counter.py'}:main")
     out = chaos.run_loop(loop, "data_loss@batch=12:slice=2")
 
     (message,) = out.verdict.violations

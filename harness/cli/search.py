@@ -13,6 +13,8 @@ import os
 import sys
 from pathlib import Path
 
+from pathways_chaos.harness.cli.quiet import restores_library_logging
+
 #: Per profile: seconds a shard searches, examples per seeded round.
 PROFILES = {"ci": (120.0, 5), "dev": (600.0, 10), "nightly": (3600.0, 20)}
 
@@ -119,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@restores_library_logging
 def search_main(argv: list[str]) -> int:
     from pathways_chaos.harness.errors import ChaosConfigError, ChaosError
 

@@ -108,6 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="pathways-chaos-search",
         help="a ReadWriteMany PersistentVolumeClaim for results (and the database without --redis)",
     )
+    job.add_argument(
+        "--host-path",
+        default=None,
+        metavar="DIR",
+        help="a folder on the node instead of --claim (a one-node cluster, the local twin)",
+    )
     job.add_argument("--cpu", default="2", help="CPU request per shard")
     job.add_argument("--memory", default="8Gi", help="memory per shard")
     job.add_argument("--backoff-limit", type=int, default=None, help="default: N")
@@ -280,6 +286,7 @@ def _emit_job(args: argparse.Namespace, argv: list[str]) -> int:
         name=args.job_name,
         namespace=args.namespace,
         claim=args.claim,
+        host_path=args.host_path,
         redis_url=args.redis,
         cpu=args.cpu,
         memory=args.memory,

@@ -31,6 +31,9 @@ class JobOptions:
     name: str = "pathways-chaos-search"
     namespace: str | None = None
     claim: str = "pathways-chaos-search"
+    #: A folder on the node instead of the claim: for a one-node cluster (or the local twin),
+    #: where every shard's Pod lands on the same node.
+    host_path: str | None = None
     redis_url: str | None = None
     cpu: str = "2"
     memory: str = "8Gi"
@@ -49,7 +52,11 @@ class JobOptions:
             raise ChaosConfigError(
                 f"--job-name {self.name!r}: use lower-case letters, digits and '-' (at most 52)"
             )
-        if not self.claim:
+        if self.host_path is not None and not self.host_path.startswith("/"):
+            raise ChaosConfigError(
+                f"--host-path {self.host_path!r}: give an absolute folder on the node"
+            )
+        if not self.claim and self.host_path is None:
             raise ChaosConfigError(
                 "the shards write their episodes to a shared volume: --claim PVC (a "
                 "ReadWriteMany PersistentVolumeClaim, e.g. Filestore on GKE)"
@@ -96,7 +103,7 @@ def indexed_job(options: JobOptions) -> dict[str, Any]:
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
         "containers": [container],
-        "volumes": [{"name": "search", "persistentVolumeClaim": {"claimName": options.claim}}],
+        "volumes": [{"name": "search", **_volume(options)}],
     }
     if options.service_account:
         pod["serviceAccountName"] = options.service_account
@@ -118,6 +125,12 @@ def indexed_job(options: JobOptions) -> dict[str, Any]:
             "template": {"metadata": {"labels": labels}, "spec": pod},
         },
     }
+
+
+def _volume(options: JobOptions) -> dict[str, Any]:
+    if options.host_path is not None:
+        return {"hostPath": {"path": options.host_path, "type": "DirectoryOrCreate"}}
+    return {"persistentVolumeClaim": {"claimName": options.claim}}
 
 
 def job_yaml(options: JobOptions) -> str:

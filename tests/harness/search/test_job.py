@@ -152,6 +152,18 @@ def test_without_redis_the_database_is_a_folder_on_the_shared_volume() -> None:
     assert check_against_schema(job, "V1Job") == []
 
 
+def test_a_one_node_cluster_shares_a_folder_on_the_node() -> None:
+    out = _cli("--emit-job", "4", "--image", "img:1", "--host-path", "/var/lib/search")
+    assert out.returncode == 0, out.stderr
+    job = yaml.safe_load(out.stdout)
+    (volume,) = job["spec"]["template"]["spec"]["volumes"]
+    assert volume == {
+        "name": "search",
+        "hostPath": {"path": "/var/lib/search", "type": "DirectoryOrCreate"},
+    }
+    assert check_against_schema(job, "V1Job") == []
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -161,6 +173,7 @@ def test_without_redis_the_database_is_a_folder_on_the_shared_volume() -> None:
         (["--emit-job", "4", "--image", "i", "--job-name", "Nightly_Search"], "lower-case"),
         (["--emit-job", "4", "--image", "i", "--properties", "dataset,meshes"], "use some of"),
         (["--emit-job", "4", "--image", "i", "--budget", "0"], "seconds > 0"),
+        (["--emit-job", "4", "--image", "i", "--host-path", "var/x"], "absolute folder"),
     ],
 )
 def test_bad_job_options_are_one_line(args: list[str], message: str) -> None:

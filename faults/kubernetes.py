@@ -39,6 +39,7 @@ from pathways_chaos.faults.safety import (
     check_opted_in,
     write_confirmed,
 )
+from pathways_chaos.harness.engine.backend import KubeBacked
 from pathways_chaos.harness.errors import ChaosConfigError
 
 if TYPE_CHECKING:
@@ -285,9 +286,8 @@ def kube_target_of(target: Any, fault: Fault[Any]) -> KubeTarget:
     """
     if isinstance(target, KubeTarget):
         return target
-    inner = getattr(target, "target", None)
-    if isinstance(inner, KubeTarget):
-        return inner
+    if isinstance(target, KubeBacked) and isinstance(target.target, KubeTarget):
+        return target.target
     raise ChaosConfigError(
         f"{fault.kind} acts on Kubernetes objects and needs --cluster (with --namespace and "
         "--jobset) or the local control plane (the kube_chaos_target fixture); the in-process "

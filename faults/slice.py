@@ -11,6 +11,7 @@ import signal
 from typing import TYPE_CHECKING
 
 from pathways_chaos.faults.model import Fault, FaultSpecError
+from pathways_chaos.harness.engine.backend import SaveGated
 
 #: The errors ``is_error_due_to_slice_down`` counts as a lost slice: what a slice loss raises.
 SLICE_DOWN_CODES = ("DATA_LOSS", "DEADLINE_EXCEEDED", "NOT_FOUND", "INTERNAL")
@@ -221,13 +222,12 @@ class SlowSave(Fault["FakeCluster"]):
             )
 
     def inject(self, target: FakeCluster) -> list[str]:
-        gate = getattr(target, "save_gate", None)
-        if gate is None:
+        if not isinstance(target, SaveGated):
             raise FaultSpecError(
                 f"slow_save needs the in-process fake cluster's save gate; {type(target).__name__} "
                 "has none: run the episode on FakeCluster"
             )
-        return list(gate.arm(self.seconds, self.polls, self.saves))
+        return list(target.save_gate.arm(self.seconds, self.polls, self.saves))
 
     def describe(self) -> str:
         what = f"{self.seconds:g} s" if self.seconds else f"{self.polls} health polls"

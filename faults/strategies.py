@@ -7,9 +7,11 @@ a retried error whose elastic-event callback then raises (``callback_error@callb
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import strategies as st
 
-from pathways_chaos.faults.model import Schedule, ScheduledFault, Trigger
+from pathways_chaos.faults.model import Fault, Schedule, ScheduledFault, Trigger
 from pathways_chaos.faults.slice import (
     CallbackError,
     DataLoss,
@@ -65,7 +67,9 @@ def failure_during_a_slow_save(
     at = draw(st.integers(0, max(0, max_step - 2)))
     hold = draw(slow_saves())
     if draw(st.booleans()):
-        then: object = draw(st.sampled_from(_LOSSES))(slice=draw(st.integers(0, num_slices - 1)))
+        then: Fault[Any] = draw(st.sampled_from(_LOSSES))(
+            slice=draw(st.integers(0, num_slices - 1))
+        )
     else:
         then = RaiseError(code="INTERNAL")
     later = Trigger("step", min(max_step, at + draw(st.integers(1, 2))))

@@ -13,24 +13,28 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pathways_chaos.harness.engine.backend import ClusterBackend, SliceStates, Unguardable
+
 if TYPE_CHECKING:
     from pathways_chaos.faults.model import Schedule
-    from pathways_chaos.harness.engine.backend import ClusterBackend
     from pathways_chaos.harness.engine.deadline import Deadline
     from pathways_chaos.harness.engine.episode import EpisodeResult
     from pathways_chaos.harness.engine.loop_episode import LoopResult
     from pathways_chaos.harness.engine.topology import SliceTopology
+    from pathways_chaos.harness.judging.loop_oracle import LoopVerdict
     from pathways_chaos.harness.judging.oracle import Verdict
     from pathways_chaos.harness.reference.trainer import TrainerConfig
 
 
 @dataclasses.dataclass
-class Outcome:
-    """An episode and the oracle's verdict on it (a user's loop: a ``LoopResult`` and a
-    ``LoopVerdict``, from ``chaos.run_loop``)."""
+class Outcome[R: (EpisodeResult | LoopResult), V: Verdict]:
+    """An episode and the oracle's verdict on it: ``Outcome[EpisodeResult, Verdict]`` from
+    ``play`` and ``chaos.run``, ``Outcome[LoopResult, LoopVerdict]`` from ``play_loop`` and
+    ``chaos.run_loop``. Generic, so a caller reads ``verdict.summary()`` or
+    ``result.unfired`` of the kind it asked for, checked."""
 
-    result: EpisodeResult | LoopResult
-    verdict: Verdict
+    result: R
+    verdict: V
 
     def __repr__(self) -> str:
         # Short: an assertion on an Outcome must not print the whole event log.
@@ -64,7 +68,7 @@ def play(
     listeners: Iterable[Callable[[dict[str, Any]], None]] = (),
     expect_completed: bool = True,
     replay: bool = True,
-) -> Outcome:
+) -> Outcome[EpisodeResult, Verdict]:
     """Runs ``trainer`` (the reference trainer by default) under ``schedule`` and judges it.
 
     Without ``cluster``, a fake cluster of ``topology`` (default 4x2) is made for this episode
@@ -89,8 +93,7 @@ def play(
             listeners=listeners,
         )
     # The one-device replay runs on device 0, whatever the episode did to its slice.
-    unguarded = getattr(cluster, "unguarded", None)
-    with unguarded() if unguarded is not None else contextlib.nullcontext():
+    with cluster.unguarded() if isinstance(cluster, Unguardable) else contextlib.nullcontext():
         verdict = oracle.check(
             result.events, replay=replay, expect_completed=expect_completed, trainer=factory
         )
@@ -113,7 +116,7 @@ def play_loop(
     show_library_logs: bool = False,
     clean_rerun: bool = True,
     deadline: Deadline | None = None,
-) -> Outcome:
+) -> Outcome[LoopResult, LoopVerdict]:
     """Runs a user's own loop, unchanged, under ``schedule`` and judges it from the libraries'
     calls the black-box observer saw.
 
@@ -172,10 +175,8 @@ def _clean_rerun(
     text, why = clean_schedule(events)
     if text is None:
         return None, why
-    repair = getattr(cluster, "repair_slice", None)
-    for s in sorted(getattr(cluster, "down_slices", lambda: frozenset())()):
-        if repair is not None:
-            repair(s)
+    for s in sorted(cluster.down_slices() if isinstance(cluster, SliceStates) else ()):
+        cluster.repair_slice(s)
     where = None if checkpoint_dir is None else Path(str(checkpoint_dir) + "-clean")
     result = run_loop_episode(
         cluster,

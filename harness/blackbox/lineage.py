@@ -38,7 +38,7 @@ import numpy as np
 #: Draws whose host buffers are remembered for linking placements (older ones are dropped).
 DRAWS_REMEMBERED = 64
 
-Emit = Callable[..., None]
+Emit = Callable[..., object]  # the recorder's emit, whose returned event is not needed here
 
 
 class LineageSeam:

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from pathways_chaos.harness.blackbox.lineage import LineageSeam
+from pathways_chaos.harness.engine.backend import DeviceListeners, SaveGated
 from pathways_chaos.harness.engine.recorder import Recorder
 from pathways_chaos.harness.engine.seams import defining_class
 from pathways_chaos.harness.errors import ChaosConfigError
@@ -72,7 +73,7 @@ class LoopObserver:
         self._main = threading.get_ident()
         # The fake's: it finishes each save before the loop goes on, as the reference
         # trainer's; real devices have none, and their saves stay asynchronous.
-        self._save_gate = getattr(cluster, "save_gate", None)
+        self._save_gate = cluster.save_gate if isinstance(cluster, SaveGated) else None
         self.lineage: LineageSeam | None = (
             LineageSeam(recorder.emit, self._ids) if lineage else None
         )
@@ -155,16 +156,14 @@ class LoopObserver:
         self._patch(holder, "active_slice_indices", self._active_property(prop))
         self._wrap(ocp_v1, "save_pytree", self._save_pytree)
         self._wrap(ocp_v1, "load_pytree", self._load_pytree)
-        add = getattr(self.cluster, "add_placement_listener", None)
-        if add is not None:
-            add(self._placed)
+        if isinstance(self.cluster, DeviceListeners):
+            self.cluster.add_placement_listener(self._placed)
         import jax.monitoring
 
         jax.monitoring.register_event_duration_secs_listener(self._compiled)
         self._listening = True
-        add_error = getattr(self.cluster, "add_error_listener", None)
-        if add_error is not None:
-            add_error(self._slice_error)
+        if isinstance(self.cluster, DeviceListeners):
+            self.cluster.add_error_listener(self._slice_error)
             self._catches = _CatchWatch(self._caught)
             self._catches.start()
         if self.lineage is not None:
@@ -173,9 +172,8 @@ class LoopObserver:
     def _uninstall(self) -> None:
         if self.lineage is not None:
             self.lineage.stop()
-        remove_error = getattr(self.cluster, "remove_error_listener", None)
-        if remove_error is not None:
-            remove_error(self._slice_error)
+        if isinstance(self.cluster, DeviceListeners):
+            self.cluster.remove_error_listener(self._slice_error)
         catches = getattr(self, "_catches", None)
         if catches is not None:
             catches.stop()
@@ -184,9 +182,8 @@ class LoopObserver:
 
             jax.monitoring.unregister_event_duration_listener(self._compiled)
             self._listening = False
-        remove = getattr(self.cluster, "remove_placement_listener", None)
-        if remove is not None:
-            remove(self._placed)
+        if isinstance(self.cluster, DeviceListeners):
+            self.cluster.remove_placement_listener(self._placed)
         while self._saved:
             owner, name, value = self._saved.pop()
             setattr(owner, name, value)

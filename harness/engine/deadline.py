@@ -35,6 +35,7 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from pathways_chaos.harness.engine.backend import SliceStates
 from pathways_chaos.harness.errors import ChaosConfigError, ChaosError
 
 #: Fake-clock seconds an episode may take: 360 health polls at pathwaysutils' default 10 s
@@ -173,11 +174,10 @@ def _slice_wait_text(local: dict[str, Any], cluster: Any, alive: list[int] | Non
 
 
 def _alive(cluster: Any) -> list[int] | None:
-    states = getattr(cluster, "states", None)
-    if states is None:
+    if not isinstance(cluster, SliceStates):
         return None
     try:
-        return sorted(i for i, s in states().items() if str(s) != "down")
+        return sorted(i for i, s in cluster.states().items() if str(s) != "down")
     except Exception:  # a describer must never raise over the deadline it explains
         return None
 

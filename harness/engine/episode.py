@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pathways_chaos.faults.model import Schedule, ScheduledFault, check_schedule_fits
-from pathways_chaos.harness.engine.backend import ClusterBackend
+from pathways_chaos.harness.engine.backend import ClusterBackend, KubeBacked, MtcHosts, SaveGated
 from pathways_chaos.harness.engine.clock import FakeClock
 from pathways_chaos.harness.engine.deadline import (
     Deadline,
@@ -55,8 +55,8 @@ class FaultController:
         check_schedule_fits(
             schedule,
             cluster.topology.num_slices,
-            kubernetes=getattr(cluster, "target", None) is not None,
-            mtc_hosts=getattr(cluster, "mtc_hosts", None),
+            kubernetes=isinstance(cluster, KubeBacked),
+            mtc_hosts=cluster.mtc_hosts if isinstance(cluster, MtcHosts) else None,
         )
         self.cluster = cluster
         self.recorder = recorder
@@ -124,7 +124,7 @@ class FaultController:
     def _due(self, entry: ScheduledFault, event: Event) -> bool:
         at = entry.at
         if at.kind == "step":
-            return event["kind"] == "step" and event["step"] == at.value
+            return bool(event["kind"] == "step" and event["step"] == at.value)
         if at.kind == "time":
             return self.cluster.clock.time() >= at.value
         counted = _EVENT_TRIGGERS[at.kind]
@@ -194,7 +194,7 @@ def run_episode(
     check_schedule_fits(
         schedule or Schedule(),
         cluster.topology.num_slices,
-        kubernetes=getattr(cluster, "target", None) is not None,
+        kubernetes=isinstance(cluster, KubeBacked),
     )
     # More slices asked than the cluster has: one line before anything runs, not a wait.
     config.check_fits(cluster.topology.num_slices)
@@ -221,10 +221,9 @@ def run_episode(
                 trainer = trainer_factory(
                     config, recorder, devices=cluster.devices, run_index=run_index
                 )
-                gate = getattr(cluster, "save_gate", None)
-                if gate is not None:  # slow_save holds this run's saves in flight through it
+                if isinstance(cluster, SaveGated):  # slow_save holds this run's saves through it
                     trainer.snapshotter_wrapper = functools.partial(
-                        gate.wrap, recorder=recorder, run=run_index
+                        cluster.save_gate.wrap, recorder=recorder, run=run_index
                     )
                 try:
                     results.append(trainer.run())

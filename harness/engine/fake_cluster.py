@@ -57,7 +57,10 @@ def slice_down_error(code: str, slice_index: int, detail: str = "") -> Exception
     import jax
 
     what = detail or "slice unassigned after a hardware failure"
-    return jax.errors.JaxRuntimeError(f"{code}: slice {slice_index}: {what} (pathways-chaos fake)")
+    error: Exception = jax.errors.JaxRuntimeError(
+        f"{code}: slice {slice_index}: {what} (pathways-chaos fake)"
+    )
+    return error
 
 
 class _DeadSliceResult:

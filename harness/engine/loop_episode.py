@@ -23,9 +23,10 @@ from typing import Any
 
 from pathways_chaos.faults.model import Schedule, ScheduledFault
 from pathways_chaos.harness.blackbox.observer import LoopObserver
+from pathways_chaos.harness.engine.backend import AccessCounting, ClusterBackend
 from pathways_chaos.harness.engine.clock import FakeClock
 from pathways_chaos.harness.engine.deadline import Deadline, episode_deadline
-from pathways_chaos.harness.engine.episode import ClusterBackend, FaultController
+from pathways_chaos.harness.engine.episode import FaultController
 from pathways_chaos.harness.engine.recorder import Event, Recorder
 from pathways_chaos.harness.engine.user_modules import import_file
 from pathways_chaos.harness.errors import ChaosConfigError
@@ -89,10 +90,8 @@ class LoopFaultController(FaultController):
             if self._due(entry, event):
                 self._fire(entry)
         if kind == "batch":
-            if self._mesh_slices is not None:
-                count_access = getattr(self.cluster, "count_access", None)
-                if count_access is not None:
-                    count_access(self._mesh_slices)  # a flapping slice fails again
+            if self._mesh_slices is not None and isinstance(self.cluster, AccessCounting):
+                self.cluster.count_access(self._mesh_slices)  # a flapping slice fails again
             if self.step_seconds and isinstance(self.cluster.clock, FakeClock):
                 self.cluster.clock.advance(self.step_seconds)
 

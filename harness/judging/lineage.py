@@ -526,7 +526,7 @@ def rejoined_slices_used(chain: Chain, events: Sequence[Event]) -> list[str] | s
     active_since: list[tuple[int, tuple[int, int], set[int]]] = []
     for e in events:
         if e["kind"] in ("active_slices", "attempt_start"):
-            active = set(e.get("slices", e.get("active_slices", [])))
+            active = set(e["slices"] if "slices" in e else e.get("active_slices", []))
             active_since.append((e["seq"], (e["run"], e["attempt"]), active))
     steps = [graph.execs[n] for n in sorted(walk.execs) if _consumes_batch(graph, n)]
     applied = False

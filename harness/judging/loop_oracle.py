@@ -541,7 +541,7 @@ def _meshes(events: Sequence[Event]) -> list[str] | str:
             elif fault["kind"] == "repair":
                 down.pop(fault["slice"], None)
         elif kind in ("attempt_start", "active_slices"):
-            active = set(e.get("active_slices", e.get("slices", [])))
+            active = set(e["active_slices"] if "active_slices" in e else e.get("slices", []))
             for s in active:
                 down.pop(s, None)
         elif kind == "mesh":

@@ -10,6 +10,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+from pathways_chaos.harness.engine.backend import KubeBacked
 from pathways_chaos.harness.engine.fake_cluster import FakeCluster
 from pathways_chaos.harness.errors import ChaosError
 from pathways_chaos.harness.mtc.client_seams import MountTable, MtcClientSeams
@@ -114,7 +115,7 @@ class MtcCluster:
         the slice's Nodes cordoned and its worker Pods killed, as ``data_loss`` does there, then
         uncordoned (the node is replaced), all in the rollback journal. Nothing on the plain fake.
         """
-        if not hasattr(self.cluster, "target"):
+        if not isinstance(self.cluster, KubeBacked):
             return []
         return self.cluster.lose_slice(host) + self.cluster.repair_slice(host)
 

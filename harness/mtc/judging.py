@@ -260,7 +260,7 @@ def _plan_by_attempt(events: Sequence[Event]) -> dict[int, Event]:
 
 
 def _plans_and_restores(events: Sequence[Event]) -> list[tuple[Event, Event | None]]:
-    out = []
+    out: list[tuple[Event, Event | None]] = []
     attempt = 0
     pending: Event | None = None
     for e in events:

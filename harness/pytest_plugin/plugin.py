@@ -14,6 +14,7 @@ import pytest
 from pathways_chaos.harness.pytest_plugin import option_checks
 
 if TYPE_CHECKING:
+    from pathways_chaos.harness.engine.deadline import Deadline
     from pathways_chaos.harness.engine.topology import SliceTopology
 
 FIXTURE_MODULES = (
@@ -201,7 +202,7 @@ def pytest_configure(config: pytest.Config) -> None:
             config.pluginmanager.import_plugin(name)
 
 
-_PREVIOUS_DEADLINE = pytest.StashKey[object]()
+_PREVIOUS_DEADLINE: pytest.StashKey[Deadline] = pytest.StashKey()
 
 
 def _set_deadline(config: pytest.Config) -> None:

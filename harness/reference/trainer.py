@@ -283,13 +283,17 @@ class ReferenceTrainer:
             manager_lib.ElasticRetryLimit(config.max_attempts) if config.max_attempts else None
         )
 
-        @manager.elastic_retry(
+        # pathwaysutils ships no types; its decorator keeps the signature of what it wraps.
+        retry: Callable[[Callable[[], TrainResult]], Callable[[], TrainResult]]
+        retry = manager.elastic_retry(
             minimum_slice_count=config.effective_minimum_slice_count,
             poll_interval=config.poll_interval,
             timeout=config.timeout,
             retry_policy=retry_policy,
             on_elastic_event_callback=self.on_elastic_event,
         )
+
+        @retry
         def run_training_loop() -> TrainResult:
             self.attempt += 1
             try:

@@ -228,7 +228,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             f"--acceptance-checks: unknown {', '.join(unknown)}: use the groups "
             f"{', '.join(GROUPS)} or check names ({', '.join(sorted(names))})"
         )
-    keep, drop = [], []
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
     for item in items:
         group, name = _check_of(item)
         selected = not _is_ours(item) or group in wanted or name in wanted

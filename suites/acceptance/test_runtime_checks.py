@@ -3,11 +3,19 @@ cluster."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
 import pytest
 
 from pathways_chaos.harness.acceptance.runtime import RUNTIME_CHECKS
 
+if TYPE_CHECKING:
+    from pathways_chaos.suites.acceptance.conftest import Given
+
 
 @pytest.mark.parametrize("check", list(RUNTIME_CHECKS))
-def test_runtime_check(check, runtime_runs, check_row):
+def test_runtime_check(
+    check: str, runtime_runs: Given[Any], check_row: Callable[..., None]
+) -> None:
     check_row(check, RUNTIME_CHECKS[check], runtime_runs)

@@ -6,12 +6,17 @@ shape of the recovery (meshes, attempts, where it resumed).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
+
+if TYPE_CHECKING:
+    from pathways_chaos.fixtures.chaos import Chaos
 
 pytestmark = pytest.mark.chaos
 
 
-def test_pause_and_resume_after_data_loss(chaos):
+def test_pause_and_resume_after_data_loss(chaos: Chaos) -> None:
     # Slice 2 fails at step 12 and is healthy again after 3 health polls (30 s of fake time).
     out = chaos.run("data_loss@step=12:slice=2:repair_after_polls=3", mode="pause_resume")
 
@@ -25,7 +30,7 @@ def test_pause_and_resume_after_data_loss(chaos):
     assert recovery["recovery_s"] == pytest.approx(30.0)  # waited for the slice, polled 3 times
 
 
-def test_replica_resize_four_to_three_slices(chaos):
+def test_replica_resize_four_to_three_slices(chaos: Chaos) -> None:
     out = chaos.run("data_loss@step=12:slice=2", mode="resize", scale_up="off")
 
     out.verdict.raise_if_failed()
@@ -37,7 +42,7 @@ def test_replica_resize_four_to_three_slices(chaos):
 
 
 @pytest.mark.parametrize("scale_up", ["in_loop", "signal"])
-def test_scale_up_three_to_four_slices(chaos, scale_up):
+def test_scale_up_three_to_four_slices(chaos: Chaos, scale_up: str) -> None:
     # Slice 3 is down when training starts and is repaired at step 4; the monitor thread sees
     # it at its next poll (10 s of fake time, one step per second).
     out = chaos.run("repair@step=4:slice=3", initially_down=(3,), scale_up=scale_up)
@@ -51,7 +56,7 @@ def test_scale_up_three_to_four_slices(chaos, scale_up):
     assert attempts == ({1} if scale_up == "in_loop" else {1, 2})
 
 
-def test_two_faults_before_the_first_snapshot(chaos):
+def test_two_faults_before_the_first_snapshot(chaos: Chaos) -> None:
     # The first snapshot is taken after step 0; both faults land before it exists.
     out = chaos.run("data_loss@step=0:slice=1,data_loss@attempt=2:slice=2", scale_up="off")
 
@@ -61,7 +66,7 @@ def test_two_faults_before_the_first_snapshot(chaos):
     assert out.meshes() == [[4, 2], [3, 2], [2, 2]]
 
 
-def test_slice_lost_during_restore(chaos):
+def test_slice_lost_during_restore(chaos: Chaos) -> None:
     out = chaos.run("data_loss@step=12:slice=2,data_loss@restore=1:slice=1", scale_up="off")
 
     out.verdict.raise_if_failed()
@@ -71,7 +76,7 @@ def test_slice_lost_during_restore(chaos):
     assert [(e["attempt"], e["step"]) for e in out.of_kind("restore_end")] == [(3, 10)]
 
 
-def test_non_slice_down_error_propagates(chaos):
+def test_non_slice_down_error_propagates(chaos: Chaos) -> None:
     out = chaos.run("raise_error@step=7:code=INVALID_ARGUMENT", expect_completed=False)
 
     import jax
@@ -83,7 +88,7 @@ def test_non_slice_down_error_propagates(chaos):
     assert [e["slice_down"] for e in out.of_kind("error")] == [False]
 
 
-def test_retry_limit_is_hit(chaos):
+def test_retry_limit_is_hit(chaos: Chaos) -> None:
     from pathwaysutils.elastic.manager import ElasticRuntimeError
 
     # INTERNAL is what a Python exception in a host callback surfaces as: it counts as slice
@@ -100,7 +105,7 @@ def test_retry_limit_is_hit(chaos):
     assert out.verdict.violations == []
 
 
-def test_suspend_on_preemption_and_resume(chaos):
+def test_suspend_on_preemption_and_resume(chaos: Chaos) -> None:
     out = chaos.run("preemption@step=12")
 
     out.verdict.raise_if_failed()
@@ -113,7 +118,7 @@ def test_suspend_on_preemption_and_resume(chaos):
     assert out.of_kind("attempt_ready")[-1]["start_step"] == 13
 
 
-def test_fixed_global_batch_survives_a_resize(chaos):
+def test_fixed_global_batch_survives_a_resize(chaos: Chaos) -> None:
     # 24 samples a step whatever the slice count: sharded over 8, then 6 devices.
     out = chaos.run("data_loss@step=12:slice=0", batch="fixed", global_batch=24, scale_up="off")
 

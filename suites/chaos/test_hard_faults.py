@@ -3,13 +3,18 @@ all replicas but one, every replica, a flapping slice, a slow health check."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
+
+if TYPE_CHECKING:
+    from pathways_chaos.fixtures.chaos import Chaos
 
 pytestmark = pytest.mark.chaos
 
 
 @pytest.mark.parametrize("kind", ["data_loss", "deadline_exceeded", "not_found", "internal"])
-def test_every_slice_down_error_is_recovered(chaos, kind):
+def test_every_slice_down_error_is_recovered(chaos: Chaos, kind: str) -> None:
     out = chaos.run(f"{kind}@step=7:slice=1", scale_up="off", final_step=15)
 
     out.verdict.raise_if_failed()
@@ -18,7 +23,7 @@ def test_every_slice_down_error_is_recovered(chaos, kind):
     assert out.meshes() == [[4, 2], [3, 2]]
 
 
-def test_slice_lost_during_a_snapshot_save(chaos):
+def test_slice_lost_during_a_snapshot_save(chaos: Chaos) -> None:
     # The third save (step 10) is in flight when slice 2 dies: it must not become `latest`.
     out = chaos.run("data_loss@save=3:slice=2", scale_up="off")
 
@@ -28,7 +33,7 @@ def test_slice_lost_during_a_snapshot_save(chaos):
     assert out.of_kind("attempt_ready")[1]["start_step"] == restore["step"] + 1
 
 
-def test_all_replicas_but_one_lost(chaos):
+def test_all_replicas_but_one_lost(chaos: Chaos) -> None:
     schedule = ",".join(f"data_loss@step=12:slice={s}" for s in (1, 2, 3))
     out = chaos.run(schedule, scale_up="off")
 
@@ -37,7 +42,7 @@ def test_all_replicas_but_one_lost(chaos):
     assert [r["step"] for r in out.of_kind("restore_end")] == [10]  # from the one survivor
 
 
-def test_every_replica_lost_fails_loudly(chaos):
+def test_every_replica_lost_fails_loudly(chaos: Chaos) -> None:
     # Every slice dies at once (all come back after a poll): no replica of the snapshot
     # survives, and the restore must refuse rather than start from a wrong state.
     schedule = ",".join(f"data_loss@step=12:slice={s}:repair_after_polls=1" for s in range(4))
@@ -49,7 +54,7 @@ def test_every_replica_lost_fails_loudly(chaos):
     assert out.of_kind("run_end")[-1]["status"] == "failed"
 
 
-def test_flapping_slice(chaos):
+def test_flapping_slice(chaos: Chaos) -> None:
     out = chaos.run("flapping@step=3:slice=1:times=3:up_accesses=4", final_step=40)
 
     out.verdict.raise_if_failed()
@@ -58,7 +63,7 @@ def test_flapping_slice(chaos):
     assert len(out.of_kind("attempt_start")) == 4
 
 
-def test_slow_health_check_keeps_a_slice_out(chaos):
+def test_slow_health_check_keeps_a_slice_out(chaos: Chaos) -> None:
     # Slice 1 is lost; while the trainer waits, slice 2's health check hangs 30 s and times out,
     # so the next attempt runs on the two slices that answered.
     out = chaos.run(

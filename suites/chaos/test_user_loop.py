@@ -10,21 +10,30 @@ the observer sees: ``batch=N`` the Nth batch drawn from the loop's grain iterato
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
 import pytest
+
+if TYPE_CHECKING:
+    from pathways_chaos.fixtures.chaos import Chaos
+    from pathways_chaos.harness.engine.loop_episode import LoopResult
+    from pathways_chaos.harness.judging.loop_oracle import LoopVerdict
+    from pathways_chaos.harness.play import Outcome
 
 pytestmark = pytest.mark.chaos
 
 BACK = "repair_after_polls=3"
 
 
-def _survived(out):
+def _survived(out: Outcome[LoopResult, LoopVerdict]) -> None:
     assert out.of_kind("fault"), "no fault fired: the loop drew fewer batches than the schedule"
     out.verdict.raise_if_failed()
     assert any(e["slice_down"] for e in out.of_kind("error")), "the loop never met the fault"
 
 
 @pytest.mark.parametrize("kind", ["data_loss", "deadline_exceeded", "not_found", "internal"])
-def test_every_slice_down_code(chaos, chaos_loop, kind):
+def test_every_slice_down_code(chaos: Chaos, chaos_loop: Callable[..., Any], kind: str) -> None:
     out = chaos.run_loop(chaos_loop, f"{kind}@batch=10:slice=1:{BACK}")
 
     _survived(out)
@@ -32,7 +41,7 @@ def test_every_slice_down_code(chaos, chaos_loop, kind):
     assert error["message"].startswith(kind.upper())
 
 
-def test_repaired_slice_rejoins(chaos, chaos_loop):
+def test_repaired_slice_rejoins(chaos: Chaos, chaos_loop: Callable[..., Any]) -> None:
     # Lost at batch 6, repaired at 15 s on the episode clock (one batch a second), while the
     # loop trains on without it (resize) or waits for it (pause and resume).
     out = chaos.run_loop(chaos_loop, "data_loss@batch=6:slice=2,repair@time=15:slice=2")
@@ -45,13 +54,13 @@ def test_repaired_slice_rejoins(chaos, chaos_loop):
     assert 2 in last_mesh["slices"] or "never took the repaired slice 2 back" in said, said
 
 
-def test_slice_lost_during_a_save(chaos, chaos_loop):
+def test_slice_lost_during_a_save(chaos: Chaos, chaos_loop: Callable[..., Any]) -> None:
     out = chaos.run_loop(chaos_loop, f"data_loss@save=3:slice=2:{BACK}")
 
     _survived(out)
 
 
-def test_slice_lost_during_a_restore(chaos, chaos_loop):
+def test_slice_lost_during_a_restore(chaos: Chaos, chaos_loop: Callable[..., Any]) -> None:
     out = chaos.run_loop(
         chaos_loop, f"data_loss@batch=10:slice=2:{BACK},data_loss@restore=1:slice=1:{BACK}"
     )
@@ -60,20 +69,20 @@ def test_slice_lost_during_a_restore(chaos, chaos_loop):
     assert len(out.of_kind("attempt_start")) >= 3
 
 
-def test_flapping_slice(chaos, chaos_loop):
+def test_flapping_slice(chaos: Chaos, chaos_loop: Callable[..., Any]) -> None:
     out = chaos.run_loop(chaos_loop, "flapping@batch=3:slice=1:times=3:up_accesses=4")
 
     _survived(out)
 
 
-def test_all_replicas_but_one(chaos, chaos_loop):
+def test_all_replicas_but_one(chaos: Chaos, chaos_loop: Callable[..., Any]) -> None:
     schedule = ",".join(f"data_loss@batch=10:slice={s}:{BACK}" for s in (1, 2, 3))
     out = chaos.run_loop(chaos_loop, schedule)
 
     _survived(out)
 
 
-def test_preemption_suspends_and_resumes(chaos, chaos_loop):
+def test_preemption_suspends_and_resumes(chaos: Chaos, chaos_loop: Callable[..., Any]) -> None:
     out = chaos.run_loop(chaos_loop, "preemption@batch=10")
 
     (fault,) = out.of_kind("fault")

@@ -14,16 +14,20 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
+
+if TYPE_CHECKING:
+    from pathways_chaos.harness.properties.loop import LoopSearch
 
 PROFILES = {"ci": 25, "dev": 200, "nightly": 2000}
 #: Seconds of episodes the loop search may spend per profile (``--chaos-budget`` overrides).
 LOOP_BUDGETS: dict[str, float | None] = {"ci": 120.0, "dev": None, "nightly": None}
 #: The loop search's test module: run with --chaos-loop, and only then.
 LOOP_MODULE = "test_loop_properties.py"
-_SEARCH = pytest.StashKey[object]()
+_SEARCH: pytest.StashKey[LoopSearch] = pytest.StashKey()
 _WORKER_STATS = "pathways_chaos_loop_search"
 
 for _name, _examples in PROFILES.items():
@@ -60,7 +64,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # Under pytest-xdist every worker draws from the run's shared id: one seed for all.
         run_id = getattr(config, "workerinput", {}).get("testrunuid")
         config.option.hypothesis_seed = int(run_id[:8], 16) if run_id else random.getrandbits(32)
-        core.global_force_seed = config.option.hypothesis_seed  # type: ignore[attr-defined]
+        core.global_force_seed = config.option.hypothesis_seed
     from pathways_chaos.harness.errors import ChaosConfigError
     from pathways_chaos.harness.properties import (
         enable_compilation_cache,
@@ -120,7 +124,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def loop_search(pytestconfig: pytest.Config) -> object:
+def loop_search(pytestconfig: pytest.Config) -> LoopSearch:
     """The search over ``--chaos-loop``'s loop: one fault-free run for the session."""
     search = pytestconfig.stash.get(_SEARCH, None)
     if search is None:
@@ -132,7 +136,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     search = session.config.stash.get(_SEARCH, None)
     workeroutput = getattr(session.config, "workeroutput", None)
     if search is not None and workeroutput is not None:  # an xdist worker: to the controller
-        workeroutput[_WORKER_STATS] = search.stats.to_json()  # type: ignore[attr-defined]
+        workeroutput[_WORKER_STATS] = search.stats.to_json()
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -143,15 +147,17 @@ def pytest_testnodedown(node: object, error: object) -> None:
     config = getattr(node, "config", None)
     search = config.stash.get(_SEARCH, None) if config is not None else None
     if output and search is not None:
-        search.stats.merge(output)  # type: ignore[attr-defined]
+        search.stats.merge(output)
 
 
-def pytest_terminal_summary(terminalreporter: object, config: pytest.Config) -> None:
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
     """One line (and a JSON file) saying what the loop search covered, within what budget."""
     search = config.stash.get(_SEARCH, None)
     if search is None or hasattr(config, "workerinput"):
         return
-    stats = search.stats  # type: ignore[attr-defined]
+    stats = search.stats
     if not stats.schedules and not stats.skipped_for_budget:
         return
     import json
@@ -171,7 +177,7 @@ def pytest_terminal_summary(terminalreporter: object, config: pytest.Config) -> 
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / "loop-search.json"
     Path(path).write_text(json.dumps(stats.to_json(), indent=2) + "\n")
-    write = terminalreporter.write_line  # type: ignore[attr-defined]
+    write = terminalreporter.write_line
     write(stats.summary())
     write(f"pathways-chaos loop search figures: {path}")
 
@@ -181,11 +187,11 @@ def pytest_report_header(config: pytest.Config) -> str:
     name = _profile(config)
     search = config.stash.get(_SEARCH, None)
     if search is not None:
-        budget = search.budget_s  # type: ignore[attr-defined]
+        budget = search.budget_s
         spend = f"a budget of {budget:g} s of episodes" if budget else "no time budget"
         return (
             f"pathways-chaos properties: the loop search on {config.getoption('chaos_loop')}, "
-            f"hypothesis profile {name!r}, seed {search.seed}, {spend} "  # type: ignore[attr-defined]
+            f"hypothesis profile {name!r}, seed {search.seed}, {spend} "
             "(the trainer suites are left out: they test --chaos-trainer classes)"
         )
     how = (

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -9,18 +11,25 @@ from hypothesis import strategies as st
 from pathways_chaos.harness import properties
 from pathways_chaos.harness.judging.data_checks import BatchShardingError, elastic_iterator
 
+if TYPE_CHECKING:
+    from pathways_chaos.harness.properties.dataset import IteratorPhase
+
 DEVICES = properties.available_devices()
 
 
 @properties.share_of_profile(2)
 @given(run=properties.iterator_runs())
-def test_elastic_iterator_across_shard_count_changes(run):
+def test_elastic_iterator_across_shard_count_changes(
+    run: tuple[int, bool, list[IteratorPhase]],
+) -> None:
     properties.check_iterator_continuity(*run)
 
 
 @properties.share_of_profile(0.5)
 @given(data=st.data())
-def test_trainer_eats_every_sample_once_in_order_across_resizes(chaos_trainer, data):
+def test_trainer_eats_every_sample_once_in_order_across_resizes(
+    chaos_trainer: str, data: st.DataObject
+) -> None:
     spec = data.draw(properties.dataset_specs(max_devices=DEVICES, trainer=chaos_trainer))
     properties.check_dataset_episode(spec)
 
@@ -29,7 +38,9 @@ def test_trainer_eats_every_sample_once_in_order_across_resizes(chaos_trainer, d
     batch=st.integers(1, 64),
     shards=st.integers(2, 16),
 )
-def test_a_batch_that_does_not_divide_is_a_clear_error_with_sizes_that_work(batch, shards):
+def test_a_batch_that_does_not_divide_is_a_clear_error_with_sizes_that_work(
+    batch: int, shards: int
+) -> None:
     import grain
     from grain.experimental import ElasticIterator
 

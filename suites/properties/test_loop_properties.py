@@ -11,25 +11,30 @@ the search spends at most ``--chaos-budget`` seconds (120) and says what it cove
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def test_loop_snapshot_round_trip(loop_search):
+if TYPE_CHECKING:
+    from pathways_chaos.harness.properties.loop import LoopSearch
+
+
+def test_loop_snapshot_round_trip(loop_search: LoopSearch) -> None:
     """Restores after losses, losses during saves and restores, a slow save: the loop restores
     the latest snapshot and resumes at its step."""
     loop_search.run("snapshot")
 
 
-def test_loop_dataset_continuity(loop_search):
+def test_loop_dataset_continuity(loop_search: LoopSearch) -> None:
     """Losses and rejoins that change the batch, retried errors, preemption: the committed
     batches eat every sample once, in the fault-free order."""
     loop_search.run("dataset")
 
 
-def test_loop_mesh_rebuild(loop_search):
+def test_loop_mesh_rebuild(loop_search: LoopSearch) -> None:
     """Losses, repairs and flapping slices: each mesh holds exactly the active slices, and
     nothing leaks from attempt to attempt."""
     loop_search.run("mesh")
 
 
-def test_loop_stateful_search(loop_search):
+def test_loop_stateful_search(loop_search: LoopSearch) -> None:
     """Every scenario, drawn rule by rule as the run goes, judged end to end."""
     loop_search.run("stateful")

@@ -14,6 +14,8 @@ DEVICES = properties.available_devices()
 
 @properties.share_of_profile(0.5)
 @given(data=st.data())
-def test_mesh_holds_exactly_the_active_slices_in_order(chaos_trainer, data):
+def test_mesh_holds_exactly_the_active_slices_in_order(
+    chaos_trainer: str, data: st.DataObject
+) -> None:
     spec = data.draw(properties.mesh_specs(max_devices=DEVICES, trainer=chaos_trainer))
     properties.check_mesh_episode(spec)

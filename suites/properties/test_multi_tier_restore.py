@@ -10,18 +10,25 @@ property catches (``tests/harness/mtc/test_mtc_mutants.py``).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from hypothesis import event, given, settings
 
 from pathways_chaos.faults.mtc_strategies import mtc_schedules
 from pathways_chaos.harness.mtc import judging
 
+if TYPE_CHECKING:
+    from pathways_chaos.faults.model import Schedule
+
 #: An example is a whole job with Orbax saves (about 10 s here): a sixth of the profile's count.
-EXAMPLES = max(3, settings.default.max_examples // 6)
+EXAMPLES = max(3, settings().max_examples // 6)
 
 
 @settings(max_examples=EXAMPLES)
 @given(schedule=mtc_schedules(num_hosts=4, max_step=18, max_faults=2))
-def test_every_restore_is_the_newest_complete_step_from_the_fastest_tier(schedule):
+def test_every_restore_is_the_newest_complete_step_from_the_fastest_tier(
+    schedule: Schedule,
+) -> None:
     from pathways_chaos.fixtures.mtc import MtcRunner
     from pathways_chaos.harness.engine.fake_cluster import FakeCluster
     from pathways_chaos.harness.engine.topology import SliceTopology

@@ -14,7 +14,9 @@ DEVICES = properties.available_devices()  # larger meshes: --fake-slices
 
 @properties.share_of_profile(4)  # no episode: a save and a load, ~30 ms
 @given(case=properties.snapshot_cases(max_devices=DEVICES))
-def test_snapshot_round_trip_after_losing_replicas(chaos_trainer, case):
+def test_snapshot_round_trip_after_losing_replicas(
+    chaos_trainer: str, case: properties.SnapshotCase
+) -> None:
     properties.check_snapshot_round_trip(case, chaos_trainer)
 
 
@@ -24,16 +26,18 @@ def test_snapshot_round_trip_after_losing_replicas(chaos_trainer, case):
         lambda xs: [(i * 101 + step, join) for i, (step, join) in enumerate(xs)]
     )
 )
-def test_a_save_while_one_is_in_flight_is_skipped_and_latest_stays_right(saves):
+def test_a_save_while_one_is_in_flight_is_skipped_and_latest_stays_right(
+    saves: list[tuple[int, bool]],
+) -> None:
     properties.check_save_in_flight(saves)
 
 
-def test_every_replica_lost_is_a_clear_error():
+def test_every_replica_lost_is_a_clear_error() -> None:
     case = properties.SnapshotCase({"w": __import__("numpy").ones(3, "float32")}, 2, 2, (0, 1))
     properties.check_snapshot_round_trip(case)  # raises unless SnapshotLostError names step 7
 
 
-def test_a_leaf_sharded_along_the_replica_axis_is_reported_by_name():
+def test_a_leaf_sharded_along_the_replica_axis_is_reported_by_name() -> None:
     """Alone, the Snapshotter returns a wrong shape silently (orbax 0.12.8); the harness says so."""
     import jax
     import numpy as np
@@ -61,7 +65,7 @@ def test_a_leaf_sharded_along_the_replica_axis_is_reported_by_name():
     check_replicated_along_replica_axis({"ok": tree["ok"], "step": 3}, mesh)
 
 
-def test_the_round_trip_property_catches_a_replica_sharded_trainer():
+def test_the_round_trip_property_catches_a_replica_sharded_trainer() -> None:
     case = properties.SnapshotCase({"w": __import__("numpy").ones(4, "float32")}, 2, 1, (1,))
     mutant = "pathways_chaos.harness.reference.mutants:StateShardedAlongReplicaAxis"
     with pytest.raises(PropertyFailure, match=r"leaf \['w'\].*sharded along the replica axis"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -38,12 +39,12 @@ def container_cpus() -> int:
 LOADER_WORKERS = min(4, container_cpus())
 
 
-def sample(sample_id: int) -> dict[str, np.ndarray]:
+def sample(sample_id: int) -> dict[str, np.ndarray | np.generic]:
     x = np.cos(sample_id * 0.11 * np.arange(1, FEATURES + 1)).astype(np.float32)
     return {"id": np.int64(sample_id), "x": x, "y": np.float32(x.sum() * 0.5)}
 
 
-def make_iterator(global_batch: int):
+def make_iterator(global_batch: int) -> Any:  # grain's ElasticIterator
     import grain
     from grain.experimental import ElasticIterator
 
@@ -52,13 +53,15 @@ def make_iterator(global_batch: int):
     return ElasticIterator(dataset, global_batch, grain.sharding.NoSharding())
 
 
-def init_state():
+def init_state() -> dict[str, jax.Array]:
     key = jax.random.key(7)  # a constant seed, the same for every attempt
     return {"w": jax.random.normal(key, (FEATURES,), jnp.float32) * 0.1, "b": jnp.zeros(())}
 
 
-def train_step(state, batch):
-    def loss_fn(p):
+def train_step(
+    state: dict[str, jax.Array], batch: dict[str, Any]
+) -> tuple[dict[str, jax.Array], jax.Array]:
+    def loss_fn(p: dict[str, jax.Array]) -> jax.Array:
         prediction = batch["x"] @ p["w"] + p["b"]
         return jnp.mean((prediction - batch["y"]) ** 2)
 
@@ -66,7 +69,7 @@ def train_step(state, batch):
     return jax.tree.map(lambda p, g: p - 0.1 * g, state, grads), loss
 
 
-def create_mesh(elastic_manager) -> jax.sharding.Mesh:
+def create_mesh(elastic_manager: Any) -> jax.sharding.Mesh:
     """The guide's builder: the active slices only, one mesh row per slice."""
     devices = np.asarray(elastic_manager.active_devices, dtype=object)
     return jax.sharding.Mesh(
@@ -74,7 +77,7 @@ def create_mesh(elastic_manager) -> jax.sharding.Mesh:
     )
 
 
-def run(final_step: int, snapshot_interval: int):
+def run(final_step: int, snapshot_interval: int) -> dict[str, jax.Array]:
     """The production loop the adapter mirrors (not run by the checks)."""
     import orbax.checkpoint as ocp
     from pathwaysutils.elastic import manager
@@ -86,7 +89,7 @@ def run(final_step: int, snapshot_interval: int):
     @elastic_manager.elastic_retry(
         minimum_slice_count=1, retry_policy=manager.ElasticRetryLimit(max_attempts=10)
     )
-    def loop():
+    def loop() -> dict[str, jax.Array]:
         mesh = create_mesh(elastic_manager)
         iterator = make_iterator(16)
         replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -31,7 +32,7 @@ LOADER_WORKERS = os.cpu_count()
 _LOADERS: list[HostShardLoader] = []
 
 
-def sample(sample_id: int) -> dict[str, np.ndarray]:
+def sample(sample_id: int) -> dict[str, np.ndarray | np.generic]:
     x = np.cos(sample_id * 0.11 * np.arange(1, FEATURES + 1)).astype(np.float32)
     return {"id": np.int64(sample_id), "x": x, "y": np.float32(x.sum() * 0.5)}
 
@@ -70,13 +71,15 @@ def make_iterator(global_batch: int) -> HostShardLoader:
     return loader
 
 
-def init_state():
+def init_state() -> dict[str, jax.Array]:
     key = jax.random.key(7 + jax.process_index())  # PITFALL: per-process seed
     return {"w": jax.random.normal(key, (FEATURES,), jnp.float32) * 0.1, "b": jnp.zeros(())}
 
 
-def train_step(state, batch):
-    def loss_fn(p):
+def train_step(
+    state: dict[str, jax.Array], batch: dict[str, Any]
+) -> tuple[dict[str, jax.Array], jax.Array]:
+    def loss_fn(p: dict[str, jax.Array]) -> jax.Array:
         prediction = batch["x"] @ p["w"] + p["b"]
         return jnp.mean((prediction - batch["y"]) ** 2)
 
@@ -84,20 +87,20 @@ def train_step(state, batch):
     return jax.tree.map(lambda p, g: p - 0.1 * g, state, grads), loss
 
 
-def create_mesh(elastic_manager) -> jax.sharding.Mesh:
+def create_mesh(elastic_manager: Any) -> jax.sharding.Mesh:
     # PITFALL: jax.devices() is the initial allocation for the client's lifetime.
     devices = np.asarray(jax.devices(), dtype=object)
     return jax.sharding.Mesh(devices.reshape(elastic_manager.total_slice_count, -1), ("r", "d"))
 
 
-def run(final_step: int, snapshot_interval: int, checkpoint_dir: str):
+def run(final_step: int, snapshot_interval: int, checkpoint_dir: str) -> dict[str, jax.Array]:
     """The production loop the adapter mirrors (not run by the checks)."""
     from pathwaysutils.elastic import manager
 
     elastic_manager = manager.Manager()
 
     @elastic_manager.elastic_retry(minimum_slice_count=3)  # PITFALL: no bound; 3 of 2 slices
-    def loop():
+    def loop() -> dict[str, jax.Array]:
         mesh = create_mesh(elastic_manager)
         loader = make_iterator(16)
         replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())

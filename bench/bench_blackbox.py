@@ -33,7 +33,7 @@ def recording_overhead(rounds: int) -> dict[str, Any]:
     topology = SliceTopology(4, 2)
     request_cpu_devices(topology.device_count)
     from pathways_chaos.harness.engine.fake_cluster import FakeCluster
-    from pathways_chaos.harness.engine.loop_episode import load_loop, run_loop_episode
+    from pathways_chaos.harness.episodes.loop_episode import load_loop, run_loop_episode
 
     loop = load_loop(LOOP)
     bare: list[float] = []

@@ -67,9 +67,9 @@ def episode_seconds(
     keep_events: bool = False,
 ) -> Any:
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness.engine.episode import run_episode
     from pathways_chaos.harness.engine.fake_cluster import FakeCluster
     from pathways_chaos.harness.engine.topology import SliceTopology
+    from pathways_chaos.harness.episodes.episode import run_episode
     from pathways_chaos.harness.judging import oracle
     from pathways_chaos.harness.reference.trainer import TrainerConfig
 
@@ -99,8 +99,9 @@ def _phase_targets() -> dict[str, list[tuple[Any, str]]]:
     from orbax.checkpoint.experimental.v1._src.training.pathways import snapshotter
     from pathwaysutils.elastic import elastic, manager
 
-    from pathways_chaos.harness.engine import census, episode, fake_cluster, recorder
+    from pathways_chaos.harness.engine import census, fake_cluster, recorder
     from pathways_chaos.harness.engine.clock import FakeClock
+    from pathways_chaos.harness.episodes import episode
     from pathways_chaos.harness.reference import trainer
 
     return {

@@ -50,8 +50,8 @@ def main() -> None:
 
     from pathways_chaos.harness.engine.clock import make_clock
     from pathways_chaos.harness.engine.fake_cluster import FakeCluster
-    from pathways_chaos.harness.engine.loop_episode import load_loop
     from pathways_chaos.harness.engine.topology import SliceTopology
+    from pathways_chaos.harness.episodes.loop_episode import load_loop
     from pathways_chaos.harness.play import play_loop
 
     loop = load_loop(args.loop)

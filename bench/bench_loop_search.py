@@ -70,12 +70,8 @@ def sample_rate(examples: int) -> dict[str, Any]:
 
 
 def first_failure(name: str, runs: int, examples: int) -> dict[str, Any]:
-    from pathways_chaos.harness.properties.loop import (
-        LoopPropertyFailure,
-        LoopSearch,
-        LoopTarget,
-        ScheduleWriter,
-    )
+    from pathways_chaos.harness.properties.loop import LoopPropertyFailure, LoopSearch, LoopTarget
+    from pathways_chaos.harness.properties.loop_schedules import ScheduleWriter
 
     class Timed(LoopSearch):
         found: tuple[float, int, str] | None = None

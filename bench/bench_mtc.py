@@ -145,7 +145,7 @@ def steps_lost() -> dict[str, Any]:
     from pathways_chaos.harness.mtc.cluster import MtcCluster
     from pathways_chaos.harness.mtc.episode import run_mtc_episode
     from pathways_chaos.harness.mtc.judging import check_all, tier_restores
-    from pathways_chaos.harness.reference.mtc_trainer import MtcOptions
+    from pathways_chaos.harness.mtc.trainer import MtcOptions
     from pathways_chaos.harness.reference.trainer import TrainerConfig
 
     out: dict[str, Any] = {

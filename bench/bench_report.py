@@ -27,9 +27,9 @@ SCHEDULE = "data_loss@step=300:slice=2,repair@step=500:slice=2,data_loss@step=80
 
 def report_figures(rounds: int) -> dict[str, Any]:
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness.engine.episode import run_episode
     from pathways_chaos.harness.engine.fake_cluster import FakeCluster
     from pathways_chaos.harness.engine.topology import SliceTopology, request_cpu_devices
+    from pathways_chaos.harness.episodes.episode import run_episode
     from pathways_chaos.harness.judging import oracle
     from pathways_chaos.harness.reference.trainer import TrainerConfig
     from pathways_chaos.harness.reports.html_report import EpisodeReport, write_report

@@ -13,37 +13,33 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
-import sys
 import time
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from pathways_chaos.faults.jobset import (
     JOB_INDEX_LABEL,
     JOBSET_NAME_LABEL,
     REPLICATED_JOB_LABEL,
     WORKER_REPLICATED_JOB,
-    slice_selector,
 )
-from pathways_chaos.faults.journal import RollbackJournal, job_manifest_for_recreate
+from pathways_chaos.faults.kube_target import (
+    KubeTarget,
+    Settled,
+    TargetNotFound,
+    fault_identity,
+    heal_from_journal,
+    journal_of,
+    kube_target_of,
+    settled_write,
+)
 from pathways_chaos.faults.model import Fault, FaultSpecError
 from pathways_chaos.faults.safety import (
     CORDONED_BY_ANNOTATION,
-    OPT_IN_LABEL,
     RETRYABLE_STATUSES,
-    ChaosRefused,
     api_status,
-    call_with_retries,
-    check_namespace,
     check_opted_in,
-    write_confirmed,
 )
-from pathways_chaos.harness.engine.backend import KubeBacked
-from pathways_chaos.harness.errors import ChaosConfigError
-
-if TYPE_CHECKING:
-    from kubernetes.client import ApiClient
+from pathways_chaos.faults.undo import job_manifest_for_recreate
 
 __all__ = [
     "JOBSET_NAME_LABEL",
@@ -64,276 +60,6 @@ TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 #: For deletes and evictions a 404 means "already gone": handled, not retried.
 _RETRY_BUT_NOT_404 = frozenset(RETRYABLE_STATUSES - {404})
-
-
-class TargetNotFound(ChaosConfigError, LookupError):
-    """A fault's slice has nothing to act on (wrong JobSet name or slice index?)."""
-
-
-class _Settled(Exception):
-    """A fresh read found the object in a state nobody should write over: report, move on."""
-
-
-def _stderr(line: str) -> None:
-    print(f"pathways-chaos: {line}", file=sys.stderr)
-
-
-@dataclasses.dataclass
-class KubeTarget:
-    """Where Kubernetes faults act, and the rules they obey there.
-
-    ``armed=False`` (the default) is a dry run: faults read the cluster, check the rules and
-    report what they would change, and change nothing. Armed faults need a journal.
-    """
-
-    api_client: ApiClient
-    namespace: str
-    jobset: str
-    armed: bool = False
-    allowed_namespaces: frozenset[str] = frozenset()
-    opt_in_label: str = OPT_IN_LABEL
-    journal: RollbackJournal | None = None
-    echo: Callable[[str], None] = _stderr
-    retry_attempts: int = 5
-
-    # The client's models type every field Optional; these are Any so call sites stay readable.
-    @property
-    def core(self) -> Any:
-        from kubernetes import client
-
-        return client.CoreV1Api(self.api_client)
-
-    @property
-    def batch(self) -> Any:
-        from kubernetes import client
-
-        return client.BatchV1Api(self.api_client)
-
-    def check(self) -> None:
-        """The checks every fault passes before it reads anything.
-
-        An armed target's journal is tied to this cluster before its first change, so that a
-        later rollback with another kubeconfig is refused.
-        """
-        check_namespace(self.namespace, self.allowed_namespaces)
-        if self.armed and self.journal is None:
-            raise ChaosRefused("refused: an armed KubeTarget needs a RollbackJournal")
-        if self.armed and self.journal is not None and not self.journal.bound:
-            self.journal.bind(
-                self.api_client,
-                namespace=self.namespace,
-                jobset=self.jobset,
-                allowed_namespaces=sorted(self.allowed_namespaces),
-            )
-
-    def slice_selector(self, slice_index: int) -> str:
-        return slice_selector(self.jobset, slice_index)
-
-    def retry(self, fn: Callable[[], Any], retry_on: frozenset[int] = RETRYABLE_STATUSES) -> Any:
-        return call_with_retries(fn, attempts=self.retry_attempts, retry_on=retry_on)
-
-    # -- target resolution ------------------------------------------------------------------
-
-    def slice_pods(self, slice_index: int) -> list[Any]:
-        """The slice's live worker Pods (not already terminating), checked for opt-in and owner.
-
-        Labels find them; ownership decides: every Pod the selector finds must be controlled by
-        the slice's own Job (``slice_job``: one Job, opted in, of this JobSet), so a Pod that
-        merely copies a worker's labels (ownerless, or another workload's) is refused rather
-        than acted on, together with the Node it sits on.
-        """
-        selector = self.slice_selector(slice_index)
-        pods = self.retry(
-            lambda: self.core.list_namespaced_pod(self.namespace, label_selector=selector)
-        )
-        live = sorted(
-            (p for p in pods.items if p.metadata.deletion_timestamp is None),
-            key=lambda p: p.metadata.name,
-        )
-        if not live:
-            raise TargetNotFound(
-                f"no live worker Pods for slice {slice_index} of JobSet {self.jobset!r} in "
-                f"namespace {self.namespace!r} (selector {selector})"
-            )
-        job = self.slice_job(slice_index)
-        for pod in live:
-            check_opted_in(
-                "Pod",
-                f"{self.namespace}/{pod.metadata.name}",
-                pod.metadata.labels,
-                self.opt_in_label,
-            )
-            check_owned_by(pod, "Job", job.metadata.name, job.metadata.uid, self.namespace)
-        return live
-
-    def slice_nodes(self, slice_index: int) -> list[Any]:
-        """The Nodes the slice's worker Pods are bound to, checked for opt-in.
-
-        Empty (and said so) when the slice's Pods are all Pending, e.g. because an earlier
-        fault cordoned its Nodes: such a slice is down already and has no Node to act on.
-        """
-        pods = self.slice_pods(slice_index)
-        names = sorted({p.spec.node_name for p in pods if p.spec.node_name})
-        if not names:
-            self.echo(f"slice {slice_index}'s worker Pods are all Pending: no Node to act on")
-            return []
-        nodes = [self.retry(functools.partial(self.core.read_node, name)) for name in names]
-        for node in nodes:
-            check_opted_in("Node", node.metadata.name, node.metadata.labels, self.opt_in_label)
-        if any(_exclusive_pool(p) for p in pods):  # the JobSet promises one pool per slice
-            check_one_pool(slice_index, nodes)
-        return nodes
-
-    def slice_job(self, slice_index: int) -> Any:
-        selector = self.slice_selector(slice_index)
-        jobs = self.retry(
-            lambda: self.batch.list_namespaced_job(self.namespace, label_selector=selector)
-        )
-        if len(jobs.items) != 1:
-            raise TargetNotFound(
-                f"expected one worker Job for slice {slice_index} of JobSet {self.jobset!r} in "
-                f"namespace {self.namespace!r}, found {len(jobs.items)} (selector {selector})"
-            )
-        job = jobs.items[0]
-        check_opted_in(
-            "Job", f"{self.namespace}/{job.metadata.name}", job.metadata.labels, self.opt_in_label
-        )
-        owner = _controller_ref(job)
-        if owner is not None and (owner.kind != "JobSet" or owner.name != self.jobset):
-            raise ChaosRefused(
-                f"refused: Job {self.namespace}/{job.metadata.name} carries JobSet "
-                f"{self.jobset!r}'s labels but is controlled by {owner.kind} {owner.name!r}: "
-                "not a Job of the target JobSet"
-            )
-        return job
-
-    def job_pods(self, job: Any) -> list[Any]:
-        """The Job's live Pods (found by its controller uid), each checked for opt-in."""
-        selector = f"controller-uid={job.metadata.uid}"
-        pods = self.retry(
-            lambda: self.core.list_namespaced_pod(self.namespace, label_selector=selector)
-        )
-        live = [p for p in pods.items if p.metadata.deletion_timestamp is None]
-        for pod in live:
-            check_opted_in(
-                "Pod",
-                f"{self.namespace}/{pod.metadata.name}",
-                pod.metadata.labels,
-                self.opt_in_label,
-            )
-        return live
-
-    def dry(self, lines: Iterable[str]) -> list[str]:
-        out = [f"DRY RUN: would {line}" for line in lines]
-        for line in out:
-            self.echo(line)
-        return out
-
-
-#: GKE's node pool label: one TPU slice is one node pool.
-NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
-
-
-def _controller_ref(obj: Any) -> Any | None:
-    for ref in obj.metadata.owner_references or []:
-        if ref.controller:
-            return ref
-    return None
-
-
-def check_owned_by(obj: Any, kind: str, name: str, uid: str, namespace: str) -> None:
-    """Refuses ``obj`` unless its controller is exactly that ``kind``/``name`` with ``uid``."""
-    ref = _controller_ref(obj)
-    if ref is None or ref.kind != kind or ref.uid != uid:
-        whose = "no controller" if ref is None else f"controller {ref.kind} {ref.name!r}"
-        raise ChaosRefused(
-            f"refused: Pod {namespace}/{obj.metadata.name} carries the slice's labels but has "
-            f"{whose}, not {kind} {name!r} (uid {uid}): a look-alike is never a target; "
-            "remove it or its labels"
-        )
-
-
-#: The JobSet annotation that places each Job (a slice) in one topology domain (a node pool).
-EXCLUSIVE_TOPOLOGY_ANNOTATION = "alpha.jobset.sigs.k8s.io/exclusive-topology"
-
-
-def _exclusive_pool(pod: Any) -> bool:
-    annotations = pod.metadata.annotations or {}
-    return annotations.get(EXCLUSIVE_TOPOLOGY_ANNOTATION) == NODEPOOL_LABEL
-
-
-def check_one_pool(slice_index: int, nodes: list[Any]) -> None:
-    """A slice placed exclusively per node pool lives in one: several pools mean a stray target.
-
-    Applied where the JobSet promises it (the exclusive-topology annotation on the node pool
-    key, as GKE TPU JobSets carry): a JobSet without it may spread a slice over pools.
-    """
-    pools = {(n.metadata.labels or {}).get(NODEPOOL_LABEL) for n in nodes}
-    pools.discard(None)
-    if len(pools) > 1:
-        shown = ", ".join(sorted(str(p) for p in pools))
-        raise ChaosRefused(
-            f"refused: slice {slice_index}'s Pods run on Nodes of several node pools ({shown}); "
-            "a slice is one pool: find the Pod that does not belong before injecting"
-        )
-
-
-def kube_target_of(target: Any, fault: Fault[Any]) -> KubeTarget:
-    """The KubeTarget a Kubernetes fault acts on, or one line saying where it can run.
-
-    The bridged ``--cluster`` backend carries its target; the in-process fake has no Pods,
-    Nodes or Jobs, so a Kubernetes fault there is refused instead of failing on a missing name.
-    """
-    if isinstance(target, KubeTarget):
-        return target
-    if isinstance(target, KubeBacked) and isinstance(target.target, KubeTarget):
-        return target.target
-    raise ChaosConfigError(
-        f"{fault.kind} acts on Kubernetes objects and needs --cluster (with --namespace and "
-        "--jobset) or the local control plane (the kube_chaos_target fixture); the in-process "
-        "fake cluster has no Pods, Nodes or Jobs"
-    )
-
-
-def _identity(fault: Fault[Any]) -> str:
-    return json.dumps(fault.to_json(), sort_keys=True)
-
-
-def _journal(target: KubeTarget) -> RollbackJournal:
-    assert target.journal is not None  # KubeTarget.check() refuses an armed target without one
-    return target.journal
-
-
-def _heal_from_journal(fault: Fault[KubeTarget], target: KubeTarget) -> list[str]:
-    """Undoes exactly the entries this fault wrote (not what the slice looks like now)."""
-    target = kube_target_of(target, fault)
-    target.check()
-    if not target.armed or target.journal is None:
-        return []
-    mine = {
-        e["seq"]
-        for e in target.journal.pending()
-        if e.get("fault") == _identity(fault) and e.get("run") == target.journal.run_id
-    }
-    if not mine:
-        return []
-    result = target.journal.replay(target.api_client, seqs=mine)
-    if result.errors:
-        raise RuntimeError(f"{fault.kind}: heal incomplete: {'; '.join(result.errors)}")
-    return result.lines
-
-
-def _api_status(error: BaseException) -> int | None:
-    return api_status(error)
-
-
-def _settled_write(target: KubeTarget, write: Callable[[], Any], confirm: Callable[[], Any]) -> Any:
-    """``write_confirmed`` with the target's retry budget; a ``_Settled`` ends it with a line."""
-    try:
-        return write_confirmed(write, confirm, attempts=target.retry_attempts)
-    except _Settled as settled:
-        target.echo(str(settled))
-        return None
 
 
 # -- Pods ---------------------------------------------------------------------------------
@@ -376,14 +102,14 @@ def _delete_pod(target: KubeTarget, pod: Any, grace: int | None, fault: Fault[An
     if _pod_gone_or_going(target, pod) is not None:
         target.echo(f"pod {ns}/{name} already gone")
         return None
-    _journal(target).record(
+    journal_of(target).record(
         "delete_pod",
         namespace=ns,
         name=name,
         uid=uid,
         grace=grace,
         owner=_controller(pod),
-        fault=_identity(fault),
+        fault=fault_identity(fault),
     )
     body = client.V1DeleteOptions(
         grace_period_seconds=grace, preconditions=client.V1Preconditions(uid=uid)
@@ -395,15 +121,15 @@ def _delete_pod(target: KubeTarget, pod: Any, grace: int | None, fault: Fault[An
         try:
             target.core.delete_namespaced_pod(name, ns, body=body)
         except Exception as error:
-            if _api_status(error) == 404:  # first try: it went on its own before we asked
-                raise _Settled(f"pod {ns}/{name} already gone") from None
+            if api_status(error) == 404:  # first try: it went on its own before we asked
+                raise Settled(f"pod {ns}/{name} already gone") from None
             raise
         return done
 
     def confirm() -> str | None:
         return done if _pod_gone_or_going(target, pod) else None
 
-    result: str | None = _settled_write(target, write, confirm)
+    result: str | None = settled_write(target, write, confirm)
     return result
 
 
@@ -412,13 +138,13 @@ def _evict_pod(target: KubeTarget, pod: Any, fault: Fault[Any]) -> str | None:
     if _pod_gone_or_going(target, pod) is not None:
         target.echo(f"pod {ns}/{name} already gone")
         return None
-    _journal(target).record(
+    journal_of(target).record(
         "evict_pod",
         namespace=ns,
         name=name,
         uid=uid,
         owner=_controller(pod),
-        fault=_identity(fault),
+        fault=fault_identity(fault),
     )
     # policy/v1beta1: the Eviction version every server from 1.20 on accepts.
     body = {
@@ -434,9 +160,9 @@ def _evict_pod(target: KubeTarget, pod: Any, fault: Fault[Any]) -> str | None:
         try:
             target.core.create_namespaced_pod_eviction(name, ns, body)
         except Exception as error:
-            status = _api_status(error)
+            status = api_status(error)
             if status == 404:
-                raise _Settled(f"pod {ns}/{name} already gone") from None
+                raise Settled(f"pod {ns}/{name} already gone") from None
             if status == 429:
                 refused_by_pdb.append(True)
             raise
@@ -446,9 +172,9 @@ def _evict_pod(target: KubeTarget, pod: Any, fault: Fault[Any]) -> str | None:
         return done if _pod_gone_or_going(target, pod) else None
 
     try:
-        result: str | None = _settled_write(target, write, confirm)
+        result: str | None = settled_write(target, write, confirm)
     except Exception as error:
-        if _api_status(error) == 429 and refused_by_pdb:
+        if api_status(error) == 429 and refused_by_pdb:
             target.echo(f"pod {ns}/{name} not evicted: its PodDisruptionBudget refused (429)")
             return None
         raise
@@ -531,7 +257,7 @@ def _cordon(target: KubeTarget, node: Any, fault: Fault[Any]) -> str | None:
     A lost answer is resolved by reading the Node back: our mark there means our cordon landed.
     """
     name, uid = node.metadata.name, node.metadata.uid
-    journal = _journal(target)
+    journal = journal_of(target)
     run = journal.run_id
     current = target.retry(functools.partial(target.core.read_node, name))
     if current.spec.unschedulable:
@@ -543,18 +269,18 @@ def _cordon(target: KubeTarget, node: Any, fault: Fault[Any]) -> str | None:
         node=name,
         uid=uid,
         set={"spec.unschedulable": True, f"annotations.{CORDONED_BY_ANNOTATION}": run},
-        fault=_identity(fault),
+        fault=fault_identity(fault),
     )
     first = [current]
 
     def write() -> str:
         fresh = first.pop() if first else target.core.read_node(name)
         if fresh.metadata.uid != uid:
-            raise _Settled(f"node {name} was replaced meanwhile; left alone")
+            raise Settled(f"node {name} was replaced meanwhile; left alone")
         if fresh.spec.unschedulable:
             if _cordoned_by(fresh, run):
                 return f"cordoned node {name}"
-            raise _Settled(f"node {name} was cordoned by someone else meanwhile; left alone")
+            raise Settled(f"node {name} was cordoned by someone else meanwhile; left alone")
         body = {
             "metadata": {
                 "resourceVersion": fresh.metadata.resource_version,
@@ -570,7 +296,7 @@ def _cordon(target: KubeTarget, node: Any, fault: Fault[Any]) -> str | None:
         fresh = target.core.read_node(name)
         return f"cordoned node {name}" if _cordoned_by(fresh, run) else None
 
-    result: str | None = _settled_write(target, write, confirm)
+    result: str | None = settled_write(target, write, confirm)
     return result
 
 
@@ -598,7 +324,7 @@ class CordonNodes(Fault[KubeTarget]):
         return [line for line in lines if line]
 
     def heal(self, target: KubeTarget) -> list[str]:
-        return _heal_from_journal(self, target)
+        return heal_from_journal(self, target)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -660,7 +386,7 @@ class DrainNodes(Fault[KubeTarget]):
         return [line for line in lines if line]
 
     def heal(self, target: KubeTarget) -> list[str]:
-        return _heal_from_journal(self, target)
+        return heal_from_journal(self, target)
 
 
 def _now_stamp() -> str:
@@ -728,9 +454,9 @@ class TaintNode(Fault[KubeTarget]):
     def _taint_one(
         self, target: KubeTarget, node: Any, base: dict[str, str], shown: str
     ) -> str | None:
-        from pathways_chaos.faults.journal import same_taint
+        from pathways_chaos.faults.undo import same_taint
 
-        journal = _journal(target)
+        journal = journal_of(target)
         name, uid = node.metadata.name, node.metadata.uid
         current = target.retry(functools.partial(target.core.read_node, name))
         if any(
@@ -741,19 +467,19 @@ class TaintNode(Fault[KubeTarget]):
             )
             return None
         taint = {**base, "timeAdded": _now_stamp()}
-        journal.record("taint", node=name, uid=uid, taint=taint, fault=_identity(self))
+        journal.record("taint", node=name, uid=uid, taint=taint, fault=fault_identity(self))
         done = f"tainted node {name} with {shown}"
         first = [current]
 
         def write() -> str:
             fresh = first.pop() if first else target.core.read_node(name)
             if fresh.metadata.uid != uid:
-                raise _Settled(f"node {name} was replaced meanwhile; left alone")
+                raise Settled(f"node {name} was replaced meanwhile; left alone")
             taints = fresh.spec.taints or []
             if any(same_taint(t, taint) for t in taints):
                 return done
             if any(t.key == taint["key"] and t.effect == taint["effect"] for t in taints):
-                raise _Settled(
+                raise Settled(
                     f"node {name} got a {taint['key']} taint from someone else; left alone"
                 )
             body = {
@@ -767,11 +493,11 @@ class TaintNode(Fault[KubeTarget]):
             fresh = target.core.read_node(name)
             return done if any(same_taint(t, taint) for t in fresh.spec.taints or []) else None
 
-        result: str | None = _settled_write(target, write, confirm)
+        result: str | None = settled_write(target, write, confirm)
         return result
 
     def heal(self, target: KubeTarget) -> list[str]:
-        return _heal_from_journal(self, target)
+        return heal_from_journal(self, target)
 
 
 # -- Jobs ---------------------------------------------------------------------------------
@@ -802,13 +528,13 @@ class DeleteJob(Fault[KubeTarget]):
         target.job_pods(job)  # its Pods go with it: each must be opted in, as kill_pods asks
         if not target.armed:
             return target.dry([f"delete job {ns}/{name} and its Pods"])
-        _journal(target).record(
+        journal_of(target).record(
             "delete_job",
             namespace=ns,
             name=name,
             uid=uid,
             manifest=job_manifest_for_recreate(target.api_client, job),
-            fault=_identity(self),
+            fault=fault_identity(self),
         )
         body = client.V1DeleteOptions(
             propagation_policy="Background", preconditions=client.V1Preconditions(uid=uid)
@@ -819,8 +545,8 @@ class DeleteJob(Fault[KubeTarget]):
             try:
                 target.batch.delete_namespaced_job(name, ns, body=body)
             except Exception as error:
-                if _api_status(error) == 404:
-                    raise _Settled(f"job {ns}/{name} already gone") from None
+                if api_status(error) == 404:
+                    raise Settled(f"job {ns}/{name} already gone") from None
                 raise
             return done
 
@@ -835,11 +561,11 @@ class DeleteJob(Fault[KubeTarget]):
                 return done
             return None
 
-        result = _settled_write(target, write, confirm)
+        result = settled_write(target, write, confirm)
         return [result] if result else []
 
     def heal(self, target: KubeTarget) -> list[str]:
-        return _heal_from_journal(self, target)
+        return heal_from_journal(self, target)
 
 
 KUBERNETES_FAULTS: tuple[type[Fault[KubeTarget]], ...] = (

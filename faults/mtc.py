@@ -1,23 +1,52 @@
 """Multi-Tier Checkpointing faults: ramdisks, peer copies and the backup, on the fake's tiers.
 
-Each acts on a ``harness.mtc.cluster.MtcCluster``. A fault that restarts the job's Pods raises
-``PodRestarted`` into the trainer, which restarts and restores through the real Orbax client.
-None imports JAX at module load.
+Each acts on an ``MtcTarget``: what it needs of ``harness.mtc.cluster.MtcCluster``, declared
+here so the faults do not reach up to the room that builds the fake. A fault that restarts the
+job's Pods raises ``PodRestarted`` into the trainer, which restarts and restores through the real
+Orbax client. None imports JAX at module load.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 from pathways_chaos.faults.model import Fault, FaultSpecError
 
-if TYPE_CHECKING:
-    from pathways_chaos.harness.mtc.cluster import MtcCluster
+
+class MtcService(Protocol):
+    """The replication service, as the faults drive it."""
+
+    def held(self) -> AbstractContextManager[Any]: ...
+    def fail_next(self, message: str, fatal: bool = ..., times: int = ..., /) -> None: ...
+
+
+class MtcTiers(Protocol):
+    """The ramdisks, peer copies and backup, as the faults damage them."""
+
+    def wipe_host(self, host: int, /) -> list[str]: ...
+    def drop_peer_copies(self, owner: int, /) -> list[str]: ...
+    def pin(self, step: int, /) -> list[str]: ...
+    def write_torn_step(self, host: int, step: int, /) -> list[str]: ...
+
+
+class MtcTarget(Protocol):
+    """What an MTC fault acts on (``MtcCluster`` is the one implementation)."""
+
+    @property
+    def num_hosts(self) -> int: ...
+    @property
+    def service(self) -> MtcService: ...
+    @property
+    def tiers(self) -> MtcTiers: ...
+    def check_host(self, host: int, /) -> None: ...
+    def node_lost(self, host: int, /) -> list[str]: ...
+    def restart(self, why: str, /) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True)
-class NodeLoss(Fault["MtcCluster"]):
+class NodeLoss(Fault[MtcTarget]):
     """A node is replaced: its ramdisk and the peer copies it held are gone; every Pod restarts.
 
     The host's volume is wiped; on ``--cluster`` the slice's Nodes are also cordoned and its
@@ -29,7 +58,7 @@ class NodeLoss(Fault["MtcCluster"]):
     needs_mtc = True
     host: int = 0
 
-    def inject(self, target: MtcCluster) -> list[str]:
+    def inject(self, target: MtcTarget) -> list[str]:
         target.check_host(self.host)
         with target.service.held():
             touched = target.tiers.wipe_host(self.host)
@@ -45,14 +74,14 @@ class NodeLoss(Fault["MtcCluster"]):
 
 
 @dataclasses.dataclass(frozen=True)
-class PeerLoss(Fault["MtcCluster"]):
+class PeerLoss(Fault[MtcTarget]):
     """Every peer copy of ``host``'s checkpoints is gone (the job keeps running)."""
 
     kind = "peer_loss"
     needs_mtc = True
     host: int = 0
 
-    def inject(self, target: MtcCluster) -> list[str]:
+    def inject(self, target: MtcTarget) -> list[str]:
         target.check_host(self.host)
         with target.service.held():
             touched = target.tiers.drop_peer_copies(self.host)
@@ -63,13 +92,13 @@ class PeerLoss(Fault["MtcCluster"]):
 
 
 @dataclasses.dataclass(frozen=True)
-class BackupOnly(Fault["MtcCluster"]):
+class BackupOnly(Fault[MtcTarget]):
     """Every node is replaced: only the backup is left (a full job restart on new nodes)."""
 
     kind = "backup_only"
     needs_mtc = True
 
-    def inject(self, target: MtcCluster) -> list[str]:
+    def inject(self, target: MtcTarget) -> list[str]:
         with target.service.held():
             touched = [line for h in range(target.num_hosts) for line in target.tiers.wipe_host(h)]
         target.restart("every node lost with its ramdisk; only the backup is left")
@@ -80,7 +109,7 @@ class BackupOnly(Fault["MtcCluster"]):
 
 
 @dataclasses.dataclass(frozen=True)
-class ReplicatorError(Fault["MtcCluster"]):
+class ReplicatorError(Fault[MtcTarget]):
     """The service fails its next ``times`` restore rounds; with ``restart`` the job restarts now.
 
     ``fatal`` writes ``replicator.failed`` (the client must raise), otherwise
@@ -99,7 +128,7 @@ class ReplicatorError(Fault["MtcCluster"]):
         if self.times < 1:
             raise FaultSpecError("replicator_error: times must be >= 1")
 
-    def inject(self, target: MtcCluster) -> list[str]:
+    def inject(self, target: MtcTarget) -> list[str]:
         target.service.fail_next(f"{self.message} (pathways-chaos)", self.fatal, self.times)
         touched = [f"service fails its next {self.times} restore round(s), fatal={self.fatal}"]
         if self.restart:
@@ -112,7 +141,7 @@ class ReplicatorError(Fault["MtcCluster"]):
 
 
 @dataclasses.dataclass(frozen=True)
-class StaleBackup(Fault["MtcCluster"]):
+class StaleBackup(Fault[MtcTarget]):
     """The newest checkpoints are not trusted: ``restore.version`` pins backup step ``version``
     and the job is restarted to roll back."""
 
@@ -121,7 +150,7 @@ class StaleBackup(Fault["MtcCluster"]):
     version: int = 0
     restart: bool = True
 
-    def inject(self, target: MtcCluster) -> list[str]:
+    def inject(self, target: MtcTarget) -> list[str]:
         with target.service.held():
             touched = target.tiers.pin(self.version)
         if self.restart:
@@ -133,7 +162,7 @@ class StaleBackup(Fault["MtcCluster"]):
 
 
 @dataclasses.dataclass(frozen=True)
-class TornSave(Fault["MtcCluster"]):
+class TornSave(Fault[MtcTarget]):
     """A host crashes in the middle of a local save of step ``saving``: its half-written
     (temporary) folder stays in the ramdisk."""
 
@@ -143,7 +172,7 @@ class TornSave(Fault["MtcCluster"]):
     saving: int = 0
     restart: bool = True
 
-    def inject(self, target: MtcCluster) -> list[str]:
+    def inject(self, target: MtcTarget) -> list[str]:
         target.check_host(self.host)
         with target.service.held():
             touched = target.tiers.write_torn_step(self.host, self.saving)

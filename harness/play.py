@@ -18,9 +18,9 @@ from pathways_chaos.harness.engine.backend import ClusterBackend, SliceStates, U
 if TYPE_CHECKING:
     from pathways_chaos.faults.model import Schedule
     from pathways_chaos.harness.engine.deadline import Deadline
-    from pathways_chaos.harness.engine.episode import EpisodeResult
-    from pathways_chaos.harness.engine.loop_episode import LoopResult
     from pathways_chaos.harness.engine.topology import SliceTopology
+    from pathways_chaos.harness.episodes.episode import EpisodeResult
+    from pathways_chaos.harness.episodes.loop_episode import LoopResult
     from pathways_chaos.harness.judging.loop_oracle import LoopVerdict
     from pathways_chaos.harness.judging.oracle import Verdict
     from pathways_chaos.harness.reference.trainer import TrainerConfig
@@ -29,16 +29,19 @@ if TYPE_CHECKING:
 @dataclasses.dataclass
 class Outcome[R: (EpisodeResult | LoopResult), V: Verdict]:
     """An episode and the oracle's verdict on it: ``Outcome[EpisodeResult, Verdict]`` from
-    ``play`` and ``chaos.run``, ``Outcome[LoopResult, LoopVerdict]`` from ``play_loop`` and
-    ``chaos.run_loop``. Generic, so a caller reads ``verdict.summary()`` or
+    ``play``, ``play_mtc`` and ``chaos.run``, ``Outcome[LoopResult, LoopVerdict]`` from
+    ``play_loop`` and ``chaos.run_loop``. Generic, so a caller reads ``verdict.summary()`` or
     ``result.unfired`` of the kind it asked for, checked."""
 
     result: R
     verdict: V
+    #: The Multi-Tier Checkpointing properties' violations (``play_mtc``); empty otherwise.
+    problems: list[str] = dataclasses.field(default_factory=list)
 
     def __repr__(self) -> str:
         # Short: an assertion on an Outcome must not print the whole event log.
-        verdict = "ok" if self.verdict.ok else f"{len(self.verdict.violations)} violations"
+        failed = len(self.verdict.violations) + len(self.problems)
+        verdict = "ok" if self.ok else f"{failed} violations"
         return f"Outcome({len(self.result.events)} events, {verdict})"
 
     @property
@@ -46,8 +49,16 @@ class Outcome[R: (EpisodeResult | LoopResult), V: Verdict]:
         return self.result.events
 
     @property
+    def error(self) -> BaseException | None:
+        return self.result.error
+
+    @property
     def ok(self) -> bool:
-        return self.verdict.ok
+        return self.verdict.ok and not self.problems
+
+    def raise_if_failed(self) -> None:
+        self.verdict.raise_if_failed()
+        assert not self.problems, "MTC properties violated:\n" + "\n".join(self.problems)
 
     def of_kind(self, kind: str) -> list[dict[str, Any]]:
         return [e for e in self.result.events if e["kind"] == kind]
@@ -75,7 +86,7 @@ def play(
     and undone after it.
     """
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness.engine.episode import run_episode
+    from pathways_chaos.harness.episodes.episode import run_episode
     from pathways_chaos.harness.judging import oracle
     from pathways_chaos.harness.reference.trainer import ReferenceTrainer, TrainerConfig
 
@@ -128,7 +139,7 @@ def play_loop(
     function with no schedule); without it, the judges that need one say "not judged".
     """
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness.engine.loop_episode import load_loop, run_loop_episode
+    from pathways_chaos.harness.episodes.loop_episode import load_loop, run_loop_episode
     from pathways_chaos.harness.judging.loop_oracle import judge_loop
 
     fn = load_loop(loop) if isinstance(loop, str) else loop
@@ -159,6 +170,43 @@ def play_loop(
     return Outcome(result, verdict)
 
 
+def play_mtc(
+    schedule: str | Schedule = "",
+    *,
+    cluster: Any,
+    service: Callable[..., Any] | None = None,
+    trainer: Callable[..., Any] | None = None,
+    final_step: int = 20,
+    **options: Any,
+) -> Outcome[EpisodeResult, Verdict]:
+    """Runs one Multi-Tier Checkpointing job under ``schedule`` on ``cluster``'s fake hosts (the
+    real Orbax MTC client; fresh ramdisks, peers, backup and an emulated replication service,
+    started and stopped around it) and judges it: the oracle, plus the MTC properties.
+
+    ``options`` are ``MtcOptions`` fields; ``service`` replaces the replication service (a
+    broken variant), ``trainer`` the MTC trainer.
+    """
+    from pathways_chaos.faults.model import parse_schedule
+    from pathways_chaos.harness.judging import oracle
+    from pathways_chaos.harness.mtc import judging
+    from pathways_chaos.harness.mtc.cluster import MtcCluster
+    from pathways_chaos.harness.mtc.episode import run_mtc_episode
+    from pathways_chaos.harness.mtc.service import ReplicationService
+    from pathways_chaos.harness.mtc.trainer import MtcOptions, MtcTrainer
+    from pathways_chaos.harness.reference.trainer import TrainerConfig
+
+    plan = parse_schedule(schedule) if isinstance(schedule, str) else schedule
+    with MtcCluster(cluster, service_factory=service or ReplicationService) as mtc:
+        result = run_mtc_episode(
+            mtc,
+            TrainerConfig(mode="pause_resume", final_step=final_step),
+            plan,
+            options=MtcOptions(run_name=mtc.job, mount=mtc.mount, **options),
+            trainer_factory=trainer or MtcTrainer,
+        )
+    return Outcome(result, oracle.check(result.events), judging.check_all(result.events))
+
+
 def _clean_rerun(
     loop: Callable[..., Any],
     events: Sequence[dict[str, Any]],
@@ -169,7 +217,7 @@ def _clean_rerun(
 ) -> tuple[list[dict[str, Any]] | None, str]:
     """The same loop, the same losses made right after the snapshot it resumed from."""
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness.engine.loop_episode import run_loop_episode
+    from pathways_chaos.harness.episodes.loop_episode import run_loop_episode
     from pathways_chaos.harness.judging.clean_rerun import clean_schedule
 
     text, why = clean_schedule(events)
@@ -197,7 +245,7 @@ def _fake_cluster(topology: SliceTopology | str | None, clock: str) -> Any:
     from pathways_chaos.harness.engine.topology import SliceTopology
 
     if topology is None:
-        topology = SliceTopology(4, 2)
+        topology = SliceTopology.DEFAULT
     elif isinstance(topology, str):
         topology = SliceTopology.parse(topology)
     return FakeCluster(topology, clock=make_clock(clock))
@@ -205,14 +253,11 @@ def _fake_cluster(topology: SliceTopology | str | None, clock: str) -> Any:
 
 def load_object(spec: str, what: str) -> Any:
     """``MODULE:NAME`` (or ``MODULE.NAME``) to the object, or one line saying how to write it."""
-    import pkgutil
-
+    from pathways_chaos.harness.engine.user_modules import load_name
     from pathways_chaos.harness.errors import ChaosConfigError
 
     try:
-        if ":" not in spec and "." not in spec:
-            raise ValueError("no module")
-        return pkgutil.resolve_name(spec)
+        return load_name(spec)
     except (ValueError, ImportError, AttributeError) as error:
         raise ChaosConfigError(
             f"{what}={spec!r} cannot be loaded ({error}): write MODULE:NAME, for example "

@@ -39,8 +39,8 @@ _EXPORTS: dict[str, str] = {
     "play": "pathways_chaos.harness.play",
     "play_loop": "pathways_chaos.harness.play",
     "Outcome": "pathways_chaos.harness.play",
-    "run_episode": "pathways_chaos.harness.engine.episode",
-    "EpisodeResult": "pathways_chaos.harness.engine.episode",
+    "run_episode": "pathways_chaos.harness.episodes.episode",
+    "EpisodeResult": "pathways_chaos.harness.episodes.episode",
     "Recorder": "pathways_chaos.harness.engine.recorder",
     "read_log": "pathways_chaos.harness.engine.recorder",
     "check": "pathways_chaos.harness.judging.oracle",
@@ -137,10 +137,10 @@ if TYPE_CHECKING:
     from pathways_chaos.harness.acceptance.adapter import TrainingAdapter
     from pathways_chaos.harness.engine.backend import ClusterBackend
     from pathways_chaos.harness.engine.clock import FakeClock, make_clock
-    from pathways_chaos.harness.engine.episode import EpisodeResult, run_episode
     from pathways_chaos.harness.engine.fake_cluster import FakeCluster
     from pathways_chaos.harness.engine.recorder import Recorder, read_log
     from pathways_chaos.harness.engine.topology import SliceTopology
+    from pathways_chaos.harness.episodes.episode import EpisodeResult, run_episode
     from pathways_chaos.harness.errors import ChaosConfigError, ChaosError
     from pathways_chaos.harness.judging.oracle import OracleViolation, Verdict, check
     from pathways_chaos.harness.play import Outcome, play, play_loop

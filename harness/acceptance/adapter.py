@@ -15,14 +15,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import importlib
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from pathways_chaos.harness.engine.user_modules import import_file
+from pathways_chaos.harness.engine.user_modules import load_name
 from pathways_chaos.harness.errors import ChaosConfigError
 
 RECOVERY_MODES = ("pause_resume", "resize")
@@ -132,8 +130,7 @@ def load_adapter(spec: str) -> TrainingAdapter:
             "pathways_chaos.harness.acceptance.adapter:reference_adapter"
         )
     try:
-        module = _import_file(Path(target)) if target.endswith(".py") else _import(target)
-        obj = getattr(module, attr)
+        obj = load_name(spec, "pathways_chaos_adapter_")
     except (ImportError, AttributeError, OSError) as error:
         raise ChaosConfigError(
             f"--acceptance-adapter={spec!r} cannot be loaded ({type(error).__name__}: {error}): "
@@ -146,16 +143,6 @@ def load_adapter(spec: str) -> TrainingAdapter:
             "wrap your trainer in pathways_chaos.harness.acceptance.adapter.TrainingAdapter"
         )
     return adapter
-
-
-def _import(name: str) -> Any:
-    return importlib.import_module(name)
-
-
-def _import_file(path: Path) -> Any:
-    if not path.is_file():
-        raise ImportError(f"no such file {path}")
-    return import_file(path, "pathways_chaos_adapter_")
 
 
 # -- the reference trainer, shipped as an adapter ------------------------------------------

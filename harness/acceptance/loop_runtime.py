@@ -19,15 +19,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pathways_chaos.harness.acceptance.recovery_time import recovery_findings, runtime_topology
+from pathways_chaos.harness.acceptance.recovery_time import (
+    LOST_SLICE,
+    MAX_INPUT_WAIT_RATIO,
+    RECOVERY_BUDGET_S,
+    recovery_findings,
+    runtime_topology,
+)
+from pathways_chaos.harness.acceptance.runtime import ADAPTER_RUNTIME_CHECKS
 from pathways_chaos.harness.acceptance.table import CheckResult, Finding
-from pathways_chaos.harness.engine.loop_episode import LoopResult, loop_name
 from pathways_chaos.harness.engine.topology import SliceTopology
+from pathways_chaos.harness.episodes.loop_episode import LoopResult, loop_name
 from pathways_chaos.harness.judging import loop_oracle
-
-MAX_INPUT_WAIT_RATIO = 1.0
-RECOVERY_BUDGET_S = 120.0
-LOST_SLICE = 1
 
 
 class LoopRuns:
@@ -112,7 +115,7 @@ class LoopRuns:
 def check_data_order(runs: LoopRuns) -> CheckResult:
     verdict = loop_oracle.judge_loop(runs.fault_free.events)
     findings = [Finding("fault-free run", v) for v in verdict.violations]
-    crashed = _failed("fault-free run", runs.fault_free)
+    crashed = failed_run("fault-free run", runs.fault_free)
     if crashed and not any(
         "crashed" in f.message or "did not complete" in f.message for f in findings
     ):
@@ -166,7 +169,7 @@ def check_compile_time(runs: LoopRuns) -> CheckResult:
         for e in events
         if e["kind"] == "compile" and e["batches_in_attempt"] >= 2 and e.get("attempt", 0) > 0
     ]
-    crashed = _failed("fault-free run", runs.fault_free)
+    crashed = failed_run("fault-free run", runs.fault_free)
     findings: list[Finding] = []
     note = ""
     if len(intervals) >= 3:
@@ -201,7 +204,7 @@ def check_input_wait(runs: LoopRuns) -> CheckResult:
     events = runs.fault_free.events
     batches = [e for e in events if e["kind"] == "batch"]
     intervals = _batch_intervals(events)
-    crashed = _failed("fault-free run", runs.fault_free)
+    crashed = failed_run("fault-free run", runs.fault_free)
     findings: list[Finding] = []
     note = ""
     if len(batches) >= 3:
@@ -347,30 +350,6 @@ LOOP_RUNTIME_CHECKS: dict[str, Callable[[LoopRuns], CheckResult]] = {
 }
 
 
-def with_loop_rows(
-    adapter_checks: dict[str, Callable[[Any], CheckResult]],
-) -> dict[str, Callable[[Any], CheckResult]]:
-    """Each runtime row runs on the user's loop when the runs are ``LoopRuns``, else on the
-    adapter as before."""
-
-    def row(name: str) -> Callable[[Any], CheckResult]:
-        adapter_check, loop_check = adapter_checks[name], LOOP_RUNTIME_CHECKS[name]
-
-        def run(runs: Any) -> CheckResult:
-            if isinstance(runs, LoopRuns):
-                crashed = [] if name == "data-order" else _failed("fault-free run", runs.fault_free)
-                if crashed:  # one row reports the crash; the rest cannot be judged without it
-                    return CheckResult(name, "", "", depends_on="data-order", note=crashed[0])
-                return loop_check(runs)
-            return adapter_check(runs)
-
-        run.__name__ = getattr(adapter_check, "__name__", name)
-        run.__doc__ = adapter_check.__doc__
-        return run
-
-    return {name: row(name) for name in adapter_checks}
-
-
 # -- helpers -------------------------------------------------------------------------------
 def _restore_row(runs: LoopRuns, result: LoopResult, source: str, row: CheckResult) -> CheckResult:
     events = result.events
@@ -378,7 +357,7 @@ def _restore_row(runs: LoopRuns, result: LoopResult, source: str, row: CheckResu
     if not restores:
         if source == "snapshot" and not runs.interrupted_verdict.completed:
             return _blocked(row, "interruption", "the loop crashed before it restored")
-        why = _failed(f"{source} run", result)
+        why = failed_run(f"{source} run", result)
         return _with(
             row,
             [
@@ -421,7 +400,7 @@ def _restore_row(runs: LoopRuns, result: LoopResult, source: str, row: CheckResu
         if "data iterator" in v or "step counter" in v or "exactly-once" in v
     ]
     if not findings:
-        findings += [Finding(f"{source} run", f) for f in _failed(f"{source} run", result)]
+        findings += [Finding(f"{source} run", f) for f in failed_run(f"{source} run", result)]
     steps = sorted({r["step"] for r in restores if r["step"] is not None})
     return _with(
         row,
@@ -452,7 +431,7 @@ def _last_position(lineage: list[loop_oracle.BatchRecord]) -> int | str:
     return positions[-1] if positions else "?"
 
 
-def _failed(what: str, result: LoopResult) -> list[str]:
+def failed_run(what: str, result: LoopResult) -> list[str]:
     if result.completed:
         return []
     end: dict[str, Any] = next((e for e in reversed(result.events) if e["kind"] == "run_end"), {})
@@ -482,7 +461,5 @@ def _skip(row: CheckResult, why: str) -> CheckResult:
 def _not_observable(row: CheckResult, why: str, runs: LoopRuns) -> CheckResult:
     """What the loop's run cannot show, the adapter (when given) still can."""
     if runs.adapter_runs is not None:
-        from pathways_chaos.harness.acceptance.runtime import RUNTIME_CHECKS
-
-        return RUNTIME_CHECKS[row.check](runs.adapter_runs)
+        return ADAPTER_RUNTIME_CHECKS[row.check](runs.adapter_runs)
     return _skip(row, f"{why}; pass --acceptance-adapter to check it through an adapter")

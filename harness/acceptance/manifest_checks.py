@@ -1,202 +1,42 @@
 """Checks on a Pathways JobSet manifest for settings that only fail once the job is deployed.
 
-Containers are found by role, not by position or by the names one sample uses: the
-**proxy** (``pathways-proxy``, or a ``proxy_server`` image), the **resource manager**
-(``pathways-rm``, or ``--node_type=resource_manager``), the **workers** (``pathways-worker``, a
-Pathways ``server`` image, or a container asking for ``google.com/tpu``), the **colocated-Python
-sidecar** (``colocated-python-sidecar``, or a non-worker container of a worker pod that serves
-the sidecar's gRPC port or shared-memory directory) and the **JAX client** (``JAX_PLATFORMS=proxy``
-or ``JAX_BACKEND_TARGET`` in its env, else any other container of the head pod). Native sidecars
-(``initContainers``) count as containers; the worker replicatedJob may be called anything (the
-guides say ``worker``, pathwaysutils' generator ``pathways-worker``).
-
-A check whose subject is not in the manifest (no client in a headless JobSet, no proxy when a
-shared Pathways service runs it) is SKIP, saying what to pass; it is never judged on a guess.
+The manifest is read by role (``acceptance.manifest``). A check whose subject is not in the
+manifest (no client in a headless JobSet, no proxy when a shared Pathways service runs it) is
+SKIP, saying what to pass; it is never judged on a guess.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-import shlex
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pathways_chaos.harness.acceptance.manifest import (
+    CLIENT,
+    ELASTIC_FLAGS,
+    JAX_ROLES,
+    MTC_DRIVER,
+    PROXY,
+    RESOURCE_MANAGER,
+    SHM_FLAG,
+    SIDECAR,
+    WORKER,
+    Container,
+    Manifest,
+    Pod,
+    is_mtc,
+    load_manifest,
+)
 from pathways_chaos.harness.acceptance.ramdisk import (
     RamdiskSizing,
-    _load_yaml,
     check_ramdisk,
-    in_memory_volume_sizes,
 )
 from pathways_chaos.harness.acceptance.table import CheckResult, Finding
-from pathways_chaos.harness.errors import ChaosConfigError
 
-PROXY = "pathways-proxy"
-RESOURCE_MANAGER = "pathways-rm"
-WORKER = "pathways-worker"
-SIDECAR = "colocated-python-sidecar"
-CLIENT = "client"
-#: Every role that runs jax/jaxlib: their versions must be the same.
-JAX_ROLES = (CLIENT, PROXY, RESOURCE_MANAGER, WORKER, SIDECAR)
-HEAD_JOBS = frozenset({"pathways-head", "head"})
-MTC_DRIVER = "multitier-checkpoint.csi.storage.gke.io"
-SHM_FLAG = "cloud_pathways_sidecar_shm_directory"
-#: The elastic flag: the resilient-training guide's spelling, then pathwaysutils' generator's.
-ELASTIC_FLAGS = ("num_elastic_instances", "num_elastic_slices")
-XLA_ENV = ("XLA_FLAGS", "LIBTPU_INIT_ARGS")
 _JAX_TAG = re.compile(r"jax[-_]?v?(\d+\.\d+(?:\.\d+)?)")
-_SIDECAR_ENV = ("GRPC_SERVER_ADDRESS", "CLOUD_PATHWAYS_SIDECAR_SHM_DIRECTORY")
-
-
-@dataclasses.dataclass
-class Container:
-    name: str
-    image: str
-    flags: dict[str, str]  # --name=value (or --name value) from command and args
-    env: dict[str, str]
-    mounts: dict[str, str]  # mountPath -> volume name
-    pod: Pod
-    role: str | None = None
-    asks_tpu: bool = False
-
-    @property
-    def where(self) -> str:
-        return f"{self.pod.where}/{self.name}"
-
-    def xla_flags(self) -> set[str]:
-        """``name=value`` of every XLA flag: in the args and in XLA_FLAGS/LIBTPU_INIT_ARGS."""
-        out = {f"{k}={v}" for k, v in self.flags.items() if k.startswith("xla_")}
-        for var in XLA_ENV:
-            out |= {f"{k}={v}" for k, v in _flags(shlex.split(self.env.get(var, ""))).items()}
-        return out
-
-    def volume(self, path: str) -> dict[str, Any] | None:
-        """The volume mounted at ``path``, or None."""
-        name = self.mounts.get(path)
-        return None if name is None else self.pod.volumes.get(name, {"name": name})
-
-
-@dataclasses.dataclass
-class Pod:
-    jobset: str
-    job: str  # the replicatedJob's name
-    replicas: int
-    parallelism: int
-    volumes: dict[str, dict[str, Any]]
-    priority_class: str | None
-    label: str
-    coordinator: bool = False
-    containers: list[Container] = dataclasses.field(default_factory=list)
-
-    @property
-    def where(self) -> str:
-        return f"{self.label}:{self.job}"
-
-    def role(self, role: str) -> list[Container]:
-        return [c for c in self.containers if c.role == role]
-
-    @property
-    def is_worker(self) -> bool:
-        return bool(self.role(WORKER))
-
-    @property
-    def is_head(self) -> bool:
-        if self.is_worker:
-            return False
-        return bool(self.role(PROXY) or self.role(RESOURCE_MANAGER) or self.coordinator) or (
-            self.job in HEAD_JOBS
-        )
-
-    def mounts_volume(self, container: Container, predicate: Callable[[dict], bool]) -> list[str]:
-        """Mount paths in ``container`` whose volume satisfies ``predicate``."""
-        return [
-            path
-            for path, volume in container.mounts.items()
-            if predicate(self.volumes.get(volume, {}))
-        ]
-
-
-@dataclasses.dataclass
-class Manifest:
-    label: str
-    pods: list[Pod]
-    documents: list[Any]
-
-    def containers(self) -> list[Container]:
-        return [c for p in self.pods for c in p.containers]
-
-    def role(self, role: str) -> list[Container]:
-        return [c for c in self.containers() if c.role == role]
-
-    def named(self, name: str) -> list[Container]:
-        """Containers in ``name``'s role (``pathways-proxy``, ``colocated-python-sidecar``...)."""
-        return self.role(name)
-
-    @property
-    def head_pods(self) -> list[Pod]:
-        return [p for p in self.pods if p.is_head]
-
-    @property
-    def worker_pods(self) -> list[Pod]:
-        return [p for p in self.pods if p.is_worker]
-
-    def clients(self) -> list[Container]:
-        return self.role(CLIENT)
-
-    @property
-    def slice_count(self) -> int:
-        return sum(p.replicas for p in self.worker_pods)
-
-    @property
-    def checkpoint_configurations(self) -> list[tuple[str, str]]:
-        return in_memory_volume_sizes(self.documents)
-
-    @property
-    def mtc_volumes(self) -> list[str]:
-        return [f"{p.where}:{n}" for p in self.pods for n, v in p.volumes.items() if _is_mtc(v)]
-
-    @property
-    def uses_mtc(self) -> bool:
-        """Multi-Tier Checkpointing: its CSI volume, a CheckpointConfiguration, or the proxy's
-        ``--sidecar_name`` (a colocated-Python sidecar alone is not MTC)."""
-        return bool(
-            self.mtc_volumes
-            or self.checkpoint_configurations
-            or any("sidecar_name" in c.flags for c in self.role(PROXY))
-        )
-
-
-def load_manifest(path: str | Path | Sequence[str | Path]) -> Manifest:
-    """Every JobSet in the YAML files given (a file, or every ``.yaml``/``.yml`` of a folder)."""
-    paths = [path] if isinstance(path, str | Path) else list(path)
-    files: list[Path] = []
-    for raw in paths:
-        root = Path(raw)
-        if root.is_dir():
-            files += sorted([*root.glob("*.yaml"), *root.glob("*.yml")])
-        elif root.is_file():
-            files.append(root)
-        else:
-            raise ChaosConfigError(
-                f"--acceptance-manifest {raw}: no such file or folder: pass your JobSet YAML"
-            )
-    documents: list[Any] = []
-    pods: list[Pod] = []
-    for file in files:
-        docs = _load_yaml(file)
-        documents += docs
-        for doc in docs:
-            if isinstance(doc, dict) and doc.get("kind") == "JobSet":
-                pods += _pods(doc, str(file))
-    label = ", ".join(map(str, paths))
-    if not pods:
-        raise ChaosConfigError(
-            f"--acceptance-manifest {label}: no JobSet with replicatedJobs found: pass the "
-            "Pathways JobSet YAML your job deploys (kubectl get jobset NAME -o yaml)"
-        )
-    return Manifest(label, pods, documents)
 
 
 # -- the checks ----------------------------------------------------------------------------
@@ -450,11 +290,11 @@ def check_mtc_csi_volume(m: Manifest) -> CheckResult:
                 if not pod.role(role):
                     findings.append(Finding(pod.where, f"has no {role} container"))
                 for c in pod.role(role):
-                    if not pod.mounts_volume(c, _is_mtc):
+                    if not pod.mounts_volume(c, is_mtc):
                         findings.append(Finding(c.where, f"does not mount the {MTC_DRIVER} volume"))
         for pod in m.head_pods:
             for c in pod.containers:
-                if pod.mounts_volume(c, _is_mtc):
+                if pod.mounts_volume(c, is_mtc):
                     findings.append(
                         Finding(c.where, f"mounts the {MTC_DRIVER} volume on the head pod")
                     )
@@ -554,106 +394,6 @@ def run_manifest_checks(
     return [dataclasses.replace(r, group="manifest") for r in rows]
 
 
-# -- parsing -------------------------------------------------------------------------------
-def _pods(jobset: dict[str, Any], label: str) -> list[Pod]:
-    name = (jobset.get("metadata") or {}).get("name", "<unnamed>")
-    spec = jobset.get("spec") or {}
-    coordinator = ((spec.get("coordinator") or {}).get("replicatedJob")) or None
-    pods = []
-    for rj in spec.get("replicatedJobs") or []:
-        job_spec = ((rj.get("template") or {}).get("spec")) or {}
-        pod_spec = ((job_spec.get("template") or {}).get("spec")) or {}
-        job = str(rj.get("name", "<unnamed>"))
-        pod = Pod(
-            jobset=str(name),
-            job=job,
-            replicas=int(rj.get("replicas", 1)),
-            parallelism=int(job_spec.get("parallelism", job_spec.get("completions", 1))),
-            volumes={str(v.get("name")): v for v in pod_spec.get("volumes") or []},
-            priority_class=pod_spec.get("priorityClassName"),
-            label=Path(label).name,
-            coordinator=job == coordinator,
-        )
-        for c in [*(pod_spec.get("initContainers") or []), *(pod_spec.get("containers") or [])]:
-            pod.containers.append(_container(c, pod))
-        for c in pod.containers:
-            c.role = _service_role(c)
-        pods.append(pod)
-    for pod in pods:  # the client and the sidecar depend on the pod's kind
-        for c in pod.containers:
-            if c.role is None:
-                c.role = _other_role(c, pod)
-    return pods
-
-
-def _container(c: dict[str, Any], pod: Pod) -> Container:
-    tokens = [str(t) for t in [*(c.get("command") or []), *(c.get("args") or [])]]
-    words = [w for t in tokens for w in (_split(t) if " " in t else [t])]
-    limits = {**((c.get("resources") or {}).get("requests") or {})}
-    limits.update((c.get("resources") or {}).get("limits") or {})
-    return Container(
-        name=str(c.get("name", "")),
-        image=str(c.get("image", "") or ""),
-        flags=_flags(words),
-        env={str(e.get("name")): str(e.get("value", "")) for e in c.get("env") or []},
-        mounts={str(v.get("mountPath")): str(v.get("name")) for v in c.get("volumeMounts") or []},
-        pod=pod,
-        asks_tpu=any(k.startswith("google.com/tpu") for k in limits),
-    )
-
-
-def _service_role(c: Container) -> str | None:
-    image = _image_name(c.image)
-    pathways_image = "pathways" in c.image
-    if c.name == PROXY or image == "proxy_server":
-        return PROXY
-    if c.name == RESOURCE_MANAGER or c.flags.get("node_type") == "resource_manager":
-        return RESOURCE_MANAGER
-    if c.name == WORKER or (image == "server" and pathways_image) or c.asks_tpu:
-        return WORKER
-    return None
-
-
-def _other_role(c: Container, pod: Pod) -> str | None:
-    if c.name == SIDECAR:
-        return SIDECAR
-    if pod.is_worker and (
-        "colocated" in c.name or "colocated" in c.image or any(k in c.env for k in _SIDECAR_ENV)
-    ):
-        return SIDECAR
-    if "proxy" in c.env.get("JAX_PLATFORMS", "") or "JAX_BACKEND_TARGET" in c.env:
-        return CLIENT
-    if pod.is_head:
-        return CLIENT
-    return None
-
-
-def _split(token: str) -> list[str]:
-    try:
-        return shlex.split(token)
-    except ValueError:  # an unbalanced quote in a shell script: words are enough
-        return token.split()
-
-
-def _flags(words: Iterable[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    pending: str | None = None
-    for w in words:
-        if w.startswith("--"):
-            key, eq, value = w[2:].partition("=")
-            key = key.replace("-", "_")
-            out[key] = value if eq else ""
-            pending = None if eq else key
-        elif pending is not None:
-            out[pending], pending = w, None
-    return out
-
-
-def _image_name(image: str) -> str:
-    """``proxy_server`` for ``us-docker.pkg.dev/x/pathways/proxy_server:jax-0.10.1``."""
-    return image.split("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0]
-
-
 def _tag(image: str) -> str | None:
     last = image.split("@", 1)[0].rsplit("/", 1)[-1]
     return last.split(":", 1)[1] if ":" in last else None
@@ -701,10 +441,6 @@ def _reference_version(
 
 def _role_label(c: Container) -> str:
     return c.name if c.role == CLIENT else str(c.role)
-
-
-def _is_mtc(volume: dict[str, Any]) -> bool:
-    return (volume.get("csi") or {}).get("driver") == MTC_DRIVER
 
 
 def _is_memory_dir(volume: dict[str, Any]) -> bool:

@@ -1,5 +1,6 @@
 """The interrupted run both runtime-row families share: the fake cluster it runs on, and how
-long each fault took to recover from, judged against the recovery-time row's budget.
+long each fault took to recover from, judged against the recovery-time row's budget, and the
+constants both families judge by.
 
 Shared by the adapter's and the user loop's runtime rows, read from the oracle's timings.
 """
@@ -11,6 +12,13 @@ from pathways_chaos.harness.engine.recorder import Event
 from pathways_chaos.harness.engine.topology import SliceTopology
 from pathways_chaos.harness.errors import ChaosConfigError
 from pathways_chaos.harness.judging import oracle
+
+#: The loader is the bottleneck when the device waits on it at least as long as it computes.
+MAX_INPUT_WAIT_RATIO = 1.0
+#: Episode-clock seconds a recovery may take (pathwaysutils polls every 10 s).
+RECOVERY_BUDGET_S = 120.0
+#: The slice the interrupted run loses.
+LOST_SLICE = 1
 
 
 def recovery_findings(
@@ -46,7 +54,7 @@ def recovery_findings(
 
 def runtime_topology(topology: SliceTopology | None) -> SliceTopology:
     """The fake cluster of the runtime rows (4x2 by default); they lose a slice, so >= 2."""
-    topology = topology or SliceTopology(4, 2)
+    topology = topology or SliceTopology.DEFAULT
     if topology.num_slices < 2:
         raise ChaosConfigError(
             f"the runtime checks lose a slice, so they need >= 2 fake slices, not "

@@ -25,19 +25,18 @@ from pathways_chaos.harness.acceptance.loop import (
     plain_run,
     trainer_config,
 )
-from pathways_chaos.harness.acceptance.loop_runtime import with_loop_rows
-from pathways_chaos.harness.acceptance.recovery_time import recovery_findings, runtime_topology
+from pathways_chaos.harness.acceptance.recovery_time import (
+    LOST_SLICE,
+    MAX_INPUT_WAIT_RATIO,
+    RECOVERY_BUDGET_S,
+    recovery_findings,
+    runtime_topology,
+)
 from pathways_chaos.harness.acceptance.table import CheckResult, Finding
-from pathways_chaos.harness.engine.episode import EpisodeResult
 from pathways_chaos.harness.engine.recorder import Event
 from pathways_chaos.harness.engine.topology import SliceTopology
-from pathways_chaos.harness.judging import oracle
-
-#: The loader is the bottleneck when the device waits on it at least as long as it computes.
-MAX_INPUT_WAIT_RATIO = 1.0
-#: Episode-clock seconds a recovery may take (pathwaysutils polls every 10 s).
-RECOVERY_BUDGET_S = 120.0
-LOST_SLICE = 1
+from pathways_chaos.harness.episodes.episode import EpisodeResult
+from pathways_chaos.harness.judging import committed, oracle, replay
 
 
 class RuntimeRuns:
@@ -209,7 +208,7 @@ def check_input_wait(runs: RuntimeRuns) -> CheckResult:
 def check_interruption(runs: RuntimeRuns) -> CheckResult:
     result = runs.interrupted
     events = result.events
-    lineage, problems = oracle.committed_lineage(events)
+    lineage, problems = committed.committed_lineage(events)
     problems += oracle.check_meshes(events) + oracle.check_progress(events)
     # The oracle names the cause (a wrong mesh, a wrong resume step); a failed run follows.
     findings = [Finding("oracle", p) for p in problems]
@@ -269,7 +268,8 @@ def check_live_arrays(runs: RuntimeRuns) -> CheckResult:
     return result
 
 
-RUNTIME_CHECKS: dict[str, Callable[[RuntimeRuns], CheckResult]] = {
+#: The rows on the adapter's runs; ``runtime_checks.RUNTIME_CHECKS`` is what the suite runs.
+ADAPTER_RUNTIME_CHECKS: dict[str, Callable[[RuntimeRuns], CheckResult]] = {
     "data-order": check_data_order,
     "snapshot-restore": check_snapshot_restore,
     "checkpoint-restore": check_checkpoint_restore,
@@ -279,8 +279,6 @@ RUNTIME_CHECKS: dict[str, Callable[[RuntimeRuns], CheckResult]] = {
     "recovery-time": check_recovery_time,
     "live-arrays": check_live_arrays,
 }
-# With --chaos-loop the rows run the team's own loop (harness/acceptance/loop_runtime.py).
-RUNTIME_CHECKS = with_loop_rows(RUNTIME_CHECKS)
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -352,7 +350,7 @@ def _run_end(result: EpisodeResult) -> Event | None:
 
 
 def _lineage_ids(result: EpisodeResult) -> list[list[int]]:
-    lineage, _ = oracle.committed_lineage(result.events)
+    lineage, _ = committed.committed_lineage(result.events)
     return [list(r.ids) for r in lineage]
 
 
@@ -389,7 +387,7 @@ def _state_differs(what: str, result: EpisodeResult, baseline: PlainRun) -> list
     end = _run_end(result)
     if end is None or "final_state" not in end:
         return [Finding(what, "no final state in the log")]
-    problems = oracle.compare_state(end["final_state"], baseline.state)
+    problems = replay.compare_state(end["final_state"], baseline.state)
     return [Finding(what, p.replace("a one-device replay", "the baseline")) for p in problems]
 
 

@@ -135,17 +135,17 @@ def user_frame(error: BaseException) -> str | None:
     """``file:line in function`` of the innermost traceback frame outside the standard library,
     the installed libraries and pathways-chaos' own packages; None when the error arose in
     pathways-chaos' code (no user frame below the toolkit's innermost one)."""
+    import importlib.util
     import os
     import traceback
 
-    import pathways_chaos.faults
-    import pathways_chaos.fixtures
-    import pathways_chaos.harness
-
+    # Where the toolkit's packages lie, found without importing them (fixtures is a higher room).
     toolkit = tuple(
         os.path.abspath(p)
-        for pkg in (pathways_chaos.harness, pathways_chaos.faults, pathways_chaos.fixtures)
-        for p in pkg.__path__
+        for name in ("harness", "faults", "fixtures")
+        for spec in [importlib.util.find_spec(f"pathways_chaos.{name}")]
+        if spec is not None
+        for p in spec.submodule_search_locations or ()
     )
     stdlib = os.path.dirname(os.__file__)
     for frame in reversed(traceback.extract_tb(error.__traceback__)):

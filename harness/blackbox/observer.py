@@ -21,24 +21,35 @@ from __future__ import annotations
 
 import functools
 import gc
-import hashlib
 import signal
 import threading
 import time
 import traceback
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from pathways_chaos.harness.blackbox.lineage import LineageSeam
+from pathways_chaos.harness.blackbox.values import (
+    batch_size_of,
+    describe_state,
+    elastic_inner_iterator,
+    find_position,
+    is_plumbing,
+    own_frame,
+    position_of,
+    sample_ids_of,
+    shapes,
+    where_raised,
+)
 from pathways_chaos.harness.engine.backend import DeviceListeners, SaveGated
+from pathways_chaos.harness.engine.digest import digest
 from pathways_chaos.harness.engine.recorder import Recorder
 from pathways_chaos.harness.engine.seams import defining_class
 from pathways_chaos.harness.errors import ChaosConfigError
 
-POSITION_KEY = "global_next_index"  # grain ElasticIterator's whole state
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # jax.monitoring
 #: A loop that retries more often than this in one run is stopped (it would never end).
 MAX_ATTEMPTS_GUARD = 40
@@ -143,7 +154,7 @@ class LoopObserver:
 
         # ``for batch in iterator`` and ``next(iterator)`` both end in the per-iterator object
         # ElasticIterator delegates to; watch that one (the public class if it moved).
-        inner = _elastic_inner_iterator() or ElasticIterator
+        inner = elastic_inner_iterator() or ElasticIterator
         self._wrap(inner, "__next__", self._next)
         self._wrap(inner, "set_state", self._set_state)
         self._wrap(Snapshotter, "__init__", self._snapshotter_init)
@@ -210,14 +221,14 @@ class LoopObserver:
     def _next(self, original: Callable[..., Any], iterator: Any) -> Any:
         if not self._ready:
             self._attempt_ready()
-        position = _position(iterator.get_state())
+        position = position_of(iterator.get_state())
         t0 = time.perf_counter()
         batch = original(iterator)
         input_s = time.perf_counter() - t0
-        size = _batch_size(batch)
+        size = batch_size_of(batch)
         self.batches += 1
         self._attempt_batches += 1
-        ids = _sample_ids(batch)
+        ids = sample_ids_of(batch)
         if self.lineage is not None:
             self.lineage.drawn(self.batches, batch)
         fields: dict[str, Any] = {
@@ -233,7 +244,7 @@ class LoopObserver:
 
     def _set_state(self, original: Callable[..., Any], iterator: Any, state: Any) -> Any:
         out = original(iterator, state)
-        self.recorder.emit("iterator_set_state", **self._ids(), position=_position(state))
+        self.recorder.emit("iterator_set_state", **self._ids(), position=position_of(state))
         return out
 
     def _attempt_ready(self) -> None:
@@ -261,7 +272,7 @@ class LoopObserver:
             **self._ids(),
             step=int(step),
             digest=digests,
-            position=_find_position(state),
+            position=find_position(state),
             batches_in_attempt=self._attempt_batches,
             skipped=skipped,
             shapes=shapes(state),
@@ -288,7 +299,7 @@ class LoopObserver:
             digest=self._digest(tree),
             shapes=shapes(tree),
             nodes=self.lineage.nodes_of(tree) if self.lineage is not None else None,
-            position=_find_position(tree),
+            position=find_position(tree),
             batches_in_attempt=self._attempt_batches,
         )
         return out
@@ -311,7 +322,7 @@ class LoopObserver:
             nodes=(
                 self.lineage.nodes_of(restored, fresh=True) if self.lineage is not None else None
             ),
-            position=_find_position(restored),
+            position=find_position(restored),
             batches_in_attempt=self._attempt_batches,
         )
 
@@ -438,7 +449,7 @@ class LoopObserver:
             **self._ids(),
             number=self._error_number,
             message=str(error)[:200],
-            where=_own_frame(stack),
+            where=own_frame(stack),
             batches_in_attempt=self._attempt_batches,
         )
 
@@ -450,7 +461,7 @@ class LoopObserver:
         if self.lineage is not None:
             self.lineage.paused += 1
         try:
-            return digest(tree)
+            return digest(tree, partial=True)
         finally:
             if self.lineage is not None:
                 self.lineage.paused -= 1
@@ -513,7 +524,7 @@ class _CatchWatch:
         entry = self._watched.get(id(exception))
         if entry is None or entry[0]() is not exception:
             return None
-        if _plumbing(code.co_filename) or threading.get_ident() != self._main:
+        if is_plumbing(code.co_filename) or threading.get_ident() != self._main:
             return None
         del self._watched[id(exception)]  # the first handler outside the libraries decides
         line = code.co_firstlineno
@@ -522,157 +533,3 @@ class _CatchWatch:
                 line = ln
         self._report(entry[1], f"{code.co_filename}:{line} in {code.co_name}")
         return None
-
-
-# -- what a value shows ------------------------------------------------------------------------
-def _position(state: Any) -> int | None:
-    if isinstance(state, Mapping) and POSITION_KEY in state:
-        return int(np.asarray(state[POSITION_KEY]))
-    return None
-
-
-def _find_position(tree: Any) -> int | None:
-    """The grain position stored anywhere in a saved or restored tree."""
-    for node in _walk(tree):
-        position = _position(node)
-        if position is not None:
-            return position
-    return None
-
-
-def _walk(tree: Any) -> Iterator[Any]:
-    yield tree
-    if isinstance(tree, Mapping):
-        for value in tree.values():
-            yield from _walk(value)
-    elif isinstance(tree, list | tuple):
-        for value in tree:
-            yield from _walk(value)
-
-
-def _batch_size(batch: Any) -> int | None:
-    import jax
-
-    leaves = jax.tree_util.tree_leaves(batch)
-    return int(np.shape(leaves[0])[0]) if leaves and np.ndim(leaves[0]) else None
-
-
-def _sample_ids(batch: Any) -> list[int] | None:
-    if isinstance(batch, Mapping) and "id" in batch:
-        return [int(i) for i in np.asarray(batch["id"]).ravel()]
-    return None
-
-
-def digest(tree: Any) -> dict[str, str]:
-    """sha256 of each array leaf's bytes by path; leaves on a lost slice are skipped.
-
-    One batched ``device_get`` for the whole tree (one wait, not one per leaf).
-    """
-    import jax
-
-    flat = [
-        (jax.tree_util.keystr(path), leaf)
-        for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
-        if hasattr(leaf, "shape") and not isinstance(leaf, jax.ShapeDtypeStruct)
-    ]
-    try:
-        hosts = jax.device_get([leaf for _, leaf in flat])
-    except RuntimeError:  # some leaf is on a lost slice: fetch what can be fetched
-        hosts = []
-        for _, leaf in flat:
-            try:
-                hosts.append(jax.device_get(leaf))
-            except RuntimeError:
-                hosts.append(None)
-    out = {}
-    for (path, _), host in zip(flat, hosts, strict=True):
-        if host is None:
-            continue
-        array = np.asarray(host)
-        out[path] = hashlib.sha256(
-            array.dtype.str.encode() + str(array.shape).encode() + array.tobytes()
-        ).hexdigest()[:16]
-    return out
-
-
-def describe_state(tree: Any) -> dict[str, dict[str, Any]]:
-    """Each array leaf's dtype, shape and values, for the comparison with a fault-free run."""
-    import jax
-
-    out = {}
-    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        if not hasattr(leaf, "shape"):
-            continue
-        array = np.asarray(leaf)
-        out[jax.tree_util.keystr(path)] = {
-            "dtype": array.dtype.name,
-            "shape": list(array.shape),
-            "values": array.ravel().tolist(),
-        }
-    return out
-
-
-#: Frames of these modules are plumbing, not the line a loop's failure came from.
-_PLUMBING = ("/jax/", "/jaxlib/", "/pathwaysutils/", "/orbax/", "/grain/", "/blackbox/")
-
-
-def _plumbing(filename: str) -> bool:
-    """A library's, the standard library's or this toolkit's frame: not the loop's line."""
-    import sysconfig
-
-    if any(p in filename for p in _PLUMBING) or filename.startswith("<frozen"):
-        return True
-    if filename.endswith(
-        ("seams.py", "fake_cluster.py", "loop_episode.py", "deadline.py", "clock.py")
-    ):
-        return True
-    stdlib = sysconfig.get_paths()["stdlib"]
-    return filename.startswith(stdlib) and "site-packages" not in filename
-
-
-def _own_frame(frames: list[traceback.FrameSummary]) -> str | None:
-    own = [f for f in frames if not _plumbing(f.filename)]
-    if not own:
-        return None
-    f = own[-1]
-    return f"{f.filename}:{f.lineno} in {f.name}: {(f.line or '').strip()}"
-
-
-def where_raised(error: BaseException) -> str | None:
-    """``file:line in function: code`` of the innermost frame of the loop's own code (the
-    line that called into a library, never a library's, the standard library's or this
-    toolkit's), in the root cause first (``ElasticRuntimeError`` wraps the error the loop met)."""
-    chain: list[BaseException] = []
-    current: BaseException | None = error
-    while current is not None and current not in chain:
-        chain.append(current)
-        current = current.__cause__ or current.__context__
-    for e in reversed(chain):
-        where = _own_frame(traceback.extract_tb(e.__traceback__))
-        if where:
-            return where
-    return None
-
-
-def shapes(tree: Any) -> dict[str, list[Any]]:
-    """Each array leaf's shape and dtype by path (a restore that changes one is named)."""
-    import jax
-
-    out = {}
-    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
-        if shape is not None and dtype is not None:
-            out[jax.tree_util.keystr(path)] = [list(shape), str(np.dtype(dtype))]
-    return out
-
-
-def _elastic_inner_iterator() -> Any:
-    """The class ElasticIterator hands out from ``iter()`` and delegates ``next()`` to."""
-    try:
-        from grain._src.python.dataset import elastic_iterator
-    except ImportError:
-        return None
-    inner = getattr(elastic_iterator, "_ElasticMapDatasetIterator", None)
-    if inner is None or "__next__" not in inner.__dict__ or "set_state" not in inner.__dict__:
-        return None
-    return inner

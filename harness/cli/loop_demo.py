@@ -19,7 +19,7 @@ def demo_loop(args: argparse.Namespace, topology: Any) -> int:
     from pathways_chaos.harness.engine.clock import make_clock
     from pathways_chaos.harness.engine.deadline import episode_deadline
     from pathways_chaos.harness.engine.fake_cluster import FakeCluster
-    from pathways_chaos.harness.engine.loop_episode import load_loop
+    from pathways_chaos.harness.episodes.loop_episode import load_loop
     from pathways_chaos.harness.play import play_loop
 
     loop = load_loop(args.loop, "--loop")

@@ -12,8 +12,13 @@ import argparse
 import dataclasses
 import sys
 
+from pathways_chaos.harness.cli.deadline_arguments import (
+    add_deadline_arguments,
+    apply_deadline_arguments,
+)
 from pathways_chaos.harness.cli.quiet import quiet_libraries, restores_library_logging
-from pathways_chaos.harness.engine.episode_spec import EpisodeSpec
+from pathways_chaos.harness.engine.topology import SliceTopology
+from pathways_chaos.harness.properties.episode_spec import EpisodeSpec
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,8 +33,6 @@ def build_parser() -> argparse.ArgumentParser:
             parser.add_argument(flag, type=int, default=field.default)
         else:
             parser.add_argument(flag, default=field.default)
-    from pathways_chaos.harness.cli.main import add_deadline_arguments
-
     add_deadline_arguments(parser)
     return parser
 
@@ -43,8 +46,6 @@ def replay_main(argv: list[str]) -> int:
         return replay_loop_main(argv)
     args = build_parser().parse_args(argv)
     try:
-        from pathways_chaos.harness.cli.main import apply_deadline_arguments
-
         apply_deadline_arguments(args)
         fields = {f.name for f in dataclasses.fields(EpisodeSpec)}
         spec = EpisodeSpec(**{k: v for k, v in vars(args).items() if k in fields})
@@ -52,7 +53,7 @@ def replay_main(argv: list[str]) -> int:
 
         request_cpu_devices(spec.slices * spec.devices_per_slice)  # before JAX starts
         quiet_libraries()
-        from pathways_chaos.harness.engine.episode_spec import judge, run_spec
+        from pathways_chaos.harness.properties.episode_spec import judge, run_spec
 
         outcome = run_spec(spec)
     except ChaosError as error:
@@ -85,7 +86,11 @@ def build_loop_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--loop", required=True, metavar="MODULE:FUNC", help="the loop to run")
     parser.add_argument("--schedule", default="", help="faults, e.g. data_loss@batch=6:slice=1")
-    parser.add_argument("--topology", default="4x2", help="the fake cluster, NxM (default 4x2)")
+    parser.add_argument(
+        "--topology",
+        default=str(SliceTopology.DEFAULT),
+        help=f"the fake cluster, NxM (default {SliceTopology.DEFAULT})",
+    )
     parser.add_argument(
         "--option",
         action="append",
@@ -123,13 +128,14 @@ def replay_loop_main(argv: list[str]) -> int:
     args = build_loop_parser().parse_args(argv)
     try:
         from pathways_chaos.faults.model import check_schedule_fits, parse_schedule
-        from pathways_chaos.harness.engine.loop_episode import load_loop
         from pathways_chaos.harness.engine.topology import SliceTopology, request_cpu_devices
+        from pathways_chaos.harness.episodes.loop_episode import load_loop, refuse_loop_misfits
 
         # Every input is checked before JAX starts.
         topology = SliceTopology.parse(args.topology)
         schedule = parse_schedule(args.schedule)
         check_schedule_fits(schedule, topology.num_slices, kubernetes=False)
+        refuse_loop_misfits(schedule)
         options = _loop_options(args.option)
         request_cpu_devices(topology.device_count)
         quiet_libraries()

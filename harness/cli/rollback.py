@@ -64,7 +64,10 @@ def rollback_main(argv: list[str]) -> int:
         "--journal-dir",
         type=Path,
         default=None,
-        help=f"the journal folder (default ${JOURNAL_DIR_ENV} or $XDG_STATE_HOME/pathways-chaos)",
+        help=(
+            f"the journal folder (default ${JOURNAL_DIR_ENV} or "
+            "$XDG_STATE_HOME/pathways-chaos/journals)"
+        ),
     )
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube)")
     parser.add_argument("--context", help="kubeconfig context (default: its current context)")

@@ -24,6 +24,16 @@ def build_parser() -> argparse.ArgumentParser:
         prog="pathways-chaos search",
         description="search the property suites as shards (merge: one report from the shards)",
     )
+    _what_arguments(parser)
+    _shard_arguments(parser)
+    _where_arguments(parser)
+    _job_arguments(parser)
+    _merge_arguments(parser)
+    return parser
+
+
+def _what_arguments(parser: argparse.ArgumentParser) -> None:
+    """The code under test and the property families."""
     what = parser.add_argument_group("what is searched")
     what.add_argument(
         "--trainer",
@@ -47,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
         default="snapshot,dataset,mesh,stateful",
         help="the property suites to deal out to the shards (comma-separated)",
     )
+
+
+def _shard_arguments(parser: argparse.ArgumentParser) -> None:
+    """Which shard, its seeds and its budget."""
     how = parser.add_argument_group("the shards")
     how.add_argument("--shard", default=None, metavar="I/N", help="run shard I of N")
     how.add_argument(
@@ -82,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="the run every shard belongs to (env PATHWAYS_CHAOS_SEARCH_RUN; the Job's uid)",
     )
     how.add_argument("--no-shrink", action="store_true", help="report failures unshrunk")
+
+
+def _where_arguments(parser: argparse.ArgumentParser) -> None:
+    """The shard's files and the shared example database."""
     where = parser.add_argument_group("where results go")
     where.add_argument("--out", type=Path, default=None, help="folder for the shard's files")
     where.add_argument(
@@ -98,6 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="a Redis example database instead, e.g. redis://HOST:6379/0 (env "
         "PATHWAYS_CHAOS_REDIS)",
     )
+
+
+def _job_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--emit-job``: the Indexed Job instead of a search."""
     job = parser.add_argument_group("--emit-job: print the Indexed Job instead of searching")
     job.add_argument("--emit-job", type=int, default=None, metavar="N", help="N shards")
     job.add_argument("--image", default=None, help="the suite image (ci/gke/Dockerfile)")
@@ -118,13 +140,16 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument("--memory", default="8Gi", help="memory per shard")
     job.add_argument("--backoff-limit", type=int, default=None, help="default: N")
     job.add_argument("--service-account", default=None)
+
+
+def _merge_arguments(parser: argparse.ArgumentParser) -> None:
+    """``search merge``'s options, named here so ``search --help`` lists them."""
     merge = parser.add_argument_group(
         "search merge DIR... --html PATH: one report from the shards' folders (exit 1 on a "
         "failure, a missing or unfinished shard, or seeds run twice)"
     )
     merge.add_argument("--html", type=Path, default=None, metavar="PATH", help="the report")
     merge.add_argument("--json", type=Path, default=None, metavar="PATH", help="its figures")
-    return parser
 
 
 @restores_library_logging
@@ -197,7 +222,7 @@ def _search(args: argparse.Namespace) -> int:
 
     topology = SliceTopology.parse(args.topology) if args.loop else SliceTopology(4, 2)
     if args.loop:
-        from pathways_chaos.harness.engine.loop_episode import load_loop
+        from pathways_chaos.harness.episodes.loop_episode import load_loop
 
         load_loop(args.loop)  # a bad spec: one line, before JAX
     database_dir = args.database

@@ -13,8 +13,6 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from pathways_chaos.faults.kubernetes import KubeTarget
-    from pathways_chaos.faults.model import Schedule
     from pathways_chaos.harness.engine.clock import Clock
     from pathways_chaos.harness.engine.fake_cluster import SliceState
     from pathways_chaos.harness.engine.save_gate import SaveGate
@@ -45,8 +43,8 @@ class KubeBacked(Protocol):
     unarmed it only says what a schedule would do."""
 
     @property
-    def target(self) -> KubeTarget: ...
-    def dry_run(self, plan: Schedule, initially_down: Iterable[int] = ...) -> list[str]: ...
+    def target(self) -> object: ...  # a faults.KubeTarget (a higher room: not named here)
+    def dry_run(self, plan: Any, initially_down: Iterable[int] = ...) -> list[str]: ...
 
 
 @runtime_checkable

@@ -216,6 +216,8 @@ class JaxDeviceLossSeam:
         return bool(self._saved)
 
     def start(self) -> None:
+        # One piece (over 80 lines): every replacement closes over the same raise_if_lost and
+        # the originals saved for stop(); split, a half-installed seam could not be undone.
         import warnings
 
         import jax

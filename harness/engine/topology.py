@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from typing import Any
+from typing import Any, ClassVar
 
 from pathways_chaos.harness.errors import ChaosConfigError
 
@@ -17,6 +17,9 @@ MAX_CPU_DEVICES = 1024
 @dataclasses.dataclass(frozen=True)
 class SliceTopology:
     """N slices of M devices each; slice s owns devices [s*M, (s+1)*M) of the CPU platform."""
+
+    #: The fake cluster's shape when nothing names one: 4 slices of 2 CPU devices.
+    DEFAULT: ClassVar[SliceTopology]
 
     num_slices: int
     devices_per_slice: int
@@ -56,6 +59,9 @@ class SliceTopology:
             raise ChaosConfigError(
                 f"slice shape {text!r} is not NxM: write for example 4x2 (4 slices of 2 devices)"
             ) from None
+
+
+SliceTopology.DEFAULT = SliceTopology(4, 2)
 
 
 def jax_backend_started() -> bool:

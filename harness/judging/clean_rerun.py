@@ -119,14 +119,3 @@ def _chain_restores(
         assert save is not None
         pairs.append((save, restore))
     return pairs
-
-
-def batch_sizes(events: Sequence[Event]) -> list[int | None]:
-    """The sizes of the batches the final state was trained on, in order."""
-    from pathways_chaos.harness.judging.lineage import follow
-    from pathways_chaos.harness.judging.loop_oracle import committed_batches
-
-    chain = follow(events)
-    if chain.followed:
-        return [d.size for d in chain.trained]
-    return [r.size for r in committed_batches(events)[0]]

@@ -18,10 +18,13 @@ from typing import Any
 import numpy as np
 
 from pathways_chaos.harness.engine.recorder import Event
+from pathways_chaos.harness.judging import chain_judges
 from pathways_chaos.harness.judging import lineage as chain_checks
-from pathways_chaos.harness.judging.oracle import REPLAY_ATOL, REPLAY_RTOL, Verdict, recoveries
+from pathways_chaos.harness.judging.loop_causes import cause_of, causes_named
+from pathways_chaos.harness.judging.loop_lineage import BatchRecord, batch_sizes, committed_batches
+from pathways_chaos.harness.judging.oracle import Verdict, recoveries
+from pathways_chaos.harness.judging.replay import REPLAY_ATOL, REPLAY_RTOL
 
-#: Every judge, in the order the verdict lists them.
 #: Every judge, in the order the verdict lists them: causes before the effects they lead to
 #: (a swallowed error or a snapshot that pairs the wrong position before the samples it made
 #: skip; a crash, the end of many a cause, listed after any other finding).
@@ -45,28 +48,6 @@ _LOSS_KINDS = frozenset(
 )
 
 
-@dataclasses.dataclass(frozen=True)
-class BatchRecord:
-    run: int
-    attempt: int
-    batch: int  # drawn in the episode, from 1
-    position: int | None
-    size: int | None
-    ids: tuple[int, ...] | None
-    seq: int
-
-    @property
-    def positions(self) -> list[int]:
-        if self.position is None or self.size is None:
-            return []
-        return list(range(self.position, self.position + self.size))
-
-    def where(self, index: int) -> str:
-        return (
-            f"committed batch {index} (run {self.run} attempt {self.attempt}, batch #{self.batch})"
-        )
-
-
 @dataclasses.dataclass
 class LoopVerdict(Verdict):
     """The oracle's verdict, plus which judges ran and why the others could not."""
@@ -74,8 +55,8 @@ class LoopVerdict(Verdict):
     judged: list[str] = dataclasses.field(default_factory=list)
     not_judged: dict[str, str] = dataclasses.field(default_factory=dict)
     batches: list[BatchRecord] = dataclasses.field(default_factory=list)
-    #: The cause each violation names (same order), from ``CAUSES``: what an acceptance row
-    #: chooses its fix by.
+    #: The cause each violation names (same order), from ``loop_causes.CAUSES``: what an
+    #: acceptance row chooses its fix by.
     causes: list[str] = dataclasses.field(default_factory=list)
     #: Every cause any violation names (a primary cause and what its text also shows).
     named: set[str] = dataclasses.field(default_factory=set)
@@ -97,6 +78,9 @@ def judge_loop(
     ``clean`` that of a run with the same losses made right after the snapshot the episode
     resumed from (``harness/judging/clean_rerun.py``): the yardstick of the final state when
     the recovery changed the batch schedule (resize mode with a batch that scales)."""
+    # One piece (over 80 lines): the judges run in JUDGES' order and each reads what the ones
+    # before it found (the lineage, the chain, whether the schedule was kept); split, that
+    # shared state would travel through a dozen parameters.
     lineage, problems = committed_batches(events)
     ends = [e for e in events if e["kind"] == "run_end"]
     completed = bool(ends) and ends[-1]["status"] == "completed"
@@ -112,7 +96,7 @@ def judge_loop(
         _did_something(events, ends[-1]) if completed else []
     )
     if chain is not None and chain.followed:
-        results["exactly-once"] = chain_checks.trained_once_in_order(
+        results["exactly-once"] = chain_judges.trained_once_in_order(
             chain, base_chain if base_chain is not None and base_chain.followed else None
         )
     else:
@@ -126,13 +110,13 @@ def judge_loop(
         else f"the chain of trained steps breaks: {chain.why_not}"
     )
     if chain is not None and chain.followed:
-        results["snapshot-pairs"] = chain_checks.snapshots_consistent(chain)
-        results["restore-used"] = chain_checks.restores_used(chain)
-        results["scale-up"] = chain_checks.rejoined_slices_used(chain, events)
+        results["snapshot-pairs"] = chain_judges.snapshots_consistent(chain)
+        results["restore-used"] = chain_judges.restores_used(chain)
+        results["scale-up"] = chain_judges.rejoined_slices_used(chain, events)
     else:
         results["snapshot-pairs"] = results["restore-used"] = results["scale-up"] = broken
-    results["restore-shapes"] = chain_checks.restored_shapes(events)
-    results["errors-handled"] = chain_checks.errors_handled(events)
+    results["restore-shapes"] = chain_judges.restored_shapes(events)
+    results["errors-handled"] = chain_judges.errors_handled(events)
     results["meshes"] = _meshes(events)
     results["no-leaks"] = _no_leaks(events)
     schedule_kept, why_not = _schedule_kept(lineage, base_lineage)
@@ -148,8 +132,6 @@ def judge_loop(
         if clean is None:
             why_not += f"; no clean rerun to compare with ({clean_why_not or 'none was made'})"
         else:
-            from pathways_chaos.harness.judging.clean_rerun import batch_sizes
-
             sizes, clean_sizes = batch_sizes(events), batch_sizes(clean)
             if sizes == clean_sizes and _last_end(clean) is not None:
                 schedule_kept, yardstick = True, _last_end(clean)
@@ -189,130 +171,6 @@ def judge_loop(
             verdict.causes += [cause_of(name, text) for text in outcome]
             verdict.named |= {c for text in outcome for c in causes_named(name, text)}
     return verdict
-
-
-#: What a violation can be caused by, as the verdict names it.
-CAUSES = (
-    "crash",
-    "deadline",
-    "not-a-loop",
-    "sample-trained-twice",
-    "iterator-not-restored",
-    "batch-not-trained",
-    "sample-skipped",
-    "order-changed",
-    "started-over",
-    "restore-not-latest",
-    "preemption-lost",
-    "step-not-restored",
-    "snapshot-mismatch",
-    "leaf-reinitialised",
-    "leaf-shape-changed",
-    "error-swallowed",
-    "dead-slice-in-mesh",
-    "stale-mesh",
-    "leak",
-    "step-count",
-    "wrong-final-state",
-)
-
-_CAUSE_BY_TEXT = (
-    ("the loop crashed", "crash"),
-    ("the run did not finish", "deadline"),
-    ("returned at once", "not-a-loop"),
-    ("holding no arrays", "not-a-loop"),
-    ("iterator was not", "iterator-not-restored"),
-    ("did not go back to the restored", "iterator-not-restored"),
-    ("never trained", "batch-not-trained"),
-    ("trained twice", "sample-trained-twice"),
-    ("consumed twice", "sample-trained-twice"),
-    ("never drawn", "sample-skipped"),
-    ("skipped", "sample-skipped"),
-    ("order of samples changed", "order-changed"),
-    ("order of", "order-changed"),
-    ("preemption notice", "preemption-lost"),
-    ("wrote on its preemption", "preemption-lost"),
-    ("started over", "started-over"),
-    ("although the snapshot", "restore-not-latest"),
-    ("step counter", "step-not-restored"),
-    ("re-initialised", "leaf-reinitialised"),
-)
-_CAUSE_BY_JUDGE = {
-    "snapshot-pairs": "snapshot-mismatch",
-    "restore-used": "leaf-reinitialised",
-    "restore-shapes": "leaf-shape-changed",
-    "errors-handled": "error-swallowed",
-    "meshes": "dead-slice-in-mesh",
-    "scale-up": "stale-mesh",
-    "no-leaks": "leak",
-    "step-count": "step-count",
-    "final-state": "wrong-final-state",
-}
-
-
-def cause_of(judge: str, text: str) -> str:
-    """The cause a violation names first: by its judge, or by what its text says it saw."""
-    return causes_named(judge, text)[0]
-
-
-def causes_named(judge: str, text: str) -> list[str]:
-    """Every cause a violation names (a repeat explained by an iterator left behind names
-    both), the first the one it leads with."""
-    named = [_CAUSE_BY_JUDGE[judge]] if judge in _CAUSE_BY_JUDGE else []
-    named += [cause for words, cause in _CAUSE_BY_TEXT if words in text and cause not in named]
-    return named or [judge]
-
-
-# -- the lineage ---------------------------------------------------------------------------
-def committed_batches(events: Sequence[Event] | None) -> tuple[list[BatchRecord], list[str]]:
-    """The batches the final state is made of, in the order they were trained on."""
-    if not events:
-        return [], []
-    problems: list[str] = []
-    by_attempt: dict[tuple[int, int], list[BatchRecord]] = collections.defaultdict(list)
-    restores: dict[tuple[int, int], Event] = {}
-    saves: list[Event] = []
-    for e in events:
-        key = (e.get("run", 0), e.get("attempt", 0))
-        if e["kind"] == "batch":
-            ids = tuple(e["ids"]) if e.get("ids") is not None else None
-            by_attempt[key].append(
-                BatchRecord(key[0], key[1], e["batch"], e["position"], e["size"], ids, e["seq"])
-            )
-        elif e["kind"] == "restore_end" and key not in by_attempt:
-            restores[key] = e  # a restore before the attempt's first batch starts it
-        elif e["kind"] in ("snapshot_save", "checkpoint_save") and not e.get("skipped"):
-            saves.append(e)
-    if not by_attempt:
-        return [], problems
-    key = max(by_attempt, key=lambda k: by_attempt[k][-1].seq)
-    segments: list[list[BatchRecord]] = []
-    seq_limit: int | None = None
-    seen = set()
-    while key not in seen:
-        seen.add(key)
-        records = by_attempt.get(key, [])
-        if seq_limit is not None:
-            records = [r for r in records if r.seq < seq_limit]
-        segments.append(records)
-        restore = restores.get(key)
-        if restore is None:
-            break
-        kind = "checkpoint_save" if restore["source"] == "checkpoint" else "snapshot_save"
-        earlier = [
-            s
-            for s in saves
-            if s["kind"] == kind and s["step"] == restore["step"] and s["seq"] < restore["seq"]
-        ]
-        if not earlier:
-            problems.append(
-                f"run {key[0]} attempt {key[1]} restored step {restore['step']} that no attempt "
-                "saved"
-            )
-            break
-        save = earlier[-1]
-        key, seq_limit = (save["run"], save["attempt"]), save["seq"]
-    return [r for seg in reversed(segments) for r in seg], problems
 
 
 # -- the judges ------------------------------------------------------------------------------
@@ -370,9 +228,9 @@ def _exactly_once(
         at = _first_batch_with(lineage, set(duplicated) | set(skipped), counted, by_ids)
         parts = []
         if duplicated:
-            parts.append(f"{what} {chain_checks.ranges(duplicated)} consumed twice or more")
+            parts.append(f"{what} {chain_judges.ranges(duplicated)} consumed twice or more")
         if skipped:
-            parts.append(f"{what} {chain_checks.ranges(skipped)} skipped")
+            parts.append(f"{what} {chain_judges.ranges(skipped)} skipped")
         problems.append(f"exactly-once violated at {at}: {'; '.join(parts)}")
     if want is not None and not problems:
         n = min(len(want), len(consumed))

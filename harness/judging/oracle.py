@@ -1,50 +1,32 @@
 """What "survived" means, decided from the event log alone plus a one-device replay.
 
-The committed lineage is rebuilt from the log: the last attempt's steps, back through the
-restore that started it to the attempt that saved that snapshot, and so on. Every check names
-the first step, sample id or leaf that breaks it, and the run and attempt it happened in.
+The committed lineage (``judging.committed``) is rebuilt from the log: the last attempt's
+steps, back through the restore that started it to the attempt that saved that snapshot, and so
+on. Every check names the first step, sample id or leaf that breaks it, and the run and attempt
+it happened in.
 
 Each check is a function of the event log alone (``check_*``), so other judges (the loop
-oracle for users' own loops) reuse them one by one. The replay runs a fault-free, one-device
-pass of the same trainer class over the committed batches (its own ``init_state``,
-``before_step``, ``place_batch`` and ``step_function``); only when the trainer cannot be
-rebuilt does it fall back to the reference model's step, and every replay message says which.
+oracle for users' own loops) reuse them one by one. The replay (``judging.replay``) runs a
+fault-free, one-device pass of the same trainer class over the committed batches; only when the
+trainer cannot be rebuilt does it fall back to the reference model's step, and every replay
+message says which.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-import itertools
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from pathways_chaos.harness.engine.recorder import Event
 from pathways_chaos.harness.errors import ChaosError
-
-#: Replay tolerance. The fake-cluster run reduces each step's gradient over a batch sharded
-#: across up to 64 CPU devices, the replay on one: float32 sums in a different order differ
-#: by a few ulps per step, and 100 SGD-with-momentum steps of a contracting MLP keep that
-#: well under 1e-5 relative. A wrong batch, a skipped or repeated step moves params by >1e-3.
-REPLAY_RTOL = 2e-5
-REPLAY_ATOL = 2e-6
+from pathways_chaos.harness.judging.committed import StepRecord, committed_lineage, run_start, who
+from pathways_chaos.harness.judging.replay import check_replay
 
 
 class OracleViolation(ChaosError, AssertionError):
     """The run did not survive; the message lists every violated check."""
-
-
-@dataclasses.dataclass(frozen=True)
-class StepRecord:
-    run: int
-    attempt: int
-    step: int
-    ids: tuple[int, ...]
-    seq: int
-    loss: float | None = None
-    mesh_slices: tuple[int, ...] | None = None
 
 
 @dataclasses.dataclass
@@ -140,79 +122,13 @@ def assert_survived(events: Sequence[Event], *, replay: bool = True) -> Verdict:
     return verdict
 
 
-# -- the lineage ---------------------------------------------------------------------------
-def committed_lineage(events: Sequence[Event]) -> tuple[list[StepRecord], list[str]]:
-    """The step executions that the final state is made of, in step order."""
-    problems: list[str] = []
-    by_attempt: dict[tuple[int, int], list[StepRecord]] = collections.defaultdict(list)
-    restores: dict[tuple[int, int], Event] = {}
-    saves: list[Event] = []
-    for e in events:
-        key = (e.get("run", 0), e.get("attempt", 0))
-        if e["kind"] == "step":
-            by_attempt[key].append(
-                StepRecord(
-                    key[0],
-                    key[1],
-                    e["step"],
-                    tuple(e["ids"]),
-                    e["seq"],
-                    e.get("loss"),
-                    tuple(e["mesh_slices"]) if e.get("mesh_slices") else None,
-                )
-            )
-        elif e["kind"] == "restore_end":
-            restores[key] = e
-        elif e["kind"] in ("snapshot_save", "checkpoint_save"):
-            saves.append(e)
-    if not by_attempt:
-        return [], problems
-    key = max(by_attempt, key=lambda k: by_attempt[k][-1].seq)
-    segments: list[list[StepRecord]] = []
-    upto: int | None = None  # the last step of this attempt the lineage keeps
-    seq_limit = None
-    while True:
-        records = by_attempt.get(key, [])
-        if seq_limit is not None:
-            records = [r for r in records if r.seq < seq_limit]
-        if upto is not None:
-            records = [r for r in records if r.step <= upto]
-        segments.append(records)
-        restore = restores.get(key)
-        if restore is None:
-            break
-        source = "checkpoint_save" if restore["source"] == "checkpoint" else "snapshot_save"
-        earlier = [s for s in saves if s["kind"] == source and s["step"] == restore["step"]]
-        earlier = [s for s in earlier if s["seq"] < restore["seq"]]
-        if not earlier:
-            problems.append(
-                f"{who(events, *key)} restored step {restore['step']} that no attempt saved"
-            )
-            break
-        save = earlier[-1]
-        key, upto, seq_limit = (save["run"], save["attempt"]), restore["step"], save["seq"]
-    lineage = [r for seg in reversed(segments) for r in seg]
-    for prev, nxt in itertools.pairwise(lineage):
-        if nxt.step != prev.step + 1:
-            what = "repeated" if nxt.step <= prev.step else "skipped"
-            problems.append(
-                f"committed steps are not consecutive ({what}): step {prev.step} "
-                f"({who(events, prev.run, prev.attempt)}) is followed by step {nxt.step} "
-                f"({who(events, nxt.run, nxt.attempt)})"
-            )
-            break
-    if lineage and lineage[0].step != 0:
-        problems.append(f"committed steps start at step {lineage[0].step}, not 0")
-    return lineage, problems
-
-
 # -- 1. exactly once -----------------------------------------------------------------------
 def check_exactly_once(
     events: Sequence[Event], lineage: Sequence[StepRecord], completed: bool
 ) -> list[str]:
     from pathways_chaos.harness.reference.data import SyntheticData
 
-    start = _run_start(events)
+    start = run_start(events)
     if start is None:
         return []
     data = SyntheticData(**start["config"]["data"])
@@ -271,203 +187,6 @@ def _first_step_with(
         return ("the first step" if not lineage else f"after step {lineage[-1].step}"), ""
     r = min(found, key=lambda x: x.step)
     return f"step {r.step}", f" (step {r.step} ran in {who(events, r.run, r.attempt)})"
-
-
-# -- 2. replay equality --------------------------------------------------------------------
-#: Loss tolerance when locating the first step where the run and the replay part ways (a
-#: locator only: the verdict is the final state's comparison).
-LOSS_RTOL = 1e-4
-LOSS_ATOL = 1e-6
-
-
-def check_replay(
-    events: Sequence[Event], lineage: Sequence[StepRecord], trainer: Any = None
-) -> list[str]:
-    """Replays the committed batches on one device, with no faults, and compares."""
-    final = next((e for e in reversed(events) if e["kind"] == "run_end"), None)
-    start = _run_start(events)
-    if final is None or start is None or "final_state" not in final:
-        return ["replay impossible: the log has no final state"]
-    cls, why = replay_trainer(start, trainer)
-    if cls is not None:
-        name = start.get("trainer") or f"{cls.__module__}:{cls.__qualname__}"
-        replayed, losses, where = replay_with_trainer(
-            cls, start["config"], lineage, start.get("slices")
-        )
-        judge = f"a fault-free run of the same trainer ({name}) {where} over the committed batches"
-    else:
-        judge = f"a one-device replay of the reference model's step ({why})"
-        replayed, losses = replay_state(start["config"], lineage)
-    problems = compare_state(final["final_state"], replayed, judge)
-    if problems:
-        problems[0] += _first_divergence(lineage, losses)
-    return problems
-
-
-def replay_trainer(start: Event, trainer: Any = None) -> tuple[Any, str]:
-    """The trainer class to replay with, or None and why the model's step stands in."""
-    from pathways_chaos.harness.reference.trainer import ReferenceTrainer
-
-    if trainer is None:
-        spec = start.get("trainer")
-        if not spec:
-            return None, "the log names no trainer"
-        module_name, _, attr = str(spec).partition(":")
-        try:
-            import importlib
-
-            trainer = importlib.import_module(module_name)
-            for part in attr.split("."):
-                trainer = getattr(trainer, part)
-        except (ImportError, AttributeError) as error:
-            return None, f"trainer {spec} cannot be imported: {error}"
-    if not (isinstance(trainer, type) and issubclass(trainer, ReferenceTrainer)):
-        return None, f"{trainer!r} is not a ReferenceTrainer subclass"
-    return trainer, ""
-
-
-def replay_with_trainer(
-    cls: Any,
-    config: dict[str, Any],
-    lineage: Sequence[StepRecord],
-    slices: dict[str, list[int]] | None = None,
-) -> tuple[dict[str, np.ndarray], list[float], str]:
-    """The trainer's own step path (same seeds, same hooks), step after committed step.
-
-    On one device, unless the trainer says its math depends on the mesh
-    (``replay_on_one_device = False``): then each step runs on the mesh of the slices it ran
-    on (``mesh_slices``), when this process has those devices. Returns where it ran.
-    """
-    import jax
-
-    from pathways_chaos.harness.engine.recorder import Recorder
-    from pathways_chaos.harness.reference.data import SyntheticData
-    from pathways_chaos.harness.reference.trainer import TrainerConfig
-
-    fields = {f.name for f in dataclasses.fields(TrainerConfig)}
-    values = {k: v for k, v in config.items() if k in fields}
-    values["data"] = SyntheticData(**config["data"])
-    trainer_config = TrainerConfig(**values)
-    device = jax.devices("cpu")[0]
-    trainer = cls(trainer_config, Recorder(None), devices=[device], run_index=1)
-    by_id = {d.id: d for d in jax.devices("cpu")}
-    per_mesh = not getattr(cls, "replay_on_one_device", True) and slices is not None
-    if per_mesh and slices is not None:
-        wanted = {i for ids in slices.values() for i in ids}
-        per_mesh = wanted <= set(by_id) and all(r.mesh_slices for r in lineage)
-    one = ReplayManager({0: [device]}, [0])
-
-    def manager_of(record: StepRecord) -> ReplayManager:
-        if not per_mesh or slices is None or not record.mesh_slices:
-            return one
-        mapping = {int(s): [by_id[i] for i in ids] for s, ids in slices.items()}
-        return ReplayManager(mapping, list(record.mesh_slices))
-
-    # The mesh and the jitted step come from the trainer's own seam, as in the run: a trainer
-    # that sets state up in mesh_and_step (or names its mesh axes its own way) replays too.
-    steps: dict[tuple[int, ...], tuple[Any, Any]] = {}
-    losses: list[float] = []
-    with jax.default_device(device):
-        state = trainer.init_state()
-        for record in lineage:
-            manager = manager_of(record)
-            key = tuple(sorted(manager.active_slice_indices))
-            if key not in steps:
-                steps[key] = trainer.mesh_and_step(manager, "replay")
-            mesh, step_fn = steps[key]
-            state = jax.device_put(state, trainer.state_sharding(mesh))
-            batch = trainer_config.data.batch(list(record.ids))
-            placed = trainer.place_batch(trainer.before_step(record.step, batch), mesh)
-            state, loss = step_fn(state, *placed)
-            losses.append(float(np.asarray(loss).ravel()[0]) if np.size(loss) else 0.0)
-        flat = jax.tree_util.tree_flatten_with_path(jax.device_get(state))[0]
-    where = "on the meshes the committed steps ran on" if per_mesh else "on one device"
-    return {jax.tree_util.keystr(p): np.asarray(v) for p, v in flat}, losses, where
-
-
-class ReplayManager:
-    """What a trainer's ``mesh_and_step`` reads of pathwaysutils' ``Manager``, for the replay:
-    the slices (one device, or the run's slices) and which of them are active."""
-
-    def __init__(self, slice_to_devices: dict[int, list[Any]], active: Sequence[int]) -> None:
-        self.slice_to_devices = slice_to_devices
-        self.active_slice_indices = set(active)
-        self.available_inactive_slices: frozenset[int] = frozenset()
-
-    @property
-    def total_slice_count(self) -> int:
-        return len(self.slice_to_devices)
-
-    @property
-    def active_slice_count(self) -> int:
-        return len(self.active_slice_indices)
-
-    def scale_by_active_slices(self, x: int | float) -> int | float:
-        if isinstance(x, int):
-            return x * self.active_slice_count // self.total_slice_count
-        return x * self.active_slice_count / self.total_slice_count
-
-
-def replay_state(
-    config: dict[str, Any], lineage: Sequence[StepRecord]
-) -> tuple[dict[str, np.ndarray], list[float]]:
-    """The reference model's step over the committed batches (no trainer to replay)."""
-    import functools
-
-    import jax
-
-    from pathways_chaos.harness.reference import model
-    from pathways_chaos.harness.reference.data import SyntheticData
-
-    data = SyntheticData(**config["data"])
-    device = jax.devices("cpu")[0]
-    step = jax.jit(functools.partial(model.train_step, lr=config["lr"], beta=config["beta"]))
-    losses: list[float] = []
-    with jax.default_device(device):
-        state = model.init_state(config["seed"])
-        for record in lineage:
-            batch = data.batch(list(record.ids))
-            state, loss = step(state, batch["x"], batch["y"])
-            losses.append(float(loss))
-        flat = jax.tree_util.tree_flatten_with_path(jax.device_get(state))[0]
-    return {jax.tree_util.keystr(p): np.asarray(v) for p, v in flat}, losses
-
-
-def _first_divergence(lineage: Sequence[StepRecord], losses: Sequence[float]) -> str:
-    for record, want in zip(lineage, losses, strict=False):
-        if record.loss is None:
-            return ""
-        if not np.isclose(record.loss, want, rtol=LOSS_RTOL, atol=LOSS_ATOL):
-            return (
-                f"; the first committed step whose loss differs is step {record.step} "
-                f"(run {record.run}, attempt {record.attempt}): {record.loss:.6g}, "
-                f"replay {want:.6g}"
-            )
-    return "; every committed step's loss matches the replay's: the final update differs"
-
-
-def compare_state(
-    final: dict[str, Any],
-    replayed: dict[str, np.ndarray],
-    judge: str = "a one-device replay of the committed batches",
-) -> list[str]:
-    if sorted(final) != sorted(replayed):
-        return [f"final state leaves {sorted(final)} differ from the replay's {sorted(replayed)}"]
-    for path in sorted(final):
-        got = np.asarray(final[path]["values"], dtype=final[path]["dtype"]).reshape(
-            final[path]["shape"]
-        )
-        want = replayed[path]
-        if got.shape != want.shape:
-            return [f"leaf {path}: shape {got.shape} differs from the replay's {want.shape}"]
-        if not np.allclose(got, want, rtol=REPLAY_RTOL, atol=REPLAY_ATOL):
-            worst = float(np.max(np.abs(got - want)))
-            return [
-                f"final state differs from {judge} at leaf "
-                f"{path}: max abs diff {worst:.3g} "
-                f"(tolerance rtol={REPLAY_RTOL}, atol={REPLAY_ATOL})"
-            ]
-    return []
 
 
 # -- 3. snapshot round-trip ----------------------------------------------------------------
@@ -673,7 +392,7 @@ def check_batch_sizes(events: Sequence[Event]) -> list[str]:
 
     ``batch='scaled'``: global_batch x active/total slices; ``'fixed'``: global_batch.
     """
-    start = _run_start(events)
+    start = run_start(events)
     if start is None or "batch" not in start.get("config", {}):
         return []
     config = start["config"]
@@ -718,12 +437,6 @@ def check_batch_sizes(events: Sequence[Event]) -> list[str]:
                 f"but trained on {e['trained']}: consumed and trained samples must be the same"
             )
     return problems
-
-
-def who(events: Sequence[Event], run: int, attempt: int) -> str:
-    """ "attempt N", or "run R, attempt N" when the log holds more than one run."""
-    runs = {e["run"] for e in events if e["kind"] == "run_start"}
-    return f"run {run}, attempt {attempt}" if len(runs) > 1 else f"attempt {attempt}"
 
 
 # -- 6. no leaks ---------------------------------------------------------------------------
@@ -812,7 +525,3 @@ def recoveries(events: Sequence[Event]) -> list[dict[str, Any]]:
             }
         )
     return out
-
-
-def _run_start(events: Sequence[Event]) -> Event | None:
-    return next((e for e in events if e["kind"] == "run_start"), None)

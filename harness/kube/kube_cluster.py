@@ -24,11 +24,11 @@ from pathways_chaos.faults.jobset import (
     WORKER_JOB_NAMES,
     workers_selector,
 )
+from pathways_chaos.faults.watching import ListWatch
 from pathways_chaos.harness.engine.clock import Clock
 from pathways_chaos.harness.engine.fake_cluster import FakeCluster, SliceState
 from pathways_chaos.harness.engine.topology import SliceTopology
 from pathways_chaos.harness.errors import ChaosConfigError
-from pathways_chaos.harness.kube.watching import ListWatch
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient

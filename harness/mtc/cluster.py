@@ -7,6 +7,7 @@ its ramdisk, and the peer copies it holds. This object is what the MTC faults ac
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ class MtcCluster:
         job: str = DEFAULT_JOB,
         mount: str = DEFAULT_MOUNT,
         root: str | Path | None = None,
-        service_factory: type[ReplicationService] = ReplicationService,
+        service_factory: Callable[..., ReplicationService] = ReplicationService,
     ) -> None:
         self.cluster = cluster
         self.job = job

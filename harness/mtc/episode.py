@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from pathways_chaos.faults.model import Schedule
-from pathways_chaos.harness.engine.episode import EpisodeResult, FaultController
 from pathways_chaos.harness.engine.recorder import Event, Recorder
+from pathways_chaos.harness.episodes.episode import EpisodeResult, FaultController
 from pathways_chaos.harness.mtc.cluster import MtcCluster
-from pathways_chaos.harness.reference.mtc_trainer import MtcOptions, MtcTrainer
+from pathways_chaos.harness.mtc.trainer import MtcOptions, MtcTrainer
 from pathways_chaos.harness.reference.trainer import TrainerConfig, TrainResult
 
 MtcTrainerFactory = Callable[..., MtcTrainer]

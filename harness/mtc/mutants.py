@@ -12,7 +12,7 @@ from typing import Any
 
 from pathways_chaos.harness.mtc.service import ReplicationService, RestorePlan, Source
 from pathways_chaos.harness.mtc.tiers import Tiers
-from pathways_chaos.harness.reference.mtc_trainer import MtcTrainer
+from pathways_chaos.harness.mtc.trainer import MtcTrainer
 
 
 class PrefersBackup(ReplicationService):

@@ -11,7 +11,6 @@ loop); this package re-exports their public names.
 
 from __future__ import annotations
 
-from pathways_chaos.harness.engine.episode_spec import REFERENCE_TRAINER, run_spec
 from pathways_chaos.harness.properties.churn import recompiles, slice_churn
 from pathways_chaos.harness.properties.dataset import (
     IteratorPhase,
@@ -21,6 +20,7 @@ from pathways_chaos.harness.properties.dataset import (
     dataset_specs,
     iterator_runs,
 )
+from pathways_chaos.harness.properties.episode_spec import REFERENCE_TRAINER, run_spec
 from pathways_chaos.harness.properties.mesh import check_mesh_episode, mesh_specs
 from pathways_chaos.harness.properties.runner import run_property
 from pathways_chaos.harness.properties.settings import (
@@ -33,8 +33,6 @@ from pathways_chaos.harness.properties.settings import (
     enable_compilation_cache,
     fail,
     mutant_search,
-    session_trainer,
-    set_session_trainer,
     share_of_profile,
     trainer_under_test,
 )
@@ -99,8 +97,6 @@ __all__ = [
     "recompiles",
     "run_property",
     "run_spec",
-    "session_trainer",
-    "set_session_trainer",
     "share_of_profile",
     "slice_churn",
     "snapshot_cases",

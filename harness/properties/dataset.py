@@ -8,8 +8,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from pathways_chaos.harness.engine.episode_spec import REFERENCE_TRAINER, EpisodeSpec, run_spec
 from pathways_chaos.harness.properties.churn import slice_churn
+from pathways_chaos.harness.properties.episode_spec import REFERENCE_TRAINER, EpisodeSpec, run_spec
 from pathways_chaos.harness.properties.settings import ExampleCounter, fail
 
 
@@ -115,7 +115,8 @@ def dataset_specs(
 
 def check_dataset_episode(spec: EpisodeSpec, counter: ExampleCounter | None = None) -> None:
     """The ids the committed steps ate are the fault-free order, as a Counter and a sequence."""
-    from pathways_chaos.harness.judging.oracle import check_batch_sizes, committed_lineage
+    from pathways_chaos.harness.judging.committed import committed_lineage
+    from pathways_chaos.harness.judging.oracle import check_batch_sizes
     from pathways_chaos.harness.reference.data import SyntheticData
 
     events = run_spec(spec, replay=False).events

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from pathways_chaos.harness.engine.episode_spec import REFERENCE_TRAINER, EpisodeSpec, run_spec
 from pathways_chaos.harness.properties.churn import slice_churn
+from pathways_chaos.harness.properties.episode_spec import REFERENCE_TRAINER, EpisodeSpec, run_spec
 from pathways_chaos.harness.properties.settings import ExampleCounter, fail
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pathways_chaos.harness.engine.episode_spec import EpisodeSpec
 from pathways_chaos.harness.properties.dataset import check_dataset_episode, dataset_specs
+from pathways_chaos.harness.properties.episode_spec import EpisodeSpec
 from pathways_chaos.harness.properties.mesh import check_mesh_episode, mesh_specs
 from pathways_chaos.harness.properties.settings import ExampleCounter, available_devices
 from pathways_chaos.harness.properties.snapshot import (

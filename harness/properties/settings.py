@@ -7,8 +7,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from pathways_chaos.harness.engine.episode_spec import REFERENCE_TRAINER, EpisodeSpec
 from pathways_chaos.harness.errors import ChaosError
+from pathways_chaos.harness.properties.episode_spec import REFERENCE_TRAINER, EpisodeSpec
 
 LOSS_KINDS = ("data_loss", "deadline_exceeded", "not_found", "internal")
 
@@ -41,9 +41,8 @@ class ExampleCounter:
 
     def saw(self, events: list[dict[str, Any]]) -> None:
         """An episode's log, once played (the search's episode record overrides this)."""
-        from pathways_chaos.harness.properties.churn import recompiles
-
-        self.recompiles.append(recompiles(events))
+        # churn.recompiles, counted here: churn imports this module.
+        self.recompiles.append(sum(1 for e in events if e["kind"] == "mesh" and e["recompile"]))
 
     def run(self, body: Callable[[], None]) -> None:
         self.examples += 1
@@ -79,18 +78,6 @@ def share_of_profile(share: float, minimum: int = 3) -> Any:
     from hypothesis import settings
 
     return settings(max_examples=max(minimum, int(settings().max_examples * share)))
-
-
-_SESSION_TRAINER: list[str] = []
-
-
-def session_trainer() -> str:
-    """The trainer suites/properties' conftest chose for this session (``--chaos-trainer``)."""
-    return _SESSION_TRAINER[-1] if _SESSION_TRAINER else REFERENCE_TRAINER
-
-
-def set_session_trainer(spec: str) -> None:
-    _SESSION_TRAINER[:] = [spec]
 
 
 def trainer_under_test(config: Any) -> str:

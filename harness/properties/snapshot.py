@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from pathways_chaos.harness.engine.episode_spec import REFERENCE_TRAINER
 from pathways_chaos.harness.engine.snapshotter_release import release_snapshotter
+from pathways_chaos.harness.properties.episode_spec import REFERENCE_TRAINER
 from pathways_chaos.harness.properties.settings import fail
 
 SNAPSHOT_DTYPES = ("float32", "bfloat16", "int32", "uint8", "bool")

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from pathways_chaos.harness.engine.episode_spec import (
+from pathways_chaos.harness.properties.episode_spec import (
     REFERENCE_TRAINER,
     EpisodeSpec,
     judge,
@@ -133,6 +133,8 @@ def episode_machine(
     hypothesis is throwing away (it ran out of data, or a rule failed: an exception is in
     flight) runs no episode, so no failure is reported from an example hypothesis discards.
     """
+    # One piece (over 80 lines): the state machine class is built here so that its rules and
+    # teardown close over ``trainer`` and ``counter``; hypothesis collects rules from the class.
 
     class EpisodeMachine(RuleBasedStateMachine):
         def __init__(self) -> None:

@@ -75,9 +75,9 @@ def activate(config: pytest.Config) -> None:
         os.environ.setdefault("JAX_PLATFORMS", "proxy")
         os.environ.setdefault("JAX_BACKEND_TARGET", proxy)
         return
+    from pathways_chaos.fixtures.cluster import fake_topology
     from pathways_chaos.harness.engine import compilation_cache
     from pathways_chaos.harness.engine.topology import request_cpu_devices
-    from pathways_chaos.harness.pytest_plugin.plugin import fake_topology
 
     try:
         request_cpu_devices(fake_topology(config).device_count)

@@ -36,6 +36,8 @@ def _opt(config: pytest.Config, name: str) -> object:
 
 
 def first_problem(config: pytest.Config) -> str | None:
+    # One piece (over 80 lines): the options are checked in the order a person reads them,
+    # first problem wins; split, that order would be spread over several functions.
     loop = _opt(config, "chaos_loop")
     if isinstance(loop, str) and not loop.strip():
         return (
@@ -188,7 +190,7 @@ def _check_input_files(flag: str, path: Path) -> None:
     A binary source or a YAML "billion laughs" manifest is one line here; found later by a
     session fixture, it is one error per test that uses it.
     """
-    from pathways_chaos.harness.acceptance.static_checks import _python_files
+    from pathways_chaos.harness.acceptance.sources import python_files
     from pathways_chaos.harness.engine.untrusted_files import load_yaml_all, read_text
 
     yaml = flag == "--acceptance-manifest"
@@ -196,7 +198,7 @@ def _check_input_files(flag: str, path: Path) -> None:
         if yaml:
             files = sorted([*path.glob("*.yaml"), *path.glob("*.yml")])
         else:
-            files = list(_python_files(path))
+            files = list(python_files(path))
     elif path.exists() or path.is_symlink():
         files = [path]
     else:

@@ -6,7 +6,6 @@ heavy, sets no environment variable and leaves JAX alone.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 import pytest
@@ -15,7 +14,6 @@ from pathways_chaos.harness.pytest_plugin import option_checks
 
 if TYPE_CHECKING:
     from pathways_chaos.harness.engine.deadline import Deadline
-    from pathways_chaos.harness.engine.topology import SliceTopology
 
 FIXTURE_MODULES = (
     "pathways_chaos.fixtures.cluster",
@@ -33,6 +31,7 @@ MARKERS = (
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    # One piece (over 80 lines): the option table pytest prints for --help, in its order.
     group = parser.getgroup("pathways-chaos", "pathways-chaos: elastic training under failure")
     group.addoption(
         "--cluster",
@@ -242,16 +241,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         _run_the_loop_scenarios_only(config, items)
 
 
-def fake_topology(config: pytest.Config) -> SliceTopology:
-    from pathways_chaos.harness.engine.topology import SliceTopology
-
-    slices = config.getoption("fake_slices") or int(os.environ.get("PATHWAYS_CHAOS_SLICES", 4))
-    per_slice = config.getoption("fake_devices_per_slice") or int(
-        os.environ.get("PATHWAYS_CHAOS_DEVICES_PER_SLICE", 2)
-    )
-    return SliceTopology(slices, per_slice)
-
-
 def _run_the_loop_scenarios_only(config: pytest.Config, items: list[pytest.Item]) -> None:
     """With --chaos-loop, the chaos suite runs the user's loop: its reference-trainer
     scenarios (the toolkit's own trainer) are deselected."""
@@ -272,6 +261,8 @@ def _run_the_loop_scenarios_only(config: pytest.Config, items: list[pytest.Item]
 
 
 def pytest_report_header(config: pytest.Config) -> str:
+    from pathways_chaos.fixtures.cluster import fake_topology  # registered above: no new import
+
     return (
         f"pathways-chaos: fake cluster {fake_topology(config)}, "
         f"clock {config.getoption('chaos_clock')}"

@@ -14,7 +14,6 @@ and ``restore_snapshot`` (the restore step) and ``train_attempt`` (one attempt).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import signal
 import threading
@@ -29,6 +28,7 @@ import numpy as np
 
 from pathways_chaos.harness.engine.census import Census
 from pathways_chaos.harness.engine.census import live_census as live_census  # re-exported
+from pathways_chaos.harness.engine.digest import digest
 from pathways_chaos.harness.engine.executables import CompileCount, jitted_step
 from pathways_chaos.harness.engine.recorder import Recorder
 from pathways_chaos.harness.engine.snapshotter_release import (
@@ -259,6 +259,8 @@ class ReferenceTrainer:
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> TrainResult:
+        # One piece (over 80 lines): the guide's outer loop (Manager, elastic_retry, the
+        # scale-up signal) as one reads it in the resilient-training guide it mirrors.
         import jax
         from pathwaysutils.elastic import elastic
         from pathwaysutils.elastic import manager as manager_lib
@@ -350,6 +352,9 @@ class ReferenceTrainer:
         return self._attempt(manager, snapshotter)
 
     def _attempt(self, manager: Any, snapshotter: Any) -> TrainResult:
+        # One piece (over 80 lines): one attempt of the guide's elastic loop, step by step
+        # as the guide writes it (restore, steps, snapshot, scale-up); the mutants override
+        # the hooks it calls, not the loop.
         import jax
 
         config, emit = self.config, self.recorder.emit
@@ -555,19 +560,6 @@ def manager_slice(manager: Any, device: Any) -> int:
         if any(d.id == device.id for d in devices):
             return int(s)
     raise ValueError(f"{device} is in no slice of the manager")
-
-
-def digest(state: Any) -> dict[str, str]:
-    """sha256 of every leaf's bytes, by path: equal digests mean bitwise-equal state."""
-    import jax
-
-    out = {}
-    for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
-        array = np.asarray(jax.device_get(leaf))
-        out[jax.tree_util.keystr(path)] = hashlib.sha256(
-            array.dtype.str.encode() + str(array.shape).encode() + array.tobytes()
-        ).hexdigest()[:16]
-    return out
 
 
 def describe_state(state: Any) -> dict[str, dict[str, Any]]:

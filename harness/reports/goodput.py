@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from pathways_chaos.harness.engine.recorder import Event
-from pathways_chaos.harness.judging.oracle import committed_lineage, recoveries
+from pathways_chaos.harness.judging.committed import committed_lineage
+from pathways_chaos.harness.judging.oracle import recoveries
 
 #: Our bucket -> ml-goodput-measurement's BadputType name.
 BUCKETS = {

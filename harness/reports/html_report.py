@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pathways_chaos.harness.engine.recorder import Event
-from pathways_chaos.harness.judging.oracle import Verdict, committed_lineage, recoveries
+from pathways_chaos.harness.judging.committed import committed_lineage
+from pathways_chaos.harness.judging.oracle import Verdict, recoveries
 from pathways_chaos.harness.reports.goodput import BUCKETS, Goodput, measure
 
 WIDTH = 960

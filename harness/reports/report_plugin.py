@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from pathways_chaos.harness.judging.oracle import StepRecord, Verdict
+from pathways_chaos.harness.judging.committed import StepRecord
+from pathways_chaos.harness.judging.oracle import Verdict
 from pathways_chaos.harness.reports.html_report import EpisodeReport, write_report
 
 #: The TestReport attribute that carries a worker's episodes to the controller.

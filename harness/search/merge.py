@@ -236,6 +236,16 @@ def render_html(merged: Merged) -> str:
     )
     parts.append(f"<p>{verdict}</p>")
 
+    _failures_html(merged, parts)
+    _shards_html(merged, parts)
+    _coverage_html(merged, parts)
+    _counts_html(merged, parts)
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def _failures_html(merged: Merged, parts: list[str]) -> None:
+    """Each failure: its shrunk schedule, replay command and message."""
     parts.append("<h2>Failures</h2>")
     if merged.findings:
         rows = []
@@ -266,6 +276,9 @@ def render_html(merged: Merged) -> str:
     else:
         parts.append("<p>None.</p>")
 
+
+def _shards_html(merged: Merged, parts: list[str]) -> None:
+    """Every shard, and the missing ones."""
     parts.append("<h2>Shards</h2>")
     rows = []
     for s in merged.shards:
@@ -308,6 +321,9 @@ def render_html(merged: Merged) -> str:
         )
     )
 
+
+def _coverage_html(merged: Merged, parts: list[str]) -> None:
+    """Whether two shards ran the same seed."""
     parts.append("<h2>Coverage across shards</h2>")
     if merged.overlaps:
         items = "".join(
@@ -327,6 +343,9 @@ def render_html(merged: Merged) -> str:
             f"{_e(merged.duplicates)}</p>"
         )
 
+
+def _counts_html(merged: Merged, parts: list[str]) -> None:
+    """Schedules per property, fault kind and event; flaky and errors."""
     parts.append("<h2>Schedules per property</h2>")
     rows = [
         [_td(p), _td(n, True), _td(bad, True), _td(shrinking, True)]
@@ -357,8 +376,6 @@ def render_html(merged: Merged) -> str:
                 f"{_e(f['error'])}</li>"
             )
         parts.append("</ul>")
-    parts.append("</body></html>")
-    return "\n".join(parts) + "\n"
 
 
 def merge_main(argv: list[str]) -> int:

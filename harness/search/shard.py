@@ -117,7 +117,7 @@ class ShardSearch:
         max_rounds: int | None = None,
         shrink: bool = True,
     ) -> None:
-        from pathways_chaos.harness.engine.episode_spec import REFERENCE_TRAINER
+        from pathways_chaos.harness.properties.episode_spec import REFERENCE_TRAINER
 
         self.plan = plan
         self.out_dir = out_dir
@@ -299,7 +299,6 @@ class ShardSearch:
         from hypothesis import given
         from hypothesis.stateful import get_state_machine_test
 
-        from pathways_chaos.harness.engine.episode_spec import EpisodeSpec
         from pathways_chaos.harness.properties import (
             available_devices,
             check_dataset_episode,
@@ -311,6 +310,7 @@ class ShardSearch:
             mesh_specs,
             snapshot_cases,
         )
+        from pathways_chaos.harness.properties.episode_spec import EpisodeSpec
 
         trainer, devices, settings = self.trainer, available_devices(), self._settings()
         log.features_of = episode_features

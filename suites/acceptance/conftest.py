@@ -18,8 +18,8 @@ import pytest
 
 if TYPE_CHECKING:
     from pathways_chaos.harness.acceptance.adapter import TrainingAdapter
-    from pathways_chaos.harness.acceptance.manifest_checks import Manifest
-    from pathways_chaos.harness.acceptance.static_checks import SourceFile
+    from pathways_chaos.harness.acceptance.manifest import Manifest
+    from pathways_chaos.harness.acceptance.sources import SourceFile
     from pathways_chaos.harness.acceptance.table import CheckResult
 
 HERE = Path(__file__).parent
@@ -130,8 +130,8 @@ def runtime_runs(
 ) -> Iterator[Given[Any]]:
     """The runs the runtime rows read: of the team's own loop (``--chaos-loop``), with the
     adapter as an optional extra for what the loop cannot show; else of the adapter."""
+    from pathways_chaos.fixtures.cluster import fake_topology
     from pathways_chaos.harness.acceptance.runtime import RuntimeRuns
-    from pathways_chaos.harness.pytest_plugin.plugin import fake_topology
 
     adapter = acceptance_adapter.value
     loop_spec = _option(pytestconfig, "chaos_loop")
@@ -146,7 +146,7 @@ def runtime_runs(
         )
     if loop_spec:
         from pathways_chaos.harness.acceptance.loop_runtime import LoopRuns
-        from pathways_chaos.harness.engine.loop_episode import load_loop
+        from pathways_chaos.harness.episodes.loop_episode import load_loop
 
         loop_runs = _usage(
             lambda: LoopRuns(

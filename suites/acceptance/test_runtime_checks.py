@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pathways_chaos.harness.acceptance.runtime import RUNTIME_CHECKS
+from pathways_chaos.harness.acceptance.runtime_checks import RUNTIME_CHECKS
 
 if TYPE_CHECKING:
     from pathways_chaos.suites.acceptance.conftest import Given

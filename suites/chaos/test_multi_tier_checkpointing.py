@@ -9,7 +9,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from pathways_chaos.fixtures.mtc import MtcOutcome, MtcRunner
+    from pathways_chaos.fixtures.mtc import MtcRunner
+    from pathways_chaos.harness.episodes.episode import EpisodeResult
+    from pathways_chaos.harness.judging.oracle import Verdict
+    from pathways_chaos.harness.play import Outcome
+
+    MtcOutcome = Outcome[EpisodeResult, Verdict]
 
 pytestmark = pytest.mark.chaos
 

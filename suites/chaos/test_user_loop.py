@@ -17,7 +17,7 @@ import pytest
 
 if TYPE_CHECKING:
     from pathways_chaos.fixtures.chaos import Chaos
-    from pathways_chaos.harness.engine.loop_episode import LoopResult
+    from pathways_chaos.harness.episodes.loop_episode import LoopResult
     from pathways_chaos.harness.judging.loop_oracle import LoopVerdict
     from pathways_chaos.harness.play import Outcome
 

@@ -28,6 +28,7 @@ LOOP_BUDGETS: dict[str, float | None] = {"ci": 120.0, "dev": None, "nightly": No
 #: The loop search's test module: run with --chaos-loop, and only then.
 LOOP_MODULE = "test_loop_properties.py"
 _SEARCH: pytest.StashKey[LoopSearch] = pytest.StashKey()
+_TRAINER = pytest.StashKey[str]()  # the --chaos-trainer every episode property runs
 _WORKER_STATS = "pathways_chaos_loop_search"
 
 for _name, _examples in PROFILES.items():
@@ -66,29 +67,25 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.hypothesis_seed = int(run_id[:8], 16) if run_id else random.getrandbits(32)
         core.global_force_seed = config.option.hypothesis_seed
     from pathways_chaos.harness.errors import ChaosConfigError
-    from pathways_chaos.harness.properties import (
-        enable_compilation_cache,
-        set_session_trainer,
-        trainer_under_test,
-    )
+    from pathways_chaos.harness.properties import enable_compilation_cache, trainer_under_test
 
     loop = config.getoption("chaos_loop", None)
     if loop:
         _start_loop_search(config, str(loop), name)
         enable_compilation_cache()
         return
-    try:  # the stateful TestCase is built at import, from this choice
-        set_session_trainer(trainer_under_test(config))
+    try:  # a bad --chaos-trainer: one line now, not one per test
+        config.stash[_TRAINER] = trainer_under_test(config)
     except ChaosConfigError as error:
         raise pytest.UsageError(str(error)) from None
     enable_compilation_cache()  # each mesh shape compiles once per session, not per example
 
 
 def _start_loop_search(config: pytest.Config, loop: str, profile: str) -> None:
-    from pathways_chaos.harness.engine.loop_episode import load_loop
+    from pathways_chaos.fixtures.cluster import fake_topology
+    from pathways_chaos.harness.episodes.loop_episode import load_loop
     from pathways_chaos.harness.errors import ChaosConfigError
     from pathways_chaos.harness.properties.loop import LoopSearch, LoopTarget
-    from pathways_chaos.harness.pytest_plugin.plugin import fake_topology
 
     try:
         load_loop(loop)  # a bad spec: one line now, not one per test
@@ -204,14 +201,15 @@ def pytest_report_header(config: pytest.Config) -> str:
 @pytest.fixture(scope="session")
 def chaos_trainer(pytestconfig: pytest.Config) -> str:
     """``--chaos-trainer MODULE:CLASS``: the trainer every episode property runs."""
-    del pytestconfig
-    from pathways_chaos.harness.properties import session_trainer
+    from pathways_chaos.harness.properties import REFERENCE_TRAINER
 
-    return session_trainer()
+    return pytestconfig.stash.get(_TRAINER, REFERENCE_TRAINER)
 
 
 @pytest.fixture(scope="session")
 def max_devices() -> int:
-    import jax
+    """CPU devices this process has (--fake-slices x --fake-devices-per-slice), read when a
+    test asks, not when its module is imported."""
+    from pathways_chaos.harness.properties import available_devices
 
-    return len(jax.devices("cpu"))
+    return available_devices()

@@ -14,8 +14,6 @@ from pathways_chaos.harness.judging.data_checks import BatchShardingError, elast
 if TYPE_CHECKING:
     from pathways_chaos.harness.properties.dataset import IteratorPhase
 
-DEVICES = properties.available_devices()
-
 
 @properties.share_of_profile(2)
 @given(run=properties.iterator_runs())
@@ -28,9 +26,9 @@ def test_elastic_iterator_across_shard_count_changes(
 @properties.share_of_profile(0.5)
 @given(data=st.data())
 def test_trainer_eats_every_sample_once_in_order_across_resizes(
-    chaos_trainer: str, data: st.DataObject
+    chaos_trainer: str, max_devices: int, data: st.DataObject
 ) -> None:
-    spec = data.draw(properties.dataset_specs(max_devices=DEVICES, trainer=chaos_trainer))
+    spec = data.draw(properties.dataset_specs(max_devices=max_devices, trainer=chaos_trainer))
     properties.check_dataset_episode(spec)
 
 

@@ -9,14 +9,13 @@ from hypothesis import strategies as st
 from pathways_chaos.harness import properties
 from pathways_chaos.harness.properties import PropertyFailure
 
-DEVICES = properties.available_devices()  # larger meshes: --fake-slices
-
 
 @properties.share_of_profile(4)  # no episode: a save and a load, ~30 ms
-@given(case=properties.snapshot_cases(max_devices=DEVICES))
+@given(data=st.data())
 def test_snapshot_round_trip_after_losing_replicas(
-    chaos_trainer: str, case: properties.SnapshotCase
+    chaos_trainer: str, max_devices: int, data: st.DataObject
 ) -> None:
+    case = data.draw(properties.snapshot_cases(max_devices=max_devices))  # larger: --fake-slices
     properties.check_snapshot_round_trip(case, chaos_trainer)
 
 

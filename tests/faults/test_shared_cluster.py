@@ -23,7 +23,7 @@ import pytest
 from kubernetes import client
 
 from pathways_chaos.faults import journal as journal_module
-from pathways_chaos.faults.journal import RollbackJournal, read_journal, undo_entry
+from pathways_chaos.faults.journal import RollbackJournal, read_journal
 from pathways_chaos.faults.journal_trust import holder_of
 from pathways_chaos.faults.kubernetes import (
     CordonNodes,
@@ -34,6 +34,7 @@ from pathways_chaos.faults.kubernetes import (
 )
 from pathways_chaos.faults.lease import LeaseHeld, TargetLease
 from pathways_chaos.faults.safety import CORDONED_BY_ANNOTATION, OPT_IN_LABEL, OPT_IN_VALUE
+from pathways_chaos.faults.undo import undo_entry
 from pathways_chaos.fixtures.control_plane import LocalControlPlane, wait_for
 from pathways_chaos.fixtures.kubernetes.pathways_jobset import PathwaysWorkload
 from pathways_chaos.fixtures.kubernetes.state import cluster_state

@@ -11,15 +11,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from pathways_chaos.faults import kubernetes as kube_faults
+from pathways_chaos.faults import kube_target as kube_faults
 from pathways_chaos.faults.jobset import JOB_INDEX_LABEL, JOBSET_NAME_LABEL, REPLICATED_JOB_LABEL
-from pathways_chaos.faults.kubernetes import (
-    NODEPOOL_LABEL,
-    CordonNodes,
-    DeleteJob,
-    KubeTarget,
-    check_one_pool,
-)
+from pathways_chaos.faults.kube_target import NODEPOOL_LABEL, check_one_pool
+from pathways_chaos.faults.kubernetes import CordonNodes, DeleteJob, KubeTarget
 from pathways_chaos.faults.safety import OPT_IN_LABEL, OPT_IN_VALUE, ChaosRefused
 from pathways_chaos.fixtures.control_plane import wait_for
 from pathways_chaos.fixtures.kubernetes.pathways_jobset import PathwaysWorkload

@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from pathways_chaos.faults import journal as journal_module
+from pathways_chaos.faults import undo as journal_module
 from pathways_chaos.faults.kubernetes import DeleteJob, KubeTarget
 from pathways_chaos.fixtures.control_plane import wait_for
 from pathways_chaos.fixtures.kubernetes.pathways_jobset import PathwaysWorkload

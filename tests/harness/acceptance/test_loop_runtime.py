@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from pathways_chaos.harness.acceptance.loop_runtime import LOOP_RUNTIME_CHECKS, LoopRuns
-from pathways_chaos.harness.acceptance.runtime import RUNTIME_CHECKS
+from pathways_chaos.harness.acceptance.runtime_checks import RUNTIME_CHECKS
 from pathways_chaos.harness.acceptance.table import NOT_JUDGED, PASS
-from pathways_chaos.harness.engine.loop_episode import load_loop
+from pathways_chaos.harness.episodes.loop_episode import load_loop
 
 ROOT = Path(__file__).parents[3]
 CRASHING = Path(__file__).parent / "loops" / "no_retry_loop.py"

@@ -7,7 +7,8 @@ import dataclasses
 from typing import Any
 
 from pathways_chaos.harness.acceptance.adapter import reference_adapter
-from pathways_chaos.harness.acceptance.runtime import RUNTIME_CHECKS, RuntimeRuns
+from pathways_chaos.harness.acceptance.runtime import RuntimeRuns
+from pathways_chaos.harness.acceptance.runtime_checks import RUNTIME_CHECKS
 
 
 def full_allocation_mesh(manager: Any) -> Any:

@@ -20,7 +20,8 @@ from pathways_chaos.harness.acceptance.adapter import (
     load_adapter,
     reference_adapter,
 )
-from pathways_chaos.harness.acceptance.runtime import RUNTIME_CHECKS, RuntimeRuns
+from pathways_chaos.harness.acceptance.runtime import RuntimeRuns
+from pathways_chaos.harness.acceptance.runtime_checks import RUNTIME_CHECKS
 from pathways_chaos.harness.errors import ChaosConfigError
 from pathways_chaos.harness.reference.data import SyntheticData
 

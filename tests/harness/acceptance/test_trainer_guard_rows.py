@@ -18,14 +18,14 @@ from pathways_chaos.harness.acceptance.manifest_checks import (
     check_num_elastic_instances,
     load_manifest,
 )
-from pathways_chaos.harness.acceptance.runtime import RUNTIME_CHECKS
+from pathways_chaos.harness.acceptance.runtime_checks import RUNTIME_CHECKS
 from pathways_chaos.harness.acceptance.static_checks import (
     check_mesh_from_all_devices,
     check_minimum_slice_count,
     load_sources,
 )
 from pathways_chaos.harness.acceptance.table import FAIL, NOT_JUDGED, PASS, SKIP
-from pathways_chaos.harness.engine.loop_episode import load_loop
+from pathways_chaos.harness.episodes.loop_episode import load_loop
 
 HERE = Path(__file__).parent
 GREEDY = HERE / "loops" / "greedy_loop.py"

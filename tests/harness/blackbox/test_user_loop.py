@@ -229,7 +229,7 @@ def test_a_loop_that_drops_optimizer_state_fails_final_state(chaos):
 def test_a_resize_recovery_is_judged_on_its_numbers_against_a_clean_rerun(chaos):
     from pathlib import Path
 
-    from pathways_chaos.harness.engine.loop_episode import load_loop
+    from pathways_chaos.harness.episodes.loop_episode import load_loop
 
     loop = load_loop(f"{Path(__file__).parents[2] / 'loops' / 'lr_schedule_counter.py'}:main")
     out = chaos.run_loop(loop, "data_loss@batch=12:slice=2")

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from pathways_chaos.faults.journal import RollbackJournal, undo_entry
+from pathways_chaos.faults.journal import RollbackJournal
 from pathways_chaos.faults.kubernetes import (
     CordonNodes,
     DrainNodes,
@@ -23,6 +23,7 @@ from pathways_chaos.faults.kubernetes import (
     _delete_pod,
 )
 from pathways_chaos.faults.safety import CORDONED_BY_ANNOTATION
+from pathways_chaos.faults.undo import undo_entry
 from pathways_chaos.fixtures.control_plane import LocalControlPlane, wait_for
 from pathways_chaos.fixtures.kubernetes.pathways_jobset import PathwaysWorkload
 from pathways_chaos.fixtures.kubernetes.state import cluster_state

@@ -28,7 +28,7 @@ def _compiles_during(body):
 
 def test_a_second_run_on_the_same_meshes_compiles_nothing(fake_cluster_factory):
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness.engine.episode import run_episode
+    from pathways_chaos.harness.episodes.episode import run_episode
     from pathways_chaos.harness.reference.trainer import TrainerConfig
 
     config = TrainerConfig(final_step=10, lr=0.0123)  # a step no other test has compiled

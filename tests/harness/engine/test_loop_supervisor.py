@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pathways_chaos.harness.engine.loop_episode import load_loop
+from pathways_chaos.harness.episodes.loop_episode import load_loop
 from pathways_chaos.harness.errors import ChaosConfigError
 
 LOOPS = Path(__file__).parents[2] / "loops" / "misbehaving.py"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 def test_resize_episode_on_the_real_clock(fake_cluster_factory):
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness.engine.episode import run_episode
+    from pathways_chaos.harness.episodes.episode import run_episode
     from pathways_chaos.harness.judging import oracle
     from pathways_chaos.harness.reference.trainer import TrainerConfig
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathways_chaos.harness.engine.episode_spec import EpisodeSpec, run_spec
+from pathways_chaos.harness.properties.episode_spec import EpisodeSpec, run_spec
 
 
 def _events(schedule: str) -> list[dict]:

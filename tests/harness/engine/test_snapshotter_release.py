@@ -54,7 +54,7 @@ def test_release_ends_the_worker_thread_and_drops_the_snapshot(monkeypatch):
 
 def test_an_episode_leaves_no_snapshotter_behind(fake_cluster):
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness.engine.episode import run_episode
+    from pathways_chaos.harness.episodes.episode import run_episode
     from pathways_chaos.harness.reference.trainer import TrainerConfig
 
     threads = live_snapshotter_threads()
@@ -71,7 +71,7 @@ def test_an_episode_leaves_no_snapshotter_behind(fake_cluster):
 def test_a_trainer_that_keeps_its_snapshotter_is_caught(fake_cluster, monkeypatch):
     """The broken variant: without the release, the last snapshot outlives the run."""
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness.engine.episode import run_episode
+    from pathways_chaos.harness.episodes.episode import run_episode
     from pathways_chaos.harness.reference import trainer
 
     kept: list[object] = []

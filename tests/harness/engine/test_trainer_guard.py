@@ -30,9 +30,9 @@ from pathways_chaos.harness.reference.trainer import ReferenceTrainer, TrainerCo
 
 def _play(schedule="", *, deadline=None, trainer=None, **config):
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness.engine.episode import run_episode
     from pathways_chaos.harness.engine.fake_cluster import FakeCluster
     from pathways_chaos.harness.engine.topology import SliceTopology
+    from pathways_chaos.harness.episodes.episode import run_episode
 
     with FakeCluster(SliceTopology(4, 2)) as fake:
         result = run_episode(
@@ -141,9 +141,9 @@ def test_a_satisfiable_wait_is_not_mistaken_for_an_unsatisfiable_one():
 
 
 def test_more_slices_than_the_cluster_has_is_refused_before_the_run():
-    from pathways_chaos.harness.engine.episode import run_episode
     from pathways_chaos.harness.engine.fake_cluster import FakeCluster
     from pathways_chaos.harness.engine.topology import SliceTopology
+    from pathways_chaos.harness.episodes.episode import run_episode
 
     seen = []
     with FakeCluster(SliceTopology(4, 2)) as fake, pytest.raises(ChaosConfigError) as caught:
@@ -401,7 +401,7 @@ def test_the_cli_deadline_options_are_checked_in_one_line(argv, capsys):
 def test_the_cli_deadline_becomes_every_episodes_default():
     import argparse
 
-    from pathways_chaos.harness.cli.main import apply_deadline_arguments
+    from pathways_chaos.harness.cli.deadline_arguments import apply_deadline_arguments
     from pathways_chaos.harness.engine.deadline import default_deadline, set_default_deadline
 
     before = default_deadline()

@@ -15,9 +15,9 @@ SCHEDULE = "data_loss@step=7:slice=2,repair@step=9:slice=2"
 def clean_log(request):
     """One resize episode with a loss and a rejoin, shared by the tampering tests."""
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness.engine.episode import run_episode
     from pathways_chaos.harness.engine.fake_cluster import FakeCluster
     from pathways_chaos.harness.engine.topology import SliceTopology
+    from pathways_chaos.harness.episodes.episode import run_episode
     from pathways_chaos.harness.reference.trainer import TrainerConfig
 
     with FakeCluster(SliceTopology(4, 2)) as fake:

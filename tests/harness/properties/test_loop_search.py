@@ -18,15 +18,17 @@ from hypothesis import strategies as st
 
 from pathways_chaos.faults.model import check_schedule_fits, parse_schedule
 from pathways_chaos.harness.properties.loop import (
-    FAMILIES,
-    LOOP_SCENARIOS,
     LoopPropertyFailure,
     LoopSearch,
-    LoopShape,
     LoopTarget,
+    play_target,
+)
+from pathways_chaos.harness.properties.loop_schedules import (
+    FAMILIES,
+    LOOP_SCENARIOS,
+    LoopShape,
     ScheduleWriter,
     loop_schedules,
-    play_target,
 )
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -144,8 +144,8 @@ VARIANT_SCHEDULES = (
 def test_a_correct_variant_passes_every_check(variant):
     """Every oracle check, under faults of every new kind, finds nothing; the model's replay
     (the old judge) would have failed the variant with no fault at all."""
-    from pathways_chaos.harness.engine.episode_spec import EpisodeSpec, judge, run_spec
-    from pathways_chaos.harness.judging import oracle
+    from pathways_chaos.harness.judging import committed, replay
+    from pathways_chaos.harness.properties.episode_spec import EpisodeSpec, judge, run_spec
 
     for schedule in ("", *VARIANT_SCHEDULES):
         spec = EpisodeSpec(
@@ -158,10 +158,10 @@ def test_a_correct_variant_passes_every_check(variant):
         assert judge(events, spec) == [], schedule
         if not schedule:
             start = next(e for e in events if e["kind"] == "run_start")
-            lineage, _ = oracle.committed_lineage(events)
+            lineage, _ = committed.committed_lineage(events)
             final = next(e for e in reversed(events) if e["kind"] == "run_end")
-            by_model, _ = oracle.replay_state(start["config"], lineage)
-            assert oracle.compare_state(final["final_state"], by_model), "model replay agrees"
+            by_model, _ = replay.replay_state(start["config"], lineage)
+            assert replay.compare_state(final["final_state"], by_model), "model replay agrees"
 
 
 def test_a_correct_variant_passes_the_stateful_search():

@@ -31,9 +31,9 @@ CHROMIUM_FLAGS = [
 @pytest.fixture(scope="module")
 def episode():
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness.engine.episode import run_episode
     from pathways_chaos.harness.engine.fake_cluster import FakeCluster
     from pathways_chaos.harness.engine.topology import SliceTopology
+    from pathways_chaos.harness.episodes.episode import run_episode
     from pathways_chaos.harness.reference.trainer import TrainerConfig
 
     with FakeCluster(SliceTopology(4, 2)) as fake:

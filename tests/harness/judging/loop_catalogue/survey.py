@@ -187,7 +187,7 @@ def _bug_shown(loop: Any, run: dict[str, Any], base: dict[str, Any]) -> tuple[bo
 
 # -- playing ----------------------------------------------------------------------------------
 def _play(spec: str, schedule: str, baseline: Any) -> tuple[Any, dict[str, Any], Any]:
-    from pathways_chaos.harness.engine.loop_episode import load_loop
+    from pathways_chaos.harness.episodes.loop_episode import load_loop
     from pathways_chaos.harness.play import play_loop
 
     fn = load_loop(spec)

@@ -67,7 +67,7 @@ TWO_FAULTS = [loop for loop in CATALOGUE.LOOPS if loop.kind == "two_faults"]
 
 
 def _load(loop: Any) -> Any:
-    from pathways_chaos.harness.engine.loop_episode import load_loop
+    from pathways_chaos.harness.episodes.loop_episode import load_loop
 
     return load_loop(f"{loop.path}:main")
 

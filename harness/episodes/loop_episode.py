@@ -13,22 +13,21 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
 import inspect
 import logging
 import signal
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pathways_chaos.faults.model import Schedule, ScheduledFault
 from pathways_chaos.harness.blackbox.observer import LoopObserver
+from pathways_chaos.harness.engine import user_modules
 from pathways_chaos.harness.engine.backend import AccessCounting, ClusterBackend
-from pathways_chaos.harness.engine.clock import FakeClock
 from pathways_chaos.harness.engine.deadline import Deadline, episode_deadline
-from pathways_chaos.harness.engine.episode import FaultController
 from pathways_chaos.harness.engine.recorder import Event, Recorder
-from pathways_chaos.harness.engine.user_modules import import_file
+from pathways_chaos.harness.engine.user_modules import load_name
+from pathways_chaos.harness.episodes.episode import FaultController
 from pathways_chaos.harness.errors import ChaosConfigError
 
 #: Trigger kind -> the observer's event it counts (``step`` is ``batch`` for a loop).
@@ -70,37 +69,18 @@ class LoopFaultController(FaultController):
     run on the same cluster (and clock) before.
     """
 
+    triggers: ClassVar[dict[str, str]] = LOOP_TRIGGERS
+    clock_event: ClassVar[str] = "batch"
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.t0 = self.cluster.clock.time()
+        self.time_origin = self.cluster.clock.time()
 
-    def on_time(self, now: float) -> None:
-        super().on_time(now - self.t0)
-
-    def on_event(self, event: Event) -> None:
-        if self._firing:
-            return
-        kind = event["kind"]
-        if kind == "attempt_start":
-            self._mesh_slices = None
-        elif kind == "mesh":
-            self._mesh_slices = list(event["slices"])
-        self._counts[kind] = self._counts.get(kind, 0) + 1
-        for entry in list(self.pending):
-            if self._due(entry, event):
-                self._fire(entry)
-        if kind == "batch":
-            if self._mesh_slices is not None and isinstance(self.cluster, AccessCounting):
-                self.cluster.count_access(self._mesh_slices)  # a flapping slice fails again
-            if self.step_seconds and isinstance(self.cluster.clock, FakeClock):
-                self.cluster.clock.advance(self.step_seconds)
-
-    def _due(self, entry: ScheduledFault, event: Event) -> bool:
-        at = entry.at
-        if at.kind == "time":
-            return self.cluster.clock.time() - self.t0 >= at.value
-        counted = LOOP_TRIGGERS[at.kind]
-        return event["kind"] == counted and self._counts[counted] == at.value
+    def _touch_mesh(self, kind: str, slices: list[int]) -> None:
+        """A loop's batch uses its mesh: a flapping slice in it fails again (the loop's own
+        arrays fail through the device-loss seam, not here)."""
+        if kind == "batch" and isinstance(self.cluster, AccessCounting):
+            self.cluster.count_access(slices)
 
     def unfired(self) -> list[str]:
         """One line per fault that never fired: what the observer saw, and what to use."""
@@ -108,7 +88,7 @@ class LoopFaultController(FaultController):
         for entry in self.pending:
             at = entry.at
             if at.kind == "time":
-                now = self.cluster.clock.time() - self.t0
+                now = self.cluster.clock.time() - self.time_origin
                 why = (
                     f"the episode ended at {now:.1f} s on its clock; use a smaller time= or a "
                     "batch= trigger"
@@ -160,17 +140,13 @@ def load_loop(spec: str, flag: str = "--chaos-loop") -> Callable[..., Any]:
     """
     shown = spec if len(spec) <= 120 else spec[:120] + "..."
     how = "write MODULE:FUNCTION, for example pathways_chaos.harness.reference.user_loop:main"
-    module_name, sep, attr = spec.partition(":")
+    _, sep, attr = spec.rpartition(":")
     if not spec.strip():
         raise ChaosConfigError(f"{flag} is empty: {how} (or leave the option out)")
     try:
         if not sep or not attr:
             raise ValueError("no colon")
-        if module_name.endswith(".py"):
-            module = import_file(Path(module_name), "pathways_chaos_loop_")
-        else:
-            module = importlib.import_module(module_name)
-        loop = getattr(module, attr)
+        loop = load_name(spec, "pathways_chaos_loop_")
     except Exception as error:  # anything the user's module does at import
         raise ChaosConfigError(
             f"{flag}={shown!r} cannot be loaded ({_one_line(error)}): {how}"
@@ -193,7 +169,8 @@ def _one_line(error: BaseException) -> str:
     text = f"{type(error).__name__}: {error}".splitlines()[0]
     text = text if len(text) <= 160 else text[:160] + "..."
     frames = traceback.extract_tb(error.__traceback__)
-    own = [f for f in frames if "importlib" not in f.filename and f.filename != __file__]
+    ours = (__file__, user_modules.__file__)
+    own = [f for f in frames if "importlib" not in f.filename and f.filename not in ours]
     if own:
         text += f" at {own[-1].filename}:{own[-1].lineno}"
     return text
@@ -293,6 +270,18 @@ def loop_arguments(
     return out
 
 
+def refuse_loop_misfits(schedule: Schedule) -> None:
+    """A trigger a loop cannot fire on (``callback=``: the toolkit sees no callbacks of a
+    user's loop) is one line before anything runs, not a KeyError mid-episode."""
+    usable = sorted(set(LOOP_TRIGGERS) | {"time"})
+    for entry in schedule:
+        if entry.at.kind not in usable:
+            raise ChaosConfigError(
+                f"{entry.to_text()}: the {entry.at.kind}= trigger is not available for a "
+                f"user's loop: use one of {', '.join(k + '=' for k in usable)}"
+            )
+
+
 def run_loop_episode(
     cluster: ClusterBackend,
     loop: Callable[..., Any],
@@ -316,6 +305,7 @@ def run_loop_episode(
     ``None``): a loop that never returns ends in a failed run saying what it waited for.
     """
     schedule = schedule or Schedule()
+    refuse_loop_misfits(schedule)
     name = loop_name(loop)
     recorder = Recorder(log_path, clock=cluster.clock)
     for listener in listeners:
@@ -369,8 +359,17 @@ def run_loop_episode(
                 continue
             observer.end_run("completed", value)
             break
-    if held.held:
-        recorder.emit("library_logs_held", count=held.held)
+    unfired = _close_episode(recorder, held.held, controller, error)
+    return LoopResult(recorder.events, results, error, recorder.path, name, unfired)
+
+
+def _close_episode(
+    recorder: Recorder, held: int, controller: FaultController, error: BaseException | None
+) -> list[str]:
+    """The episode's last events (library logs held, faults that never fired, its end); the
+    faults that never fired, one line each."""
+    if held:
+        recorder.emit("library_logs_held", count=held)
     unfired = controller.unfired()
     for line in unfired:
         recorder.emit("fault_unfired", text=line)
@@ -378,4 +377,4 @@ def run_loop_episode(
         "episode_end", error=None if error is None else f"{type(error).__name__}: {error}"
     )
     recorder.close()
-    return LoopResult(recorder.events, results, error, recorder.path, name, unfired)
+    return unfired

@@ -12,7 +12,7 @@ import functools
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pathways_chaos.faults.model import Schedule, ScheduledFault, check_schedule_fits
 from pathways_chaos.harness.engine.backend import ClusterBackend, KubeBacked, MtcHosts, SaveGated
@@ -41,8 +41,31 @@ _EVENT_TRIGGERS = {
 TrainerFactory = Callable[..., ReferenceTrainer]
 
 
+def refuse_misfits(schedule: Schedule, cluster: ClusterBackend) -> None:
+    """A slice or host outside the cluster, or a Kubernetes fault on the fake: one line before a
+    step. Once per episode: by the runner before its log begins, else by the controller."""
+    check_schedule_fits(
+        schedule,
+        cluster.topology.num_slices,
+        kubernetes=isinstance(cluster, KubeBacked),
+        mtc_hosts=cluster.mtc_hosts if isinstance(cluster, MtcHosts) else None,
+    )
+
+
 class FaultController:
-    """Applies a schedule to a fake cluster as the trainer's events arrive."""
+    """Applies a schedule to a fake cluster as the trainer's events arrive.
+
+    One controller for every episode: what differs between the trainer's and a user loop's
+    (``LoopFaultController``) is configuration: which event each trigger counts, which event
+    advances the fake clock, where ``time=`` counts from, and what the mesh's slices are told
+    after an event.
+    """
+
+    #: Trigger kind -> the event kind it counts (``step=`` and ``time=`` are handled apart
+    #: unless named here).
+    triggers: ClassVar[dict[str, str]] = _EVENT_TRIGGERS
+    #: The event after which the fake clock advances by ``step_seconds``.
+    clock_event: ClassVar[str] = "step"
 
     def __init__(
         self,
@@ -50,14 +73,11 @@ class FaultController:
         cluster: ClusterBackend,
         recorder: Recorder,
         step_seconds: float = 1.0,
+        *,
+        checked: bool = False,
     ) -> None:
-        # A slice outside the topology or a Kubernetes fault on the fake: refused before a step.
-        check_schedule_fits(
-            schedule,
-            cluster.topology.num_slices,
-            kubernetes=isinstance(cluster, KubeBacked),
-            mtc_hosts=cluster.mtc_hosts if isinstance(cluster, MtcHosts) else None,
-        )
+        if not checked:  # the runner did not refuse a misfit schedule before its log began
+            refuse_misfits(schedule, cluster)
         self.cluster = cluster
         self.recorder = recorder
         self.step_seconds = step_seconds
@@ -68,6 +88,8 @@ class FaultController:
         self._main = threading.get_ident()
         self._firing = False
         self.last_step = -1
+        #: Where ``time=`` triggers count from (the clock's zero).
+        self.time_origin = 0.0
 
     def unfired(self) -> list[str]:
         """One line per scheduled fault that never fired, saying why it could not."""
@@ -109,25 +131,31 @@ class FaultController:
         for entry in list(self.pending):
             if self._due(entry, event):
                 self._fire(entry)
-        if kind in ACCESS_EVENTS and self._mesh_slices is not None:
-            self.cluster.check_access(self._mesh_slices)
-        if kind == "step" and self.step_seconds and isinstance(self.cluster.clock, FakeClock):
-            self.cluster.clock.advance(self.step_seconds)
+        if self._mesh_slices is not None:
+            self._touch_mesh(kind, self._mesh_slices)
+        clock = self.cluster.clock
+        if kind == self.clock_event and self.step_seconds and isinstance(clock, FakeClock):
+            clock.advance(self.step_seconds)
+
+    def _touch_mesh(self, kind: str, slices: list[int]) -> None:
+        """After an event the trainer's mesh is used by: a lost slice in it fails the access."""
+        if kind in ACCESS_EVENTS:
+            self.cluster.check_access(slices)
 
     def on_time(self, now: float) -> None:
         if threading.get_ident() != self._main:
             return  # faults fire only in the trainer's thread
         for entry in list(self.pending):
-            if entry.at.kind == "time" and now >= entry.at.value:
+            if entry.at.kind == "time" and now - self.time_origin >= entry.at.value:
                 self._fire(entry)
 
     def _due(self, entry: ScheduledFault, event: Event) -> bool:
         at = entry.at
-        if at.kind == "step":
+        if at.kind == "step" and "step" not in self.triggers:
             return bool(event["kind"] == "step" and event["step"] == at.value)
         if at.kind == "time":
-            return self.cluster.clock.time() >= at.value
-        counted = _EVENT_TRIGGERS[at.kind]
+            return self.cluster.clock.time() - self.time_origin >= at.value
+        counted = self.triggers[at.kind]
         return event["kind"] == counted and self._counts[counted] == at.value
 
     def _fire(self, entry: ScheduledFault) -> None:
@@ -191,11 +219,7 @@ def run_episode(
     ``--chaos-deadline`` / ``--chaos-wall-deadline``); past it the run ends with
     ``EpisodeDeadlineExceeded`` saying what it waited for.
     """
-    check_schedule_fits(
-        schedule or Schedule(),
-        cluster.topology.num_slices,
-        kubernetes=isinstance(cluster, KubeBacked),
-    )
+    refuse_misfits(schedule or Schedule(), cluster)
     # More slices asked than the cluster has: one line before anything runs, not a wait.
     config.check_fits(cluster.topology.num_slices)
     from pathways_chaos.harness.reference.overrides import warn_dead_overrides
@@ -214,7 +238,9 @@ def run_episode(
     error: BaseException | None = None
     try:
         with (
-            FaultController(schedule or Schedule(), cluster, recorder, step_seconds) as controller,
+            FaultController(
+                schedule or Schedule(), cluster, recorder, step_seconds, checked=True
+            ) as controller,
             episode_deadline(cluster.clock, deadline, cluster=cluster),
         ):
             for run_index in range(1, max_runs + 1):

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from pathways_chaos.harness.engine.digest import digest
 from pathways_chaos.harness.engine.recorder import Recorder
 from pathways_chaos.harness.errors import ChaosConfigError
 from pathways_chaos.harness.reference.trainer import (
@@ -36,7 +37,6 @@ from pathways_chaos.harness.reference.trainer import (
     TrainerConfig,
     TrainResult,
     describe_state,
-    digest,
     live_census,
 )
 

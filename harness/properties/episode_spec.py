@@ -13,6 +13,7 @@ import shlex
 import tempfile
 from typing import Any
 
+from pathways_chaos.harness.engine.topology import SliceTopology
 from pathways_chaos.harness.errors import ChaosConfigError
 
 REFERENCE_TRAINER = "pathways_chaos.harness.reference.trainer:ReferenceTrainer"
@@ -25,8 +26,8 @@ EXPECTATIONS = ("completed", "error:", "retries_exhausted")
 @dataclasses.dataclass(frozen=True)
 class EpisodeSpec:
     schedule: str = ""
-    slices: int = 4
-    devices_per_slice: int = 2
+    slices: int = SliceTopology.DEFAULT.num_slices
+    devices_per_slice: int = SliceTopology.DEFAULT.devices_per_slice
     mode: str = "resize"
     scale_up: str = "in_loop"
     steps: int = 10

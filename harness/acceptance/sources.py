@@ -1,0 +1,136 @@
+"""A team's Python files as the static checks read them: parsed, with each file's import aliases
+(so ``import jax as j`` and ``from jax import process_index`` resolve to ``jax.*``) and parent
+links, and the ``# pathways-chaos: ignore`` mark honoured."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+from pathways_chaos.harness.errors import ChaosConfigError
+
+IGNORE_MARK = "pathways-chaos: ignore"
+SKIP_DIRS = frozenset({".git", "__pycache__", ".venv", "venv", ".tox", "node_modules", "build"})
+
+
+@dataclasses.dataclass
+class SourceFile:
+    """A parsed file with its import aliases and parent links."""
+
+    path: Path
+    label: str
+    tree: ast.Module
+    lines: list[str]
+    aliases: dict[str, str]
+    parents: dict[ast.AST, ast.AST]
+
+    def where(self, node: ast.AST) -> str:
+        return f"{self.label}:{getattr(node, 'lineno', 0)}"
+
+    def ignored(self, node: ast.AST) -> bool:
+        line = getattr(node, "lineno", 0)
+        return 0 < line <= len(self.lines) and IGNORE_MARK in self.lines[line - 1]
+
+    def qualname(self, node: ast.AST) -> str | None:
+        """``jax.process_index`` for ``j.process_index`` after ``import jax as j``, and so on."""
+        if isinstance(node, ast.Name):
+            return self.aliases.get(node.id)
+        if isinstance(node, ast.Attribute):
+            base = self.qualname(node.value)
+            return f"{base}.{node.attr}" if base else None
+        return None
+
+    def calls_to(self, names: Iterable[str], within: ast.AST | None = None) -> Iterator[ast.Call]:
+        """Calls to any of ``names``, in source order."""
+        wanted = frozenset(names)
+        calls = [
+            node
+            for node in ast.walk(within or self.tree)
+            if isinstance(node, ast.Call) and self.qualname(node.func) in wanted
+        ]
+        yield from sorted(calls, key=lambda n: (n.lineno, n.col_offset))
+
+    def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
+        while node in self.parents:
+            node = self.parents[node]
+            yield node
+
+    @property
+    def is_elastic(self) -> bool:
+        """Imports pathwaysutils or uses ``elastic_retry``: meshes here must follow slices."""
+        if any(v.split(".")[0] == "pathwaysutils" for v in self.aliases.values()):
+            return True
+        return any(
+            isinstance(n, ast.Attribute) and n.attr == "elastic_retry" for n in ast.walk(self.tree)
+        )
+
+
+def load_sources(paths: Sequence[str | Path]) -> list[SourceFile]:
+    """Every ``.py`` file under ``paths`` (files or folders), parsed."""
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            files += sorted(python_files(path))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise ChaosConfigError(
+                f"--acceptance-source {raw}: no such file or folder: pass your training code's "
+                "folder or file"
+            )
+    if not files:
+        raise ChaosConfigError(
+            f"--acceptance-source {', '.join(map(str, paths))}: no .py files found: pass the "
+            "folder that holds your training code"
+        )
+    return [parse_source(f) for f in files]
+
+
+def parse_source(path: Path) -> SourceFile:
+    from pathways_chaos.harness.engine.untrusted_files import read_text
+
+    text = read_text(path, what="--acceptance-source file")  # regular, size-limited, UTF-8
+    label = _label(path)
+    try:
+        tree = ast.parse(text, filename=str(path))
+    except SyntaxError as error:
+        raise ChaosConfigError(
+            f"{label}:{error.lineno}: cannot parse ({error.msg}): fix the syntax or leave the "
+            "file out of --acceptance-source"
+        ) from None
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    return SourceFile(path, label, tree, text.splitlines(), _aliases(tree), parents)
+
+
+def python_files(folder: Path) -> Iterator[Path]:
+    for root, dirs, names in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+        yield from (Path(root) / n for n in sorted(names) if n.endswith(".py"))
+
+
+def _label(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _aliases(tree: ast.Module) -> dict[str, str]:
+    """Local name -> the dotted name it stands for, from every import in the file."""
+    out: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname:
+                    out[a.asname] = a.name
+                else:
+                    root = a.name.split(".")[0]
+                    out[root] = root
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                out[a.asname or a.name] = f"{node.module}.{a.name}"
+    return out

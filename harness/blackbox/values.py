@@ -1,0 +1,134 @@
+"""What the black-box observer reads off a value a loop hands it: a data position, a batch's
+size and sample ids, a tree's shapes and values, and where an error was raised in the loop's own
+code (not in the libraries' plumbing)."""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+POSITION_KEY = "global_next_index"  # grain ElasticIterator's whole state
+
+
+def position_of(state: Any) -> int | None:
+    if isinstance(state, Mapping) and POSITION_KEY in state:
+        return int(np.asarray(state[POSITION_KEY]))
+    return None
+
+
+def find_position(tree: Any) -> int | None:
+    """The grain position stored anywhere in a saved or restored tree."""
+    for node in _walk(tree):
+        position = position_of(node)
+        if position is not None:
+            return position
+    return None
+
+
+def _walk(tree: Any) -> Iterator[Any]:
+    yield tree
+    if isinstance(tree, Mapping):
+        for value in tree.values():
+            yield from _walk(value)
+    elif isinstance(tree, list | tuple):
+        for value in tree:
+            yield from _walk(value)
+
+
+def batch_size_of(batch: Any) -> int | None:
+    import jax
+
+    leaves = jax.tree_util.tree_leaves(batch)
+    return int(np.shape(leaves[0])[0]) if leaves and np.ndim(leaves[0]) else None
+
+
+def sample_ids_of(batch: Any) -> list[int] | None:
+    if isinstance(batch, Mapping) and "id" in batch:
+        return [int(i) for i in np.asarray(batch["id"]).ravel()]
+    return None
+
+
+def describe_state(tree: Any) -> dict[str, dict[str, Any]]:
+    """Each array leaf's dtype, shape and values, for the comparison with a fault-free run."""
+    import jax
+
+    out = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if not hasattr(leaf, "shape"):
+            continue
+        array = np.asarray(leaf)
+        out[jax.tree_util.keystr(path)] = {
+            "dtype": array.dtype.name,
+            "shape": list(array.shape),
+            "values": array.ravel().tolist(),
+        }
+    return out
+
+
+#: Frames of these modules are plumbing, not the line a loop's failure came from.
+PLUMBING = ("/jax/", "/jaxlib/", "/pathwaysutils/", "/orbax/", "/grain/", "/blackbox/")
+
+
+def is_plumbing(filename: str) -> bool:
+    """A library's, the standard library's or this toolkit's frame: not the loop's line."""
+    import sysconfig
+
+    if any(p in filename for p in PLUMBING) or filename.startswith("<frozen"):
+        return True
+    if filename.endswith(
+        ("seams.py", "fake_cluster.py", "loop_episode.py", "deadline.py", "clock.py")
+    ):
+        return True
+    stdlib = sysconfig.get_paths()["stdlib"]
+    return filename.startswith(stdlib) and "site-packages" not in filename
+
+
+def own_frame(frames: list[traceback.FrameSummary]) -> str | None:
+    own = [f for f in frames if not is_plumbing(f.filename)]
+    if not own:
+        return None
+    f = own[-1]
+    return f"{f.filename}:{f.lineno} in {f.name}: {(f.line or '').strip()}"
+
+
+def where_raised(error: BaseException) -> str | None:
+    """``file:line in function: code`` of the innermost frame of the loop's own code (the
+    line that called into a library, never a library's, the standard library's or this
+    toolkit's), in the root cause first (``ElasticRuntimeError`` wraps the error the loop met)."""
+    chain: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    for e in reversed(chain):
+        where = own_frame(traceback.extract_tb(e.__traceback__))
+        if where:
+            return where
+    return None
+
+
+def shapes(tree: Any) -> dict[str, list[Any]]:
+    """Each array leaf's shape and dtype by path (a restore that changes one is named)."""
+    import jax
+
+    out = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
+        if shape is not None and dtype is not None:
+            out[jax.tree_util.keystr(path)] = [list(shape), str(np.dtype(dtype))]
+    return out
+
+
+def elastic_inner_iterator() -> Any:
+    """The class ElasticIterator hands out from ``iter()`` and delegates ``next()`` to."""
+    try:
+        from grain._src.python.dataset import elastic_iterator
+    except ImportError:
+        return None
+    inner = getattr(elastic_iterator, "_ElasticMapDatasetIterator", None)
+    if inner is None or "__next__" not in inner.__dict__ or "set_state" not in inner.__dict__:
+        return None
+    return inner

@@ -1,0 +1,92 @@
+"""The committed batches of a user loop's black-box log: the batches the final state is made of,
+back through each restore to the batches drawn before the save it restored."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Sequence
+
+from pathways_chaos.harness.engine.recorder import Event
+from pathways_chaos.harness.judging import lineage as chain_checks
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchRecord:
+    run: int
+    attempt: int
+    batch: int  # drawn in the episode, from 1
+    position: int | None
+    size: int | None
+    ids: tuple[int, ...] | None
+    seq: int
+
+    @property
+    def positions(self) -> list[int]:
+        if self.position is None or self.size is None:
+            return []
+        return list(range(self.position, self.position + self.size))
+
+    def where(self, index: int) -> str:
+        return (
+            f"committed batch {index} (run {self.run} attempt {self.attempt}, batch #{self.batch})"
+        )
+
+
+def batch_sizes(events: Sequence[Event]) -> list[int | None]:
+    """The sizes of the batches the final state was trained on, in order."""
+    chain = chain_checks.follow(events)
+    if chain.followed:
+        return [d.size for d in chain.trained]
+    return [r.size for r in committed_batches(events)[0]]
+
+
+def committed_batches(events: Sequence[Event] | None) -> tuple[list[BatchRecord], list[str]]:
+    """The batches the final state is made of, in the order they were trained on."""
+    if not events:
+        return [], []
+    problems: list[str] = []
+    by_attempt: dict[tuple[int, int], list[BatchRecord]] = collections.defaultdict(list)
+    restores: dict[tuple[int, int], Event] = {}
+    saves: list[Event] = []
+    for e in events:
+        key = (e.get("run", 0), e.get("attempt", 0))
+        if e["kind"] == "batch":
+            ids = tuple(e["ids"]) if e.get("ids") is not None else None
+            by_attempt[key].append(
+                BatchRecord(key[0], key[1], e["batch"], e["position"], e["size"], ids, e["seq"])
+            )
+        elif e["kind"] == "restore_end" and key not in by_attempt:
+            restores[key] = e  # a restore before the attempt's first batch starts it
+        elif e["kind"] in ("snapshot_save", "checkpoint_save") and not e.get("skipped"):
+            saves.append(e)
+    if not by_attempt:
+        return [], problems
+    key = max(by_attempt, key=lambda k: by_attempt[k][-1].seq)
+    segments: list[list[BatchRecord]] = []
+    seq_limit: int | None = None
+    seen = set()
+    while key not in seen:
+        seen.add(key)
+        records = by_attempt.get(key, [])
+        if seq_limit is not None:
+            records = [r for r in records if r.seq < seq_limit]
+        segments.append(records)
+        restore = restores.get(key)
+        if restore is None:
+            break
+        kind = "checkpoint_save" if restore["source"] == "checkpoint" else "snapshot_save"
+        earlier = [
+            s
+            for s in saves
+            if s["kind"] == kind and s["step"] == restore["step"] and s["seq"] < restore["seq"]
+        ]
+        if not earlier:
+            problems.append(
+                f"run {key[0]} attempt {key[1]} restored step {restore['step']} that no attempt "
+                "saved"
+            )
+            break
+        save = earlier[-1]
+        key, seq_limit = (save["run"], save["attempt"]), save["seq"]
+    return [r for seg in reversed(segments) for r in seg], problems

@@ -1,0 +1,36 @@
+"""A trigger a user's loop cannot fire on is refused in one line, never a traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from pathways_chaos.faults.model import parse_schedule
+from pathways_chaos.harness.cli.replay import replay_main
+from pathways_chaos.harness.episodes.loop_episode import LOOP_TRIGGERS, refuse_loop_misfits
+from pathways_chaos.harness.errors import ChaosConfigError
+
+
+def test_replay_refuses_a_callback_trigger_on_a_loop_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = replay_main(
+        [
+            "--loop",
+            "pathways_chaos.harness.reference.user_loop:main",
+            "--schedule",
+            "callback_error@callback=1",
+        ]
+    )
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert "\n" not in err and "callback= trigger is not available" in err, err
+
+
+@pytest.mark.parametrize("trigger", [*sorted(LOOP_TRIGGERS), "time"])
+def test_every_loop_trigger_is_accepted(trigger: str) -> None:
+    refuse_loop_misfits(parse_schedule(f"data_loss@{trigger}=3:slice=1"))
+
+
+def test_the_refusal_names_the_entry() -> None:
+    with pytest.raises(ChaosConfigError, match="callback_error@callback=2"):
+        refuse_loop_misfits(parse_schedule("data_loss@batch=1:slice=1,callback_error@callback=2"))

@@ -55,6 +55,50 @@ if [ "${RUN_SUITE_KUBECONFIG_ONLY:-}" = 1 ]; then # the tests stop here
     exit 0
 fi
 
+# startupPolicy InOrder starts the workers only once this Pod is ready, so pytest would read a
+# JobSet without workers (the twin showed it: preflight saw 0 worker slices). Wait until every
+# Pod of the JobSet's other replicatedJobs is Running and Ready (RUN_SUITE_WAIT_S=0: no wait).
+if [ -n "${JOBSET_NAME:-}" ] && [ "${RUN_SUITE_WAIT_S:-900}" != 0 ]; then
+    KUBECONFIG="$KUBECONFIG_OUT" python - "$namespace" "$JOBSET_NAME" "${RUN_SUITE_WAIT_S:-900}" <<'EOF' || exit 2
+import sys
+import time
+
+from kubernetes import client, config
+
+namespace, name, limit = sys.argv[1], sys.argv[2], float(sys.argv[3])
+api = config.new_client_from_config()
+jobset = client.CustomObjectsApi(api).get_namespaced_custom_object(
+    "jobset.x-k8s.io", "v1alpha2", namespace, "jobsets", name
+)
+me = "pathways-head"
+wanted = sum(
+    int(rj.get("replicas", 1)) * int(rj["template"]["spec"].get("parallelism", 1))
+    for rj in jobset["spec"]["replicatedJobs"]
+    if rj["name"] != me
+)
+core = client.CoreV1Api(api)
+deadline = time.monotonic() + limit
+while True:
+    pods = core.list_namespaced_pod(
+        namespace, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}"
+    ).items
+    ready = [
+        p
+        for p in pods
+        if (p.metadata.labels or {}).get("jobset.sigs.k8s.io/replicatedjob-name") != me
+        and p.status.phase == "Running"
+        and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+    ]
+    if len(ready) >= wanted:
+        print(f"run-suite: {len(ready)} worker Pods ready", flush=True)
+        break
+    if time.monotonic() > deadline:
+        print(f"run-suite: only {len(ready)} of {wanted} worker Pods ready after {limit:.0f} s")
+        sys.exit(1)
+    time.sleep(1)
+EOF
+fi
+
 python -m pytest "$@"
 status=$?
 echo "run-suite: pytest exited with $status"

@@ -35,6 +35,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pathways_chaos.harness.cli.search import search_main
 
         return search_main(args_list[1:])
+    if args_list[:1] == ["twin"]:
+        from pathways_chaos.harness.cli.twin import twin_main
+
+        return twin_main(args_list[1:])
     if args_list[:1] == ["ramdisk"]:
         from pathways_chaos.harness.acceptance.ramdisk import ramdisk_main
 
@@ -75,6 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="search the property suites as shards (--emit-job N: as an Indexed Job; merge: "
         "one HTML report)",
     )
+    sub.add_parser("twin", help="a local twin of Pathways on GKE: twin up --manifest F / down")
 
     args = parser.parse_args(args_list)
     from pathways_chaos.faults.model import FaultSpecError

@@ -29,6 +29,7 @@ from pathways_chaos.harness.engine.clock import Clock
 from pathways_chaos.harness.engine.fake_cluster import FakeCluster, SliceState
 from pathways_chaos.harness.engine.topology import SliceTopology
 from pathways_chaos.harness.errors import ChaosConfigError
+from pathways_chaos.harness.kube.slice_health import SliceHealthWatch
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -403,6 +404,8 @@ class _KubeSliceActions:
     target: KubeTarget
     bridge: PodBridge
     hosts_per_slice: int
+    #: The resource manager's slice reports, when the head has them (the twin's head Pod).
+    health: SliceHealthWatch | None = None
 
     def _kube_lose(self, slice_index: int, repair_after_polls: int | None) -> list[str]:
         from pathways_chaos.faults.kubernetes import CordonNodes, KillPods
@@ -418,6 +421,8 @@ class _KubeSliceActions:
             lambda: not victims & self.bridge.running_names(slice_index),
             f"slice {slice_index}'s Pods gone",
         )
+        if self.health is not None:  # the processes died and the slice left the mesh
+            self.health.wait_down(slice_index, self.hosts_per_slice)
         if repair_after_polls is not None:
             self._wait_running(slice_index)
         return touched
@@ -434,6 +439,8 @@ class _KubeSliceActions:
         self.bridge.wait(
             lambda: self.bridge.running(slice_index) >= hosts, f"slice {slice_index} running again"
         )
+        if self.health is not None:  # the new processes rejoined
+            self.health.wait_up(slice_index, hosts)
 
     def dry_run(self, plan: Any, initially_down: Iterable[int] = ()) -> list[str]:
         """What the schedule would do to the cluster; the unarmed target changes nothing."""
@@ -456,15 +463,20 @@ class KubeBridgedCluster(_KubeSliceActions, FakeCluster):
         self.target = target
         self.hosts_per_slice = hosts_per_slice
         self.bridge = PodBridge(api, spec, on_lost=self._lost_outside)
+        self.health = SliceHealthWatch.from_env()
 
     def start(self) -> None:
         super().start()
+        if self.health is not None:
+            self.health.start()
         self.bridge.start()
         for s in range(self.num_slices):  # an episode starts on a healthy JobSet
             self._wait_running(s)
 
     def stop(self) -> None:
         self.bridge.stop()
+        if self.health is not None:
+            self.health.stop()
         super().stop()
 
     def lose_slice(

@@ -147,9 +147,10 @@ def cli_help(*argv: str) -> str:
     return out.getvalue()
 
 
-def cli_subcommands() -> set[str]:
-    (choices,) = re.findall(r"\{([\w,-]+)\}", cli_help())[:1]
-    return set(choices.split(","))
+def cli_subcommands(*argv: str) -> set[str]:
+    """The subcommands ``pathways-chaos ARGV`` takes (``twin`` has ``up`` and ``down``)."""
+    found = re.findall(r"\{([\w,-]+)\} \.\.\.", cli_help(*argv))[:1]  # a subparser's usage
+    return set(found[0].split(",")) if found else set()
 
 
 def help_options(text: str) -> set[str]:
@@ -169,10 +170,15 @@ def check_cli(args: list[str], where: str) -> list[str]:
     if sub not in cli_subcommands():
         return [f"{where}: pathways-chaos has no subcommand {sub!r} ({sorted(cli_subcommands())})"]
     loop = sub == "replay" and any(a == "--loop" or a.startswith("--loop=") for a in args)
-    known = help_options(cli_help(sub, "--loop", "x") if loop else cli_help(sub))
+    nested = cli_subcommands(sub)
+    if nested and (len(args) < 2 or args[1] not in nested):
+        return [f"{where}: pathways-chaos {sub} needs one of {sorted(nested)}"]
+    argv = [sub, args[1]] if nested else [sub, "--loop", "x"] if loop else [sub]
+    known = help_options(cli_help(*argv))
     problems = [
-        f"{where}: pathways-chaos {sub} has no option {a.split('=')[0]}"
-        for a in args[1:]
+        f"{where}: pathways-chaos {' '.join(argv[: 2 if nested else 1])} has no option "
+        f"{a.split('=')[0]}"
+        for a in args[len(argv) if nested else 1 :]
         if a.startswith("-") and a.split("=")[0] not in known
     ]
     for i, a in enumerate(args[:-1]):
@@ -387,9 +393,11 @@ def test_the_readme_is_short_and_keeps_the_two_commands():
 def test_the_cli_page_lists_every_subcommand_and_option():
     page = _text(DOCS / "reference" / "cli.md")
     table = page.split("\n## ")[0]
+    nested = [(s, n) for s in sorted(cli_subcommands()) for n in sorted(cli_subcommands(s))]
     wanted = [*sorted(cli_subcommands()), "demo --loop", "replay --loop"]
+    wanted += [" ".join(pair) for pair in nested]
     problems = [f"`{s}` is not in the table" for s in wanted if f"| `{s}" not in table]
-    helps = [(s,) for s in cli_subcommands()] + [("replay", "--loop", "x")]
+    helps = [(s,) for s in cli_subcommands()] + [("replay", "--loop", "x"), *nested]
     for argv in helps:
         for option in help_options(cli_help(*argv)) - {"-h", "--help"}:
             if f"`{option}" not in page:
@@ -470,6 +478,8 @@ def _planted(lang: str, text: str) -> Block:
         ("bash", "ci/bootstrap.sh && .venv/bin/pathways-chaos demo --step 5\n", "no option --step"),
         ("bash", "pathways-chaos replay --loop m:f --slices 4\n", "no option --slices"),
         ("bash", "pathways-chaos replya --schedule x\n", "no subcommand 'replya'"),
+        ("bash", "pathways-chaos twin up --manifst js.yaml\n", "twin up has no option --manifst"),
+        ("bash", "pathways-chaos twin start --manifest js.yaml\n", "twin needs one of"),
         ("bash", "pathways-chaos demo --schedule 'data_loss@step=1:slise=2'\n", "slise"),
         ("bash", "pytest suites/properties/test_no_such_suite.py -q\n", "not in the repository"),
         ("bash", "pytest suites/acceptance --acceptance-source=suites/nope\n", "suites/nope"),

@@ -252,6 +252,7 @@ def test_run_suite_exits_with_pytests_status_even_when_the_upload_fails(tmp_path
         "REPORT_DIR": str(tmp_path / "reports"),
         "REPORT_GCS_URI": "gs://example-bucket/reports",
         "JOBSET_NAME": "pathways-chaos",
+        "RUN_SUITE_WAIT_S": "0",  # the stub python plays pytest, not the wait for the workers
     }
     done = subprocess.run(
         ["sh", str(RUN_SUITE), "suites/chaos", "-m", "chaos"],

@@ -1,0 +1,97 @@
+"""Slice health as the Pathways resource manager reports it, for the ``--cluster`` backend.
+
+Why: on the twin a slice is up while its worker processes hold their connections to the
+(fake) resource manager in the head Pod. The head's backend follows those reports, so a slice
+goes down in the trainer only once a killed Pod's process has really died, and comes back only
+once the replacement process has rejoined: no shortcut from the fault to the slice.
+
+Used when ``PATHWAYS_CHAOS_SLICE_HEALTH=HOST:PORT`` is set (the twin's head Pod sets it to its
+resource manager); otherwise the backend follows the worker Pods alone, as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+ENV = "PATHWAYS_CHAOS_SLICE_HEALTH"
+TIMEOUT_S = 30.0
+
+
+class SliceHealthWatch:
+    """Follows ``SLICES {...}`` reports (hosts up per slice) from a ``WATCH`` connection."""
+
+    def __init__(self, address: str) -> None:
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"{ENV}={address!r}: write HOST:PORT of the resource manager")
+        self.address = (host, int(port))
+        self._cond = threading.Condition()
+        self._hosts: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._sock: socket.socket | None = None
+        self._thread = threading.Thread(target=self._run, name="slice-health", daemon=True)
+        self.reports = 0
+
+    @classmethod
+    def from_env(cls) -> SliceHealthWatch | None:
+        value = os.environ.get(ENV)
+        return cls(value) if value else None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_RDWR)
+        self._thread.join(timeout=5)
+
+    def hosts(self, slice_index: int) -> int:
+        with self._cond:
+            return self._hosts.get(slice_index, 0)
+
+    def wait(self, predicate: Callable[[], bool], what: str, timeout: float = TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not predicate():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"slice health: {what} not reported within {timeout} s")
+                self._cond.wait(min(left, 0.5))
+
+    def wait_down(self, slice_index: int, hosts_per_slice: int) -> None:
+        self.wait(
+            lambda: self._hosts.get(slice_index, 0) < hosts_per_slice,
+            f"slice {slice_index} down",
+        )
+
+    def wait_up(self, slice_index: int, hosts_per_slice: int) -> None:
+        self.wait(
+            lambda: self._hosts.get(slice_index, 0) >= hosts_per_slice,
+            f"slice {slice_index} up",
+        )
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with socket.create_connection(self.address, timeout=5) as sock:
+                    sock.settimeout(None)
+                    self._sock = sock
+                    sock.sendall(b"WATCH\n")
+                    for line in sock.makefile("r"):
+                        if line.startswith("SLICES "):
+                            counts = json.loads(line[len("SLICES ") :])
+                            with self._cond:
+                                self._hosts = {int(k): int(v) for k, v in counts.items()}
+                                self.reports += 1
+                                self._cond.notify_all()
+            except (OSError, ValueError):
+                pass
+            self._stop.wait(0.1)

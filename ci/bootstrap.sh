@@ -3,17 +3,20 @@
 # pyenv), creates the venv (or reuses one cached for the same pyproject.toml and Python),
 # installs the project editable with its dev tools; with --kube it
 # builds or reuses the local Kubernetes binaries (ci/build-kube-binaries.sh), with --browser it
-# installs Debian's headless Chromium (the HTML report's rendering test).
+# installs Debian's headless Chromium (the HTML report's rendering test), with --redis Debian's
+# redis-server (the search's shared example database; its tests start one on a loopback port).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_kube=0
 want_browser=0
+want_redis=0
 for arg in "$@"; do
   case "$arg" in
     --kube) want_kube=1 ;;
     --browser) want_browser=1 ;;
-    *) echo "bootstrap.sh: unknown option $arg (use --kube, --browser)" >&2; exit 2 ;;
+    --redis) want_redis=1 ;;
+    *) echo "bootstrap.sh: unknown option $arg (use --kube, --browser, --redis)" >&2; exit 2 ;;
   esac
 done
 
@@ -97,6 +100,13 @@ fi
 if [ "$want_browser" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
   echo "bootstrap.sh: installing Debian's chromium"
   apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+
+if [ "$want_redis" = 1 ] && ! command -v redis-server >/dev/null 2>&1; then
+  echo "bootstrap.sh: installing Debian's redis-server (not started: tests start their own)"
+  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+  # Debian's package starts a system service where one runs; the tests need only the binary.
+  (command -v systemctl >/dev/null 2>&1 && systemctl disable --now redis-server >/dev/null 2>&1) || true
 fi
 
 if [ "$want_kube" = 1 ]; then

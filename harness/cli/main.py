@@ -31,6 +31,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pathways_chaos.harness.cli.replay import replay_main
 
         return replay_main(args_list[1:])
+    if args_list[:1] == ["search"]:
+        from pathways_chaos.harness.cli.search import search_main
+
+        return search_main(args_list[1:])
     if args_list[:1] == ["twin"]:
         from pathways_chaos.harness.cli.twin import twin_main
 
@@ -70,6 +74,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "your own loop)",
     )
     sub.add_parser("ramdisk", help="size the Multi-Tier Checkpointing ramdisk per host")
+    sub.add_parser(
+        "search",
+        help="search the property suites as shards (--emit-job N: as an Indexed Job; merge: "
+        "one HTML report)",
+    )
     sub.add_parser("twin", help="a local twin of Pathways on GKE: twin up --manifest F / down")
 
     args = parser.parse_args(args_list)

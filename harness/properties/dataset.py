@@ -8,7 +8,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from pathways_chaos.harness.properties.churn import recompiles, slice_churn
+from pathways_chaos.harness.properties.churn import slice_churn
 from pathways_chaos.harness.properties.episode_spec import REFERENCE_TRAINER, EpisodeSpec, run_spec
 from pathways_chaos.harness.properties.settings import ExampleCounter, fail
 
@@ -121,7 +121,7 @@ def check_dataset_episode(spec: EpisodeSpec, counter: ExampleCounter | None = No
 
     events = run_spec(spec, replay=False).events
     if counter is not None:
-        counter.recompiles.append(recompiles(events))
+        counter.saw(events)
     lineage, problems = committed_lineage(events)
     problems += check_batch_sizes(events)
     eaten = [i for record in lineage for i in record.ids]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from pathways_chaos.harness.properties.churn import recompiles, slice_churn
+from pathways_chaos.harness.properties.churn import slice_churn
 from pathways_chaos.harness.properties.episode_spec import REFERENCE_TRAINER, EpisodeSpec, run_spec
 from pathways_chaos.harness.properties.settings import ExampleCounter, fail
 
@@ -35,7 +35,7 @@ def check_mesh_episode(spec: EpisodeSpec, counter: ExampleCounter | None = None)
 
     events = run_spec(spec, replay=False).events
     if counter is not None:
-        counter.recompiles.append(recompiles(events))
+        counter.saw(events)
     problems = (
         oracle.check_meshes(events)
         + oracle.check_scale_up_joins(events)

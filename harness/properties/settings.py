@@ -39,6 +39,11 @@ class ExampleCounter:
     discarded: int = 0  # examples hypothesis threw away before their episode ran
     features: list[set[str]] = dataclasses.field(default_factory=list)
 
+    def saw(self, events: list[dict[str, Any]]) -> None:
+        """An episode's log, once played (the search's episode record overrides this)."""
+        # churn.recompiles, counted here: churn imports this module.
+        self.recompiles.append(sum(1 for e in events if e["kind"] == "mesh" and e["recompile"]))
+
     def run(self, body: Callable[[], None]) -> None:
         self.examples += 1
         try:

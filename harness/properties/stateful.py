@@ -8,7 +8,6 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from pathways_chaos.harness.properties.churn import recompiles
 from pathways_chaos.harness.properties.episode_spec import (
     REFERENCE_TRAINER,
     EpisodeSpec,
@@ -312,7 +311,7 @@ def episode_machine(
                 events = outcome.events
                 note_features(events, counter)
                 if counter is not None:
-                    counter.recompiles.append(recompiles(events))
+                    counter.saw(events)
                 fail("end-to-end (stateful)", judge(events, spec, outcome.verdict), spec)
 
             if counter is None:

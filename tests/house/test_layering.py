@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("harness.mtc",),
     ("harness.play", "harness.reports"),
     ("harness.acceptance", "harness.properties"),
-    ("fixtures",),
+    ("fixtures", "harness.search"),
     ("suites",),
     ("harness.pytest_plugin", "harness.cli"),
     ("",),  # pathways_chaos/__init__: the public API, lazily re-exporting everything below

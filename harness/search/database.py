@@ -1,0 +1,69 @@
+"""The one example database every shard and every later run shares: hypothesis's own.
+
+A Redis server (``--redis redis://HOST:PORT/DB``) when the shards run on different machines
+without a shared volume; otherwise a folder (``--database DIR``, on a shared volume in a Job).
+A failure any shard found is saved under a key that names the property and the code under
+test, never the shard, so every later run of that property tries it first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pathways_chaos.harness.errors import ChaosConfigError
+
+
+def open_database(redis_url: str | None, directory: Path | None) -> Any:
+    """Hypothesis's ``RedisExampleDatabase`` or ``DirectoryBasedExampleDatabase``."""
+    if redis_url:
+        if directory is not None:
+            raise ChaosConfigError(
+                "--redis and --database both name an example database: give one of them"
+            )
+        return redis_database(redis_url)
+    if directory is None:
+        raise ChaosConfigError("no example database: give --database DIR or --redis URL")
+    if directory.exists() and not directory.is_dir():
+        raise ChaosConfigError(f"--database {directory} exists and is not a folder: name a folder")
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    directory.mkdir(parents=True, exist_ok=True)
+    return DirectoryBasedExampleDatabase(directory)
+
+
+def redis_database(url: str) -> Any:
+    """A ``RedisExampleDatabase`` on ``url``, checked with one PING so a wrong address is one
+    line now, not an error inside the first example."""
+    try:
+        import redis
+    except ImportError:
+        raise ChaosConfigError(
+            "--redis needs the redis package: pip install 'pathways-chaos[search]'"
+        ) from None
+    from hypothesis.extra.redis import RedisExampleDatabase
+
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ChaosConfigError(f"--redis {url!r}: write a URL, for example redis://HOST:6379/0")
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=30)
+        client.ping()
+    except (ValueError, redis.exceptions.RedisError) as error:
+        raise ChaosConfigError(f"--redis {url}: cannot reach it ({error})") from None
+    return RedisExampleDatabase(client)
+
+
+def describe(database: Any) -> str:
+    """Where the database lives, for the report (never a password)."""
+    redis = getattr(database, "redis", None)
+    if redis is not None:
+        kwargs = redis.connection_pool.connection_kwargs
+        where = kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"
+        return f"redis {where} db {kwargs.get('db', 0)}"
+    path = getattr(database, "path", None)
+    return f"folder {path}" if path is not None else repr(database)
+
+
+def saved(database: Any, key: bytes) -> int:
+    """How many examples the database holds for ``key`` (hypothesis replays these first)."""
+    return sum(1 for _ in database.fetch(key))

@@ -384,10 +384,12 @@ def test_the_readme_is_short_and_keeps_the_two_commands():
     readme = _text(ROOT / "README.md")
     assert len(readme.splitlines()) <= 150
     assert "ci/bootstrap.sh && .venv/bin/pytest -m chaos\n" in readme
-    assert "ci/bootstrap.sh --kube --browser && .venv/bin/pytest -n auto\n" in readme
-    # .ci/run is the second command on a fresh clone
+    second = "ci/bootstrap.sh --kube --browser --redis && .venv/bin/pytest -n auto\n"
+    assert second in readme
+    # .ci/run is the second command on a fresh clone: the same install, the same test run
     ci_run = _text(ROOT / ".ci" / "run")
-    assert "ci/bootstrap.sh --kube --browser" in ci_run and "pytest -n auto" in ci_run
+    install = second.split(" && ")[0]
+    assert f"\n{install}\n" in ci_run and "pytest -n auto" in ci_run
 
 
 def test_the_cli_page_lists_every_subcommand_and_option():

@@ -70,7 +70,8 @@ def _describe(e: Event) -> str | None:
     if kind == "attempt_start":
         return f"attempt {e['attempt']} (run {e['run']}) on slices {e['active_slices']}"
     if kind == "mesh":
-        again = {True: ", compiled", False: ", reused executables"}.get(e.get("recompile"), "")
+        recompile = e.get("recompile")  # a loop's mesh events do not say
+        again = "" if recompile is None else ", compiled" if recompile else ", reused executables"
         return f"mesh {tuple(e['shape'])} on slices {e['slices']} ({e['reason']}{again})"
     if kind == "restore_end":
         return f"restored step {e['step']} from {e['source']}"

@@ -6,7 +6,9 @@ goes down in the trainer only once a killed Pod's process has really died, and c
 once the replacement process has rejoined: no shortcut from the fault to the slice.
 
 Used when ``PATHWAYS_CHAOS_SLICE_HEALTH=HOST:PORT`` is set (the twin's head Pod sets it to its
-resource manager); otherwise the backend follows the worker Pods alone, as before.
+resource manager): then every report is followed, whatever ended a worker (a fault of ours, an
+OOM kill, a hung process, a node lost outside the toolkit). Otherwise the backend follows the
+worker Pods alone, as before.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ class SliceHealthWatch:
         self._sock: socket.socket | None = None
         self._thread = threading.Thread(target=self._run, name="slice-health", daemon=True)
         self.reports = 0
+        #: Called (on the watch thread, outside the lock) with hosts up per slice on each report.
+        self.on_report: Callable[[dict[int, int]], None] | None = None
 
     @classmethod
     def from_env(cls) -> SliceHealthWatch | None:
@@ -88,10 +92,13 @@ class SliceHealthWatch:
                     for line in sock.makefile("r"):
                         if line.startswith("SLICES "):
                             counts = json.loads(line[len("SLICES ") :])
+                            hosts = {int(k): int(v) for k, v in counts.items()}
                             with self._cond:
-                                self._hosts = {int(k): int(v) for k, v in counts.items()}
+                                self._hosts = hosts
                                 self.reports += 1
                                 self._cond.notify_all()
+                            if self.on_report is not None:
+                                self.on_report(dict(hosts))
             except (OSError, ValueError):
                 pass
             self._stop.wait(0.1)

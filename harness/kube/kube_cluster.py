@@ -29,7 +29,7 @@ from pathways_chaos.harness.engine.clock import Clock
 from pathways_chaos.harness.engine.fake_cluster import FakeCluster, SliceState
 from pathways_chaos.harness.engine.topology import SliceTopology
 from pathways_chaos.harness.errors import ChaosConfigError
-from pathways_chaos.harness.kube.slice_health import SliceHealthWatch
+from pathways_chaos.harness.kube.slice_health import HealthFollower, SliceHealthWatch
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -464,14 +464,7 @@ class KubeBridgedCluster(_KubeSliceActions, FakeCluster):
         self.hosts_per_slice = hosts_per_slice
         self.bridge = PodBridge(api, spec, on_lost=self._lost_outside)
         self.health = SliceHealthWatch.from_env()
-        # Following the resource manager: slices inside a fault of ours (its own waits decide),
-        # slices its reports took down (its reports bring them back), and whether to follow yet.
-        self._follow_lock = threading.Lock()
-        self._ours: set[int] = set()
-        self._health_down: set[int] = set()
-        self._following = False
-        if self.health is not None:
-            self.health.on_report = self._follow_health
+        self._follower = HealthFollower(self, hosts_per_slice)
 
     def start(self) -> None:
         super().start()
@@ -481,13 +474,9 @@ class KubeBridgedCluster(_KubeSliceActions, FakeCluster):
         for s in range(self.num_slices):  # an episode starts on a healthy JobSet
             self._wait_running(s)
         if self.health is not None:  # from now on a host the manager reports gone is a loss
-            with self._follow_lock:
-                self._following = True
-            self._follow_health({s: self.health.hosts(s) for s in range(self.num_slices)})
+            self._follower.follow(self.health)
 
     def stop(self) -> None:
-        with self._follow_lock:
-            self._following = False
         self.bridge.stop()
         if self.health is not None:
             self.health.stop()
@@ -497,52 +486,23 @@ class KubeBridgedCluster(_KubeSliceActions, FakeCluster):
         self, slice_index: int, code: str = "DATA_LOSS", repair_after_polls: int | None = None
     ) -> list[str]:
         self._check_index(slice_index)
-        with self._follow_lock:
-            self._ours.add(slice_index)
-            self._health_down.discard(slice_index)  # our fault owns it now, down or not
-        try:
-            touched = self._kube_lose(slice_index, repair_after_polls)
-            return touched + super().lose_slice(slice_index, code, repair_after_polls)
-        finally:
-            if repair_after_polls is not None:  # back up in the cluster; polls repair the fake
-                with self._follow_lock:
-                    self._ours.discard(slice_index)
+        self._follower.begin_fault(slice_index)  # until it is back, its own waits decide
+        touched = self._kube_lose(slice_index, repair_after_polls)
+        if repair_after_polls is not None:  # back up in the cluster; the polls repair the fake
+            self._follower.end_fault(slice_index)
+        return touched + super().lose_slice(slice_index, code, repair_after_polls)
 
     def repair_slice(self, slice_index: int, after_polls: int = 0) -> list[str]:
         self._check_index(slice_index)
         if self.state(slice_index) is not SliceState.DOWN:
             return super().repair_slice(slice_index, after_polls)
-        try:
-            return self._kube_repair(slice_index) + super().repair_slice(slice_index, after_polls)
-        finally:
-            with self._follow_lock:
-                self._ours.discard(slice_index)
-                self._health_down.discard(slice_index)
+        touched = self._kube_repair(slice_index)
+        self._follower.end_fault(slice_index)
+        return touched + super().repair_slice(slice_index, after_polls)
 
     def _lost_outside(self, slice_index: int) -> None:
-        if self.health is None:  # no reports: a Pod gone without a fault of ours is the loss
+        if self.health is None:  # with reports, the slice goes down once its process dies
             super().lose_slice(slice_index)
-        # With reports, the slice goes down when its process dies (_follow_health), not before.
-
-    def _follow_health(self, hosts: dict[int, int]) -> None:
-        """A slice whose hosts the manager reports gone is down; whole again, it is back.
-
-        Whatever ended the worker (an OOM kill, a hung process, a node lost outside the
-        toolkit): the loop meets the slice-down error on its next step, as on Pathways.
-        """
-        with self._follow_lock:
-            if not self._following:
-                return
-            for s in range(self.num_slices):
-                if s in self._ours:
-                    continue
-                whole = hosts.get(s, 0) >= self.hosts_per_slice
-                if not whole and self.state(s) is not SliceState.DOWN:
-                    FakeCluster.lose_slice(self, s)
-                    self._health_down.add(s)
-                elif whole and s in self._health_down:
-                    self._health_down.discard(s)
-                    FakeCluster.repair_slice(self, s)
 
 
 def group_by_slice_index(devices: Iterable[Any]) -> dict[int, list[Any]]:

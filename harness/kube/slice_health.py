@@ -21,6 +21,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from pathways_chaos.harness.engine.fake_cluster import FakeCluster, SliceState
+
 ENV = "PATHWAYS_CHAOS_SLICE_HEALTH"
 TIMEOUT_S = 30.0
 
@@ -51,6 +53,7 @@ class SliceHealthWatch:
         self._thread.start()
 
     def stop(self) -> None:
+        self.on_report = None
         self._stop.set()
         if self._sock is not None:
             with contextlib.suppress(OSError):
@@ -102,3 +105,52 @@ class SliceHealthWatch:
             except (OSError, ValueError):
                 pass
             self._stop.wait(0.1)
+
+
+class HealthFollower:
+    """Turns the manager's reports into losses and repairs of the loop's fake slices.
+
+    Why: whatever ended a worker (an OOM kill, a hung process, a node lost outside the
+    toolkit), the loop must meet the slice-down error on its next step, as on Pathways. Slices
+    inside a fault of the backend's own are left to that fault's waits; only slices the reports
+    took down are brought back by them.
+    """
+
+    def __init__(self, cluster: FakeCluster, hosts_per_slice: int) -> None:
+        self.cluster = cluster  # its own lose/repair (FakeCluster's), never the API faults
+        self.hosts_per_slice = hosts_per_slice
+        self._lock = threading.Lock()
+        self._ours: set[int] = set()
+        self._taken: set[int] = set()
+        self._following = False
+
+    def follow(self, watch: SliceHealthWatch) -> None:
+        """From now on (the JobSet seen healthy), a host reported gone is a slice loss."""
+        with self._lock:
+            self._following = True
+        watch.on_report = self.on_report
+        self.on_report({s: watch.hosts(s) for s in range(self.cluster.num_slices)})
+
+    def begin_fault(self, slice_index: int) -> None:
+        with self._lock:
+            self._ours.add(slice_index)
+            self._taken.discard(slice_index)  # the fault owns it now, down or not
+
+    def end_fault(self, slice_index: int) -> None:
+        with self._lock:
+            self._ours.discard(slice_index)
+
+    def on_report(self, hosts: dict[int, int]) -> None:
+        with self._lock:
+            if not self._following:
+                return
+            for s in range(self.cluster.num_slices):
+                if s in self._ours:
+                    continue
+                whole = hosts.get(s, 0) >= self.hosts_per_slice
+                if not whole and self.cluster.state(s) is not SliceState.DOWN:
+                    FakeCluster.lose_slice(self.cluster, s)
+                    self._taken.add(s)
+                elif whole and s in self._taken:
+                    self._taken.discard(s)
+                    FakeCluster.repair_slice(self.cluster, s)

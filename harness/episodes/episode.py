@@ -7,6 +7,7 @@ still holds a lost slice raises the slice-down error, which is how Pathways repo
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import threading
@@ -17,12 +18,9 @@ from typing import Any, ClassVar
 from pathways_chaos.faults.model import Schedule, ScheduledFault, check_schedule_fits
 from pathways_chaos.harness.engine.backend import ClusterBackend, KubeBacked, MtcHosts, SaveGated
 from pathways_chaos.harness.engine.clock import FakeClock
-from pathways_chaos.harness.engine.deadline import (
-    Deadline,
-    EpisodeDeadlineExceeded,
-    episode_deadline,
-)
+from pathways_chaos.harness.engine.deadline import Deadline, episode_deadline
 from pathways_chaos.harness.engine.recorder import Event, Recorder
+from pathways_chaos.harness.episodes.runner import EpisodeRunner
 from pathways_chaos.harness.reference.trainer import ReferenceTrainer, TrainerConfig, TrainResult
 
 #: Trainer events that touch data on the mesh (and so meet a lost slice).
@@ -201,6 +199,89 @@ def _trainer_class(factory: Any) -> Any:
     return factory
 
 
+class _TrainerWorkload:
+    """The reference trainer (or a factory's): a suspended run is resumed by a new run."""
+
+    caught: ClassVar[tuple[type[BaseException], ...]] = (Exception,)
+    deadline_ends_episode: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        cluster: ClusterBackend,
+        config: TrainerConfig,
+        schedule: Schedule,
+        trainer_factory: TrainerFactory,
+        step_seconds: float,
+        deadline: Deadline | None,
+    ) -> None:
+        self.cluster, self.config, self.schedule = cluster, config, schedule
+        self.trainer_factory, self.step_seconds, self.deadline = (
+            trainer_factory,
+            step_seconds,
+            deadline,
+        )
+        self.recorder: Recorder | None = None
+        self.faults: FaultController | None = None
+
+    def refuse(self) -> None:
+        refuse_misfits(self.schedule, self.cluster)
+        # More slices asked than the cluster has: one line before anything runs, not a wait.
+        self.config.check_fits(self.cluster.topology.num_slices)
+        from pathways_chaos.harness.reference.overrides import warn_dead_overrides
+
+        warn_dead_overrides(_trainer_class(self.trainer_factory))
+
+    def start_fields(self) -> dict[str, Any]:
+        return {}
+
+    def begin(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+        self.faults = FaultController(
+            self.schedule, self.cluster, recorder, self.step_seconds, checked=True
+        )
+
+    def enter(self, stack: contextlib.ExitStack) -> None:
+        assert self.faults is not None  # built by begin()
+        stack.enter_context(self.faults)
+        stack.enter_context(
+            episode_deadline(self.cluster.clock, self.deadline, cluster=self.cluster)
+        )
+
+    def start(self, index: int) -> Callable[[], TrainResult]:
+        cluster, recorder = self.cluster, self.recorder
+        assert recorder is not None  # set by controller(), before any run
+        trainer = self.trainer_factory(
+            self.config, recorder, devices=cluster.devices, run_index=index
+        )
+        if isinstance(cluster, SaveGated):  # slow_save holds this run's saves through it
+            trainer.snapshotter_wrapper = functools.partial(
+                cluster.save_gate.wrap, recorder=recorder, run=index
+            )
+        return trainer.run
+
+    def failed(self, error: BaseException) -> BaseException:
+        return error
+
+    def after_run(self) -> None:
+        pass
+
+    def again(self, result: TrainResult) -> bool:
+        return result.status == "suspended"
+
+    def close(self, recorder: Recorder) -> list[str]:
+        assert self.faults is not None
+        return self.faults.unfired()
+
+    def result(
+        self,
+        recorder: Recorder,
+        results: list[TrainResult],
+        error: BaseException | None,
+        unfired: list[str],
+    ) -> EpisodeResult:
+        return EpisodeResult(recorder.events, results, error, recorder.path, unfired)
+
+
 def run_episode(
     cluster: ClusterBackend,
     config: TrainerConfig,
@@ -219,49 +300,9 @@ def run_episode(
     ``--chaos-deadline`` / ``--chaos-wall-deadline``); past it the run ends with
     ``EpisodeDeadlineExceeded`` saying what it waited for.
     """
-    refuse_misfits(schedule or Schedule(), cluster)
-    # More slices asked than the cluster has: one line before anything runs, not a wait.
-    config.check_fits(cluster.topology.num_slices)
-    from pathways_chaos.harness.reference.overrides import warn_dead_overrides
-
-    warn_dead_overrides(_trainer_class(trainer_factory))
-    recorder = Recorder(log_path, clock=cluster.clock)
-    for listener in listeners:
-        recorder.add_listener(listener)
-    recorder.emit(
-        "episode_start",
-        topology=str(cluster.topology),
-        schedule=(schedule or Schedule()).to_text(),
-        clock="fake" if cluster.clock.fake else "real",
+    schedule = schedule or Schedule()
+    workload = _TrainerWorkload(cluster, config, schedule, trainer_factory, step_seconds, deadline)
+    runner = EpisodeRunner(
+        workload, cluster, schedule, log_path=log_path, max_runs=max_runs, listeners=listeners
     )
-    results: list[TrainResult] = []
-    error: BaseException | None = None
-    try:
-        with (
-            FaultController(
-                schedule or Schedule(), cluster, recorder, step_seconds, checked=True
-            ) as controller,
-            episode_deadline(cluster.clock, deadline, cluster=cluster),
-        ):
-            for run_index in range(1, max_runs + 1):
-                trainer = trainer_factory(
-                    config, recorder, devices=cluster.devices, run_index=run_index
-                )
-                if isinstance(cluster, SaveGated):  # slow_save holds this run's saves through it
-                    trainer.snapshotter_wrapper = functools.partial(
-                        cluster.save_gate.wrap, recorder=recorder, run=run_index
-                    )
-                try:
-                    results.append(trainer.run())
-                except Exception as e:  # the oracle and the test decide what this means
-                    error = e
-                    break
-                if results[-1].status != "suspended":
-                    break
-    except EpisodeDeadlineExceeded as e:  # raised between runs by the wall-time watchdog
-        error = e
-    recorder.emit(
-        "episode_end", error=None if error is None else f"{type(error).__name__}: {error}"
-    )
-    recorder.close()
-    return EpisodeResult(recorder.events, results, error, recorder.path, controller.unfired())
+    return runner.run()

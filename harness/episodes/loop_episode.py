@@ -28,6 +28,7 @@ from pathways_chaos.harness.engine.deadline import Deadline, episode_deadline
 from pathways_chaos.harness.engine.recorder import Event, Recorder
 from pathways_chaos.harness.engine.user_modules import load_name
 from pathways_chaos.harness.episodes.episode import FaultController
+from pathways_chaos.harness.episodes.runner import EpisodeRunner
 from pathways_chaos.harness.errors import ChaosConfigError
 
 #: Trigger kind -> the observer's event it counts (``step`` is ``batch`` for a loop).
@@ -282,6 +283,108 @@ def refuse_loop_misfits(schedule: Schedule) -> None:
             )
 
 
+class _LoopWorkload:
+    """A user's loop: a run that a preemption notice ended (returning ``None``) runs again."""
+
+    caught: ClassVar[tuple[type[BaseException], ...]] = (Exception, SystemExit, LoopExited)
+    #: A deadline passed between runs propagates, as it always has for a loop.
+    deadline_ends_episode: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        cluster: ClusterBackend,
+        loop: Callable[..., Any],
+        schedule: Schedule,
+        options: dict[str, Any],
+        checkpoint_dir: str | Path | None,
+        step_seconds: float,
+        settings: tuple[bool, bool, Deadline | None],
+    ) -> None:
+        self.cluster, self.loop, self.schedule, self.options = cluster, loop, schedule, options
+        self.checkpoint_dir, self.step_seconds = checkpoint_dir, step_seconds
+        self.lineage, self.show_library_logs, self.deadline = settings
+        self.name = loop_name(loop)
+        self.held = ExpectedSliceErrors()
+        self.arguments: dict[str, Any] = {}
+        self.faults: LoopFaultController | None = None
+        self.observer: LoopObserver | None = None
+        self.previous: Any = None
+        self.recorder: Recorder | None = None
+        self.preemptions = 0
+
+    def refuse(self) -> None:
+        refuse_loop_misfits(self.schedule)
+
+    def start_fields(self) -> dict[str, Any]:
+        return {"loop": self.name, "options": {k: repr(v) for k, v in self.options.items()}}
+
+    def begin(self, recorder: Recorder) -> None:
+        provided: dict[str, Any] = {"devices": list(self.cluster.devices)}
+        if self.checkpoint_dir is not None:
+            provided["checkpoint_dir"] = str(self.checkpoint_dir)
+        self.arguments = loop_arguments(self.loop, provided, self.options)
+        self.previous = signal.getsignal(signal.SIGTERM)
+        self.faults = LoopFaultController(self.schedule, self.cluster, recorder, self.step_seconds)
+        self.recorder = recorder
+
+    def enter(self, stack: contextlib.ExitStack) -> None:
+        assert self.faults is not None and self.recorder is not None  # set by begin()
+        stack.enter_context(contextlib.nullcontext() if self.show_library_logs else self.held)
+        stack.enter_context(self.faults)
+        stack.enter_context(
+            episode_deadline(self.cluster.clock, self.deadline, cluster=self.cluster)
+        )
+        observer = LoopObserver(self.recorder, self.cluster, lineage=self.lineage)
+        self.observer = stack.enter_context(observer)
+
+    def _preemptions(self) -> int:
+        assert self.faults is not None
+        return sum(1 for f in self.faults.fired if f.fault.kind == "preemption")
+
+    def start(self, index: int) -> Callable[[], Any]:
+        assert self.observer is not None  # entered by enter()
+        self.observer.begin_run(index, self.name)
+        self.preemptions = self._preemptions()
+        return self._run
+
+    def _run(self) -> Any:
+        with process_exits_refused():
+            return self.loop(**self.arguments)
+
+    def failed(self, error: BaseException) -> BaseException:
+        assert self.observer is not None
+        if isinstance(error, SystemExit):
+            error = LoopExited(f"the loop called sys.exit({error.code!r})").with_traceback(
+                error.__traceback__
+            )
+        self.observer.end_run("failed", error=error)
+        return error
+
+    def after_run(self) -> None:
+        signal.signal(signal.SIGTERM, self.previous)
+
+    def again(self, result: Any) -> bool:
+        assert self.observer is not None
+        if self._preemptions() > self.preemptions and result is None:
+            self.observer.end_run("suspended")
+            return True
+        self.observer.end_run("completed", result)
+        return False
+
+    def close(self, recorder: Recorder) -> list[str]:
+        assert self.faults is not None
+        return _close_episode(recorder, self.held.held, self.faults)
+
+    def result(
+        self,
+        recorder: Recorder,
+        results: list[Any],
+        error: BaseException | None,
+        unfired: list[str],
+    ) -> LoopResult:
+        return LoopResult(recorder.events, results, error, recorder.path, self.name, unfired)
+
+
 def run_loop_episode(
     cluster: ClusterBackend,
     loop: Callable[..., Any],
@@ -305,76 +408,22 @@ def run_loop_episode(
     ``None``): a loop that never returns ends in a failed run saying what it waited for.
     """
     schedule = schedule or Schedule()
-    refuse_loop_misfits(schedule)
-    name = loop_name(loop)
-    recorder = Recorder(log_path, clock=cluster.clock)
-    for listener in listeners:
-        recorder.add_listener(listener)
-    recorder.emit(
-        "episode_start",
-        topology=str(cluster.topology),
-        schedule=schedule.to_text(),
-        clock="fake" if cluster.clock.fake else "real",
-        loop=name,
-        options={k: repr(v) for k, v in (options or {}).items()},
+    settings = (lineage, show_library_logs, deadline)
+    workload = _LoopWorkload(
+        cluster, loop, schedule, options or {}, checkpoint_dir, step_seconds, settings
     )
-    provided: dict[str, Any] = {"devices": list(cluster.devices)}
-    if checkpoint_dir is not None:
-        provided["checkpoint_dir"] = str(checkpoint_dir)
-    arguments = loop_arguments(loop, provided, options or {})
-    results: list[Any] = []
-    error: BaseException | None = None
-    previous = signal.getsignal(signal.SIGTERM)
-    controller = LoopFaultController(schedule, cluster, recorder, step_seconds)
-    held = ExpectedSliceErrors()
-    logs = contextlib.nullcontext() if show_library_logs else held
-    with (
-        logs,
-        controller,
-        episode_deadline(cluster.clock, deadline, cluster=cluster),
-        LoopObserver(recorder, cluster, lineage=lineage) as observer,
-    ):
-        for run in range(1, max_runs + 1):
-            observer.begin_run(run, name)
-            preemptions = sum(1 for f in controller.fired if f.fault.kind == "preemption")
-            try:
-                with process_exits_refused():
-                    value = loop(**arguments)
-            except (Exception, SystemExit, LoopExited) as e:  # the oracle and the test decide
-                if isinstance(e, SystemExit):
-                    e = LoopExited(f"the loop called sys.exit({e.code!r})").with_traceback(
-                        e.__traceback__
-                    )
-                observer.end_run("failed", error=e)
-                error = e
-                break
-            finally:
-                signal.signal(signal.SIGTERM, previous)
-            results.append(value)
-            preempted = (
-                sum(1 for f in controller.fired if f.fault.kind == "preemption") > preemptions
-            )
-            if preempted and value is None:
-                observer.end_run("suspended")
-                continue
-            observer.end_run("completed", value)
-            break
-    unfired = _close_episode(recorder, held.held, controller, error)
-    return LoopResult(recorder.events, results, error, recorder.path, name, unfired)
+    runner = EpisodeRunner(
+        workload, cluster, schedule, log_path=log_path, max_runs=max_runs, listeners=listeners
+    )
+    return runner.run()
 
 
-def _close_episode(
-    recorder: Recorder, held: int, controller: FaultController, error: BaseException | None
-) -> list[str]:
-    """The episode's last events (library logs held, faults that never fired, its end); the
-    faults that never fired, one line each."""
+def _close_episode(recorder: Recorder, held: int, controller: FaultController) -> list[str]:
+    """The episode's last events before its end (library logs held, faults that never fired);
+    the faults that never fired, one line each."""
     if held:
         recorder.emit("library_logs_held", count=held)
     unfired = controller.unfired()
     for line in unfired:
         recorder.emit("fault_unfired", text=line)
-    recorder.emit(
-        "episode_end", error=None if error is None else f"{type(error).__name__}: {error}"
-    )
-    recorder.close()
     return unfired

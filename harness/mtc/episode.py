@@ -7,14 +7,16 @@ the log reads in order and replays the same way.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pathways_chaos.faults.model import Schedule
 from pathways_chaos.harness.engine.recorder import Event, Recorder
 from pathways_chaos.harness.episodes.episode import EpisodeResult, FaultController
+from pathways_chaos.harness.episodes.runner import EpisodeRunner
 from pathways_chaos.harness.mtc.cluster import MtcCluster
 from pathways_chaos.harness.mtc.trainer import MtcOptions, MtcTrainer
 from pathways_chaos.harness.reference.trainer import TrainerConfig, TrainResult
@@ -64,6 +66,70 @@ class _ServiceLog:
             self._flushing = False
 
 
+class _MtcWorkload:
+    """One MTC job: its restarts are attempts of one run, so it runs once."""
+
+    caught: ClassVar[tuple[type[BaseException], ...]] = (Exception,)
+    deadline_ends_episode: ClassVar[bool] = True  # (no deadline is entered)
+
+    def __init__(
+        self,
+        cluster: MtcCluster,
+        config: TrainerConfig,
+        schedule: Schedule,
+        options: MtcOptions,
+        trainer_factory: MtcTrainerFactory,
+        step_seconds: float,
+    ) -> None:
+        self.cluster, self.config, self.schedule, self.options = cluster, config, schedule, options
+        self.trainer_factory, self.step_seconds = trainer_factory, step_seconds
+        self.recorder: Recorder | None = None
+        self.faults: FaultController | None = None
+
+    def refuse(self) -> None:
+        pass  # the controller refuses a misfit schedule, after episode_start
+
+    def start_fields(self) -> dict[str, Any]:
+        return {"mtc_tiers": self.cluster.tiers.medium}
+
+    def begin(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+        self.faults = FaultController(self.schedule, self.cluster, recorder, self.step_seconds)
+
+    def enter(self, stack: contextlib.ExitStack) -> None:
+        assert self.faults is not None and self.recorder is not None  # set by begin()
+        stack.enter_context(self.faults)
+        stack.enter_context(_ServiceLog(self.cluster, self.recorder))
+
+    def start(self, index: int) -> Callable[[], TrainResult]:
+        assert self.recorder is not None
+        trainer = self.trainer_factory(
+            self.config, self.recorder, devices=self.cluster.devices, mtc=self.options
+        )
+        return trainer.run
+
+    def failed(self, error: BaseException) -> BaseException:
+        return error
+
+    def after_run(self) -> None:
+        pass
+
+    def again(self, result: TrainResult) -> bool:
+        return False
+
+    def close(self, recorder: Recorder) -> list[str]:
+        return []  # an MTC episode's result has never listed unfired faults
+
+    def result(
+        self,
+        recorder: Recorder,
+        results: list[TrainResult],
+        error: BaseException | None,
+        unfired: list[str],
+    ) -> EpisodeResult:
+        return EpisodeResult(recorder.events, results, error, recorder.path)
+
+
 def run_mtc_episode(
     cluster: MtcCluster,
     config: TrainerConfig,
@@ -75,26 +141,7 @@ def run_mtc_episode(
     step_seconds: float = 1.0,
 ) -> EpisodeResult:
     """Runs one MTC job under the schedule; its restarts are attempts of one run."""
+    schedule = schedule or Schedule()
     options = options or MtcOptions(run_name=cluster.job, mount=cluster.mount)
-    recorder = Recorder(log_path, clock=cluster.clock)
-    recorder.emit(
-        "episode_start",
-        topology=str(cluster.topology),
-        schedule=(schedule or Schedule()).to_text(),
-        clock="fake" if cluster.clock.fake else "real",
-        mtc_tiers=cluster.tiers.medium,
-    )
-    results: list[TrainResult] = []
-    error: BaseException | None = None
-    controller = FaultController(schedule or Schedule(), cluster, recorder, step_seconds)
-    with controller, _ServiceLog(cluster, recorder):
-        trainer = trainer_factory(config, recorder, devices=cluster.devices, mtc=options)
-        try:
-            results.append(trainer.run())
-        except Exception as e:  # the properties and the test decide what this means
-            error = e
-    recorder.emit(
-        "episode_end", error=None if error is None else f"{type(error).__name__}: {error}"
-    )
-    recorder.close()
-    return EpisodeResult(recorder.events, results, error, recorder.path)
+    workload = _MtcWorkload(cluster, config, schedule, options, trainer_factory, step_seconds)
+    return EpisodeRunner(workload, cluster, schedule, log_path=log_path, max_runs=1).run()

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pathways_chaos.harness.engine.backend import ClusterBackend, SliceStates, Unguardable
+from pathways_chaos.harness.engine.backend import ClusterBackend, KubeBacked, Unguardable
 
 if TYPE_CHECKING:
     from pathways_chaos.faults.model import Schedule
@@ -127,47 +127,148 @@ def play_loop(
     show_library_logs: bool = False,
     clean_rerun: bool = True,
     deadline: Deadline | None = None,
+    isolate: bool = True,
 ) -> Outcome[LoopResult, LoopVerdict]:
     """Runs a user's own loop, unchanged, under ``schedule`` and judges it from the libraries'
     calls the black-box observer saw.
 
-    When the recovery changed the batch schedule (resize mode, a batch that scales with the
-    slices), the final state is judged against a second run with the same losses made right
-    after the snapshot the first resumed from (``clean_rerun``; needs ``baseline``).
+    Each run is a child process (``episodes/supervisor.py``); ``isolate=False`` (the toolkit's
+    own tests) and ``--cluster`` run the loop in this process.
+
+    When the recovery changed the batch schedule, the final state is judged against a run with
+    the same losses right after the snapshot it resumed from (``clean_rerun``).
 
     ``baseline`` is the event log of a fault-free run of the same loop and options (this
     function with no schedule); without it, the judges that need one say "not judged".
     """
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness.episodes.loop_episode import load_loop, run_loop_episode
+    from pathways_chaos.harness.judging.loop_oracle import judge_loop
+
+    plan = parse_schedule(schedule) if isinstance(schedule, str) else schedule
+    common = (options, log_path, checkpoint_dir, listeners, lineage, show_library_logs, deadline)
+    if isinstance(cluster, KubeBacked) or not isolate:
+        return _play_loop_in_process(loop, plan, baseline, cluster, *common)
+    shape = _shape_of(cluster, topology)
+    clock_kind = (
+        clock if cluster is None else ("fake" if getattr(cluster.clock, "fake", False) else "real")
+    )
+    result = _supervised(loop, plan, shape, clock_kind, *common)
+    verdict = judge_loop(result.events, baseline)
+    if clean_rerun and baseline is not None and result.completed:
+        why = verdict.not_judged.get("final-state", "")
+        if "changed the batch schedule" in why:
+            clean, clean_why = _clean_rerun(
+                loop, result.events, shape, clock_kind, options, log_path, checkpoint_dir,
+                lineage, deadline,
+            )  # fmt: skip
+            verdict = judge_loop(result.events, baseline, clean, clean_why)
+    return Outcome(result, verdict)
+
+
+def _shape_of(cluster: ClusterBackend | None, topology: SliceTopology | str | None) -> str:
+    from pathways_chaos.harness.engine.topology import SliceTopology
+
+    if cluster is not None:
+        return str(cluster.topology)
+    if topology is None:
+        return str(SliceTopology.DEFAULT)
+    return str(SliceTopology.parse(topology) if isinstance(topology, str) else topology)
+
+
+def _supervised(
+    loop: Callable[..., Any] | str,
+    plan: Schedule,
+    shape: str,
+    clock: str,
+    options: dict[str, Any] | None,
+    log_path: str | Path | None,
+    checkpoint_dir: str | Path | None,
+    listeners: Iterable[Callable[[dict[str, Any]], None]],
+    lineage: bool,
+    show_library_logs: bool,
+    deadline: Deadline | None,
+) -> LoopResult:
+    """The user's loop in child processes (one per run); this process only reads its log."""
+    from pathways_chaos.harness.episodes.supervisor import run_supervised_loop_episode
+
+    return run_supervised_loop_episode(
+        loop,
+        plan,
+        topology=shape,
+        clock=clock,
+        options=options,
+        log_path=log_path,
+        checkpoint_dir=checkpoint_dir,
+        listeners=listeners,
+        lineage=lineage,
+        show_library_logs=show_library_logs,
+        deadline=deadline,
+    )
+
+
+def _play_loop_in_process(
+    loop: Callable[..., Any] | str,
+    plan: Schedule,
+    baseline: Sequence[dict[str, Any]] | None,
+    cluster: ClusterBackend | None,
+    options: dict[str, Any] | None,
+    log_path: str | Path | None,
+    checkpoint_dir: str | Path | None,
+    listeners: Iterable[Callable[[dict[str, Any]], None]],
+    lineage: bool,
+    show_library_logs: bool,
+    deadline: Deadline | None,
+) -> Outcome[LoopResult, LoopVerdict]:
+    """``--cluster``: the loop drives the real cluster's backend, which lives in this process
+    (its journal and arming); not yet in a child (see docs/concepts/isolation.md)."""
+    from pathways_chaos.harness.episodes.loop_episode import load_loop
     from pathways_chaos.harness.judging.loop_oracle import judge_loop
 
     fn = load_loop(loop) if isinstance(loop, str) else loop
-    plan = parse_schedule(schedule) if isinstance(schedule, str) else schedule
     with contextlib.ExitStack() as stack:
         if cluster is None:
-            cluster = stack.enter_context(_fake_cluster(topology, clock))
-        result = run_loop_episode(
+            cluster = stack.enter_context(_fake_cluster(None, "fake"))
+        result = _run_in_process(
             cluster,
             fn,
             plan,
-            options=options,
-            log_path=log_path,
-            checkpoint_dir=checkpoint_dir,
-            listeners=listeners,
-            lineage=lineage,
-            show_library_logs=show_library_logs,
-            deadline=deadline,
+            options,
+            log_path,
+            checkpoint_dir,
+            listeners,
+            lineage,
+            show_library_logs,
+            deadline,
         )
-        verdict = judge_loop(result.events, baseline)
-        if clean_rerun and baseline is not None and result.completed:
-            why = verdict.not_judged.get("final-state", "")
-            if "changed the batch schedule" in why:
-                clean, clean_why = _clean_rerun(
-                    fn, result.events, cluster, options, checkpoint_dir, lineage
-                )
-                verdict = judge_loop(result.events, baseline, clean, clean_why)
-    return Outcome(result, verdict)
+    return Outcome(result, judge_loop(result.events, baseline))
+
+
+def _run_in_process(
+    cluster: ClusterBackend,
+    fn: Callable[..., Any],
+    plan: Schedule,
+    options: dict[str, Any] | None,
+    log_path: str | Path | None,
+    checkpoint_dir: str | Path | None,
+    listeners: Iterable[Callable[[dict[str, Any]], None]],
+    lineage: bool,
+    show_library_logs: bool,
+    deadline: Deadline | None,
+) -> LoopResult:
+    from pathways_chaos.harness.episodes.loop_episode import run_loop_episode
+
+    return run_loop_episode(
+        cluster,
+        fn,
+        plan,
+        options=options,
+        log_path=log_path,
+        checkpoint_dir=checkpoint_dir,
+        listeners=listeners,
+        lineage=lineage,
+        show_library_logs=show_library_logs,
+        deadline=deadline,
+    )
 
 
 def play_mtc(
@@ -208,31 +309,29 @@ def play_mtc(
 
 
 def _clean_rerun(
-    loop: Callable[..., Any],
+    loop: Callable[..., Any] | str,
     events: Sequence[dict[str, Any]],
-    cluster: ClusterBackend,
+    shape: str,
+    clock: str,
     options: dict[str, Any] | None,
+    log_path: str | Path | None,
     checkpoint_dir: str | Path | None,
     lineage: bool,
+    deadline: Deadline | None,
 ) -> tuple[list[dict[str, Any]] | None, str]:
     """The same loop, the same losses made right after the snapshot it resumed from."""
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness.episodes.loop_episode import run_loop_episode
     from pathways_chaos.harness.judging.clean_rerun import clean_schedule
 
     text, why = clean_schedule(events)
     if text is None:
         return None, why
-    for s in sorted(cluster.down_slices() if isinstance(cluster, SliceStates) else ()):
-        cluster.repair_slice(s)
     where = None if checkpoint_dir is None else Path(str(checkpoint_dir) + "-clean")
-    result = run_loop_episode(
-        cluster,
-        loop,
-        parse_schedule(text),
-        options=options,
-        checkpoint_dir=where,
-        lineage=lineage,
+    log = (
+        None if log_path is None else Path(log_path).with_name(Path(log_path).stem + "-clean.jsonl")
+    )
+    result = _supervised(
+        loop, parse_schedule(text), shape, clock, options, log, where, (), lineage, False, deadline
     )
     if not result.completed:
         return None, f"the clean rerun ({text}) did not complete"

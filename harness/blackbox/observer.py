@@ -27,6 +27,7 @@ import time
 import traceback
 import weakref
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -90,6 +91,8 @@ class LoopObserver:
         )
         self._failed_attempts: set[str] = set()
         self._error_number = 0
+        #: Where a run's final state's values go (``run-N/`` below it), not into the log.
+        self.values_dir: Path | None = None
 
     # -- the episode's side --------------------------------------------------------------------
     def begin_run(self, run: int, loop: str) -> None:
@@ -123,7 +126,8 @@ class LoopObserver:
             fields["failed_attempts_alive"] = alive
         if error is None and value is not None:
             fields["returned"] = type(value).__name__
-            fields["final_state"] = describe_state(value)
+            where = None if self.values_dir is None else self.values_dir / f"run-{self.run}"
+            fields["final_state"] = describe_state(value, where)
             if self.lineage is not None:
                 fields["final_nodes"] = self.lineage.final_nodes(value)
         self.recorder.emit("run_end", **fields)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -51,20 +52,32 @@ def sample_ids_of(batch: Any) -> list[int] | None:
     return None
 
 
-def describe_state(tree: Any) -> dict[str, dict[str, Any]]:
-    """Each array leaf's dtype, shape and values, for the comparison with a fault-free run."""
+def describe_state(tree: Any, values_dir: Path | None = None) -> dict[str, dict[str, Any]]:
+    """Each array leaf's dtype, shape and values, for the comparison with a fault-free run.
+
+    With ``values_dir`` the values go to one ``.npy`` file per leaf there (the event holds the
+    file's path): a large state never enters the JSON log.
+    """
     import jax
 
+    from pathways_chaos.harness.engine.digest import host_array
+
     out = {}
-    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+    for i, (path, leaf) in enumerate(jax.tree_util.tree_flatten_with_path(tree)[0]):
         if not hasattr(leaf, "shape"):
             continue
-        array = np.asarray(leaf)
-        out[jax.tree_util.keystr(path)] = {
-            "dtype": array.dtype.name,
-            "shape": list(array.shape),
-            "values": array.ravel().tolist(),
-        }
+        dtype = str(getattr(leaf, "dtype", ""))
+        array = host_array(leaf)
+        entry: dict[str, Any] = {"dtype": dtype or array.dtype.name, "shape": list(array.shape)}
+        if values_dir is None:
+            entry["values"] = array.ravel().tolist()
+        else:
+            values_dir.mkdir(parents=True, exist_ok=True)
+            file = values_dir / f"leaf-{i}.npy"
+            np.save(file, array, allow_pickle=False)
+            entry["file"] = str(file)
+            entry["stored_dtype"] = array.dtype.name
+        out[jax.tree_util.keystr(path)] = entry
     return out
 
 

@@ -16,29 +16,27 @@ LOOP_DEMO_SCHEDULE = (
 
 def demo_loop(args: argparse.Namespace, topology: Any) -> int:
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness.engine.clock import make_clock
-    from pathways_chaos.harness.engine.deadline import episode_deadline
-    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
-    from pathways_chaos.harness.episodes.loop_episode import load_loop
+    from pathways_chaos.harness.episodes.supervisor import check_loop
+    from pathways_chaos.harness.errors import ChaosConfigError
     from pathways_chaos.harness.play import play_loop
 
-    loop = load_loop(args.loop, "--loop")
+    problem = check_loop(args.loop, "--loop")  # imported in a child, never here
+    if problem is not None:
+        raise ChaosConfigError(problem)
     schedule = parse_schedule(args.schedule or LOOP_DEMO_SCHEDULE)
-    with (
-        tempfile.TemporaryDirectory() as tmp,
-        FakeCluster(topology, clock=make_clock(args.clock)) as cluster,
-    ):
-        with episode_deadline(cluster.clock, cluster=cluster):  # a loop that waits forever
-            baseline = play_loop(loop, cluster=cluster, checkpoint_dir=Path(tmp) / "fault-free")
-        with episode_deadline(cluster.clock, cluster=cluster):
-            outcome = play_loop(
-                loop,
-                schedule,
-                baseline=baseline.events,
-                cluster=cluster,
-                log_path=args.log,
-                checkpoint_dir=Path(tmp) / "faulted",
-            )
+    with tempfile.TemporaryDirectory() as tmp:
+        baseline = play_loop(
+            args.loop, topology=topology, clock=args.clock, checkpoint_dir=Path(tmp) / "fault-free"
+        )
+        outcome = play_loop(
+            args.loop,
+            schedule,
+            baseline=baseline.events,
+            topology=topology,
+            clock=args.clock,
+            log_path=args.log,
+            checkpoint_dir=Path(tmp) / "faulted",
+        )
     result, verdict = outcome.result, outcome.verdict
     batches = [e for e in result.events if e["kind"] == "batch"]
     attempts = [e for e in result.events if e["kind"] == "attempt_start"]

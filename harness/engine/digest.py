@@ -19,7 +19,7 @@ def digest(tree: Any, *, partial: bool = False) -> dict[str, str]:
     import jax
 
     flat = [
-        (jax.tree_util.keystr(path), leaf)
+        (jax.tree_util.keystr(path), key_free(leaf))
         for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
         if not partial or (hasattr(leaf, "shape") and not isinstance(leaf, jax.ShapeDtypeStruct))
     ]
@@ -39,6 +39,31 @@ def digest(tree: Any, *, partial: bool = False) -> dict[str, str]:
             array.dtype.str.encode() + str(array.shape).encode() + array.tobytes()
         ).hexdigest()[:16]
     return out
+
+
+def key_free(leaf: Any) -> Any:
+    """A typed PRNG key (``jax.random.key``) as its raw ``uint32`` data, which numpy can hold;
+    any other leaf as it is."""
+    import jax
+
+    dtype = getattr(leaf, "dtype", None)
+    if dtype is not None and isinstance(leaf, jax.Array):
+        try:
+            if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+                return jax.random.key_data(leaf)
+        except TypeError:
+            return leaf
+    return leaf
+
+
+def host_array(leaf: Any) -> np.ndarray:
+    """Any leaf JAX allows in a state (typed keys, bfloat16, int4, scalars, empty arrays) as a
+    host array numpy can save and compare: a dtype numpy lacks becomes float32 (exact for
+    bfloat16 and the small ints), a key its data."""
+    array = np.asarray(key_free(leaf))
+    if type(array.dtype).__module__ != "numpy" and array.dtype.type.__module__ != "numpy":
+        array = array.astype(np.float32)
+    return array
 
 
 def _fetched_or_none(leaf: Any) -> Any:

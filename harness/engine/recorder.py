@@ -9,6 +9,7 @@ touches a lost slice. Readers see only the log.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -27,10 +28,19 @@ SCHEMA_VERSION = 1
 class Recorder:
     """Appends events to memory and, when given a path, to a JSONL file."""
 
-    def __init__(self, path: str | Path | None = None, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        clock: Clock | None = None,
+        *,
+        resume: list[Event] | None = None,
+    ) -> None:
         self.clock: Clock = clock if clock is not None else RealClock()
         self.path = Path(path) if path is not None else None
-        self.events: list[Event] = []
+        #: ``resume``: the events already in ``path`` (a later run's process goes on with the
+        #: same log: numbering continues, no second ``log_start``).
+        self.events: list[Event] = list(resume or [])
+        self._pid = os.getpid()
         self._listeners: list[Listener] = []
         self._lock = threading.RLock()
         self._file: IO[str] | None = None
@@ -38,7 +48,13 @@ class Recorder:
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = self.path.open("a", encoding="utf-8")
-        self.emit("log_start", schema=SCHEMA_VERSION, epoch=time.time())
+            if resume is not None and self._file.tell() > 0:
+                with self.path.open("rb") as f:  # a torn last line stays apart from ours
+                    f.seek(-1, 2)
+                    if f.read(1) != b"\n":
+                        self._file.write("\n")
+        if resume is None:
+            self.emit("log_start", schema=SCHEMA_VERSION, epoch=time.time())
 
     def add_listener(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -58,7 +74,8 @@ class Recorder:
                 **fields,
             }
             self.events.append(event)
-            if self._file is not None:
+            # A copy of the process made by a fork in the loop must not write into the log.
+            if self._file is not None and os.getpid() == self._pid:
                 self._file.write(json.dumps(event, default=_jsonable) + "\n")
                 self._file.flush()
         for listener in list(self._listeners):
@@ -81,6 +98,49 @@ def read_log(path: str | Path) -> list[Event]:
     """The events of a JSONL log an episode wrote (``--chaos-log-dir``, ``--log``), in order."""
     with Path(path).open(encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+class LogTail:
+    """Reads a log another process is writing: whole lines only, a torn last line kept for
+    the next read (or, once the writer is gone, counted as torn and dropped). A line that is
+    not an event object is counted, never trusted."""
+
+    def __init__(self, path: str | Path, limit: int = 1 << 30) -> None:
+        self.path = Path(path)
+        self.limit = limit
+        self._offset = 0
+        self._partial = b""
+        self.torn = 0
+        self.bad = 0
+
+    def read(self, final: bool = False) -> list[Event]:
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self._offset)
+                chunk = f.read(max(0, self.limit - self._offset))
+        except OSError:
+            return []
+        self._offset += len(chunk)
+        data = self._partial + chunk
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        if final and self._partial.strip():
+            self.torn += 1
+            self._partial = b""
+        out = []
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                self.bad += 1
+                continue
+            if isinstance(event, dict) and isinstance(event.get("kind"), str):
+                out.append(event)
+            else:
+                self.bad += 1
+        return out
 
 
 def of_kind(events: Iterable[Event], *kinds: str) -> Iterator[Event]:

@@ -16,7 +16,7 @@ import dataclasses
 import inspect
 import logging
 import signal
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -206,51 +206,9 @@ class ExpectedSliceErrors(logging.Filter):
             logging.getLogger(name).removeFilter(self)
 
 
-class LoopExited(BaseException):
-    """A loop asked to end the process (``sys.exit``, ``os._exit``, a fatal signal to itself).
-
-    A ``BaseException``, so neither ``elastic_retry`` nor the loop's own ``except Exception``
-    takes it for a training error; the episode turns it into a failed run naming the line.
-    """
-
-
-@contextlib.contextmanager
-def process_exits_refused() -> Iterator[None]:
-    """While the loop runs, ``os._exit``, ``os.abort`` and fatal signals the process sends
-    itself raise ``LoopExited`` instead of ending the pytest run (whose exit status CI reads).
-    Undone on exit, whatever happened."""
-    import os
-    import signal as signal_module
-
-    saved = (os._exit, os.abort, os.kill, signal_module.raise_signal)
-
-    def fatal(sig: int) -> bool:
-        if sig in (signal_module.SIGKILL, signal_module.SIGSTOP):
-            return True
-        return signal_module.getsignal(sig) in (signal_module.SIG_DFL, None)
-
-    def refused_exit(code: int = 0) -> None:
-        raise LoopExited(f"the loop called os._exit({code})")
-
-    def refused_abort() -> None:
-        raise LoopExited("the loop called os.abort()")
-
-    def checked_kill(pid: int, sig: int) -> None:
-        if pid in (0, os.getpid()) and fatal(sig):
-            raise LoopExited(f"the loop sent itself signal {signal_module.Signals(sig).name}")
-        saved[2](pid, sig)
-
-    def checked_raise_signal(sig: int) -> None:
-        if fatal(sig):
-            raise LoopExited(f"the loop raised signal {signal_module.Signals(sig).name}")
-        saved[3](sig)
-
-    os._exit, os.abort, os.kill = refused_exit, refused_abort, checked_kill  # type: ignore[assignment]
-    signal_module.raise_signal = checked_raise_signal
-    try:
-        yield
-    finally:
-        os._exit, os.abort, os.kill, signal_module.raise_signal = saved
+class LoopExited(Exception):
+    """The loop called ``sys.exit``: a failed run naming the line (an exit from the process
+    itself, ``os._exit`` or a signal, ends the episode's child, which its parent names)."""
 
 
 def loop_name(loop: Callable[..., Any]) -> str:
@@ -283,10 +241,10 @@ def refuse_loop_misfits(schedule: Schedule) -> None:
             )
 
 
-class _LoopWorkload:
+class LoopWorkload:
     """A user's loop: a run that a preemption notice ended (returning ``None``) runs again."""
 
-    caught: ClassVar[tuple[type[BaseException], ...]] = (Exception, SystemExit, LoopExited)
+    caught: ClassVar[tuple[type[BaseException], ...]] = (Exception, SystemExit)
     #: A deadline passed between runs propagates, as it always has for a loop.
     deadline_ends_episode: ClassVar[bool] = False
 
@@ -348,8 +306,7 @@ class _LoopWorkload:
         return self._run
 
     def _run(self) -> Any:
-        with process_exits_refused():
-            return self.loop(**self.arguments)
+        return self.loop(**self.arguments)
 
     def failed(self, error: BaseException) -> BaseException:
         assert self.observer is not None
@@ -409,7 +366,7 @@ def run_loop_episode(
     """
     schedule = schedule or Schedule()
     settings = (lineage, show_library_logs, deadline)
-    workload = _LoopWorkload(
+    workload = LoopWorkload(
         cluster, loop, schedule, options or {}, checkpoint_dir, step_seconds, settings
     )
     runner = EpisodeRunner(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 #: What a violation can be caused by, as the verdict names it.
 CAUSES = (
+    "process-ended",
+    "process-left-behind",
     "crash",
     "deadline",
     "not-a-loop",
@@ -29,6 +31,11 @@ CAUSES = (
 )
 
 _CAUSE_BY_TEXT = (
+    ("the loop's process", "process-ended"),
+    ("the episode passed its wall-time deadline", "deadline"),
+    ("the loop used more than", "process-ended"),
+    ("the loop wrote more than", "process-ended"),
+    ("the loop left", "process-left-behind"),
     ("the loop crashed", "crash"),
     ("the run did not finish", "deadline"),
     ("returned at once", "not-a-loop"),

@@ -13,22 +13,25 @@ from __future__ import annotations
 import collections
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
-
-import numpy as np
 
 from pathways_chaos.harness.engine.recorder import Event
 from pathways_chaos.harness.judging import chain_judges
 from pathways_chaos.harness.judging import lineage as chain_checks
+from pathways_chaos.harness.judging.final_values import leaf_array as _array
+from pathways_chaos.harness.judging.final_values import (
+    worst_outside_tolerance as _worst_outside_tolerance,
+)
 from pathways_chaos.harness.judging.loop_causes import cause_of, causes_named
 from pathways_chaos.harness.judging.loop_lineage import BatchRecord, batch_sizes, committed_batches
 from pathways_chaos.harness.judging.oracle import Verdict, recoveries
+from pathways_chaos.harness.judging.process_exit import process_exit as _process_exit
 from pathways_chaos.harness.judging.replay import REPLAY_ATOL, REPLAY_RTOL
 
 #: Every judge, in the order the verdict lists them: causes before the effects they lead to
 #: (a swallowed error or a snapshot that pairs the wrong position before the samples it made
 #: skip; a crash, the end of many a cause, listed after any other finding).
 JUDGES = (
+    "process-exit",
     "completed",
     "errors-handled",
     "snapshot-pairs",
@@ -92,6 +95,7 @@ def judge_loop(
     chain = chain_checks.follow(events) if completed else None
     base_chain = chain_checks.follow(baseline) if baseline else None
     results: dict[str, list[str] | str] = {}  # name -> violations, or why it was not judged
+    results["process-exit"] = _process_exit(events)
     results["completed"] = _completed(ends, failed) + (
         _did_something(events, ends[-1]) if completed else []
     )
@@ -184,6 +188,8 @@ def _completed(ends: list[Event], failed: Event | None) -> list[str]:
     where = failed.get("where")
     cause = failed.get("cause")
     text = str(failed.get("error") or "")
+    if failed.get("process_end"):  # the supervisor's account of how the process ended
+        return [_line(text.partition(": ")[2], 500)]
     if text.startswith(("EpisodeDeadlineExceeded", "UnsatisfiableWait")):
         return [f"the run did not finish: {_line(text.partition(': ')[2], 500)}"]
     return [
@@ -529,8 +535,8 @@ def _final_state(
         a, b = _array(got[path]), _array(want[path])
         if a.shape != b.shape:
             return [f"leaf {path}: shape {a.shape} differs from {against}'s {b.shape}"]
-        if not np.allclose(a, b, rtol=REPLAY_RTOL, atol=REPLAY_ATOL):
-            worst = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
+        worst = _worst_outside_tolerance(a, b)
+        if worst is not None:
             counter = ""
             if a.dtype.kind in "iu" and a.size == 1:
                 counter = (
@@ -562,10 +568,6 @@ def _trained_between(chain: chain_checks.Chain | None, restore: Event, save: Eve
         for d in walk.trained(chain.graph)
         if (d.run, d.attempt) == key and restore["seq"] < d.seq < save["seq"]
     )
-
-
-def _array(leaf: dict[str, Any]) -> np.ndarray:
-    return np.asarray(leaf["values"], dtype=leaf["dtype"]).reshape(leaf["shape"])
 
 
 def _last_end(events: Sequence[Event]) -> Event | None:

@@ -6,7 +6,7 @@ heavy, sets no environment variable and leaves JAX alone.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -79,6 +79,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="S",
         help="wall-clock seconds an episode may take, for code that spins without the clock "
         "(default 600; 'off' for none)",
+    )
+    group.addoption(
+        "--chaos-require-judged",
+        action="store_true",
+        default=False,
+        help="a loop test whose central judges (exactly-once, final-state) could not judge "
+        "fails instead of being skipped as not judged",
+    )
+    group.addoption(
+        "--chaos-memory-limit",
+        default=None,
+        metavar="SIZE",
+        help="memory one episode's loop process may use before it is ended and named "
+        "(default 4GiB)",
     )
     group.addoption(
         "--chaos-log-dir",
@@ -183,6 +197,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", marker)
     option_checks.check_options(config)  # bad values: one line, exit 4, before anything runs
     _set_deadline(config)
+    _set_memory_limit(config)
     from pathways_chaos.harness.pytest_plugin import activation
 
     if activation.options_ask_for_devices(config) or config.getoption("cluster"):
@@ -222,7 +237,32 @@ def _set_deadline(config: pytest.Config) -> None:
     config.stash[_PREVIOUS_DEADLINE] = deadline.set_default_deadline(limits)
 
 
+_PREVIOUS_LIMITS: pytest.StashKey[Any] = pytest.StashKey()
+
+
+def _set_memory_limit(config: pytest.Config) -> None:
+    raw = config.getoption("chaos_memory_limit")
+    if raw is None:
+        return
+    import dataclasses
+
+    from pathways_chaos.harness.episodes import supervisor
+    from pathways_chaos.harness.errors import ChaosConfigError
+
+    try:
+        size = supervisor.parse_bytes(raw, "--chaos-memory-limit")
+    except ChaosConfigError as error:
+        raise pytest.UsageError(str(error)) from None
+    limits = dataclasses.replace(supervisor.ChildLimits(), memory_bytes=size)
+    config.stash[_PREVIOUS_LIMITS] = supervisor.set_default_limits(limits)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
+    limits = config.stash.get(_PREVIOUS_LIMITS, None)
+    if limits is not None:
+        from pathways_chaos.harness.episodes import supervisor
+
+        supervisor.set_default_limits(limits)
     previous = config.stash.get(_PREVIOUS_DEADLINE, None)
     if previous is not None:
         from pathways_chaos.harness.engine import deadline
@@ -258,6 +298,13 @@ def _run_the_loop_scenarios_only(config: pytest.Config, items: list[pytest.Item]
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Which judges each chaos test's verdict ran (nothing when no test ran an episode)."""
+    from pathways_chaos.harness.pytest_plugin.judges_summary import write_summary
+
+    write_summary(terminalreporter, config)
 
 
 def pytest_report_header(config: pytest.Config) -> str:

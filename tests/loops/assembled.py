@@ -77,6 +77,11 @@ def _unwrap(b: Blocks, state: Any) -> tuple[Any, Any]:
     return state.params, state.momentum
 
 
+def run(b: Blocks, *, devices: Any = None) -> Any:
+    """The loop these blocks make, as a module-level function (a child process imports it)."""
+    return make_loop(b)(devices=devices)
+
+
 def make_loop(b: Blocks) -> Callable[..., Any]:
     """The loop ``main(devices=...)`` these blocks make."""
 

@@ -6,6 +6,7 @@ inside the loop: the observer watches grain, Orbax and pathwaysutils from outsid
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 
 import pytest
@@ -197,7 +198,7 @@ def _drops_the_momentum(snapshotter, abstract, iterator):
 
 def test_a_loop_that_starts_over_fails_restore_latest(chaos):
     out = chaos.run_loop(
-        lambda **o: user_loop.train(restore=_restarts_from_scratch, **o),
+        functools.partial(user_loop.train, restore=_restarts_from_scratch),
         "data_loss@batch=12:slice=2",
     )
     (message,) = [v for v in out.verdict.violations if "without restoring" in v]
@@ -209,7 +210,7 @@ def test_a_loop_that_keeps_old_states_fails_no_leaks(chaos):
     schedule = "data_loss@batch=12:slice=2,data_loss@batch=20:slice=1"
     try:
         out = chaos.run_loop(
-            lambda **o: user_loop.train(restore=_keeps_every_restore, **o), schedule
+            functools.partial(user_loop.train, restore=_keeps_every_restore), schedule
         )
     finally:
         KEPT.clear()
@@ -219,7 +220,7 @@ def test_a_loop_that_keeps_old_states_fails_no_leaks(chaos):
 
 def test_a_loop_that_drops_optimizer_state_fails_final_state(chaos):
     out = chaos.run_loop(
-        lambda **o: user_loop.pause_resume(restore=_drops_the_momentum, **o),
+        functools.partial(user_loop.pause_resume, restore=_drops_the_momentum),
         "data_loss@batch=12:slice=2:repair_after_polls=3",
     )
     (message,) = out.verdict.violations
@@ -246,8 +247,17 @@ def test_a_failure_of_the_lineage_recording_is_said_and_never_reaches_the_loop(c
     def broken(self, *args):
         raise KeyError("a bug in the recorder")
 
-    monkeypatch.setattr(LineageSeam, "_executed", broken)
-    out = chaos.run_loop(user_loop.main, "data_loss@batch=12:slice=2")
+    from pathways_chaos.harness.play import play_loop
+
+    monkeypatch.setattr(LineageSeam, "_executed", broken)  # in this process: not isolated
+    baseline = play_loop(user_loop.main, cluster=chaos.cluster, isolate=False)
+    out = play_loop(
+        user_loop.main,
+        "data_loss@batch=12:slice=2",
+        baseline=baseline.events,
+        cluster=chaos.cluster,
+        isolate=False,
+    )
 
     assert out.result.completed
     said = out.verdict.not_judged["snapshot-pairs"]

@@ -21,8 +21,8 @@ def _loop(name: str):
     ("name", "said"),
     [
         ("calls_sys_exit", "the loop called sys.exit(3)"),
-        ("calls_os_exit", "the loop called os._exit(0)"),
-        ("kills_itself", "the loop sent itself signal SIGKILL"),
+        ("calls_os_exit", "the loop's process exited with code 0: os._exit(0)"),
+        ("kills_itself", "the loop's process was killed by SIGKILL the loop sent itself"),
     ],
 )
 def test_an_exit_from_the_loop_is_a_failed_verdict_naming_the_line(chaos, name, said):
@@ -90,7 +90,7 @@ def test_a_loop_that_never_returns_ends_at_its_deadline_saying_where(chaos):
     from pathways_chaos.harness.play import play_loop
 
     out = play_loop(
-        _loop("never_returns"), cluster=chaos.cluster, deadline=Deadline(fake_s=60, wall_s=2)
+        _loop("never_returns"), cluster=chaos.cluster, deadline=Deadline(fake_s=60, wall_s=6)
     )
 
     (message,) = out.verdict.violations

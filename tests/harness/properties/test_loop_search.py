@@ -272,7 +272,7 @@ def test_the_sample_loop_passes_a_budgeted_search_and_the_figures_say_what_it_co
     ]
     assert "of a 20 s budget" in line and "0 failed" in line, line
     figures = json.loads(report.read_text())
-    assert figures["schedules"] >= 8 and figures["failures"] == 0
+    assert figures["schedules"] >= 5 and figures["failures"] == 0
     assert figures["wall_s"] + figures["baseline_s"] <= 20 + 10  # one schedule past, at most
     assert set(figures["by_property"]) == {"snapshot", "dataset", "mesh", "stateful"}
     assert figures["episode_shares"]["slice lost"] > 0.5

@@ -1,0 +1,255 @@
+"""One run of a user's loop in a process of its own: the child side of a supervised episode.
+
+``python -m pathways_chaos.harness.episodes.child SPEC`` hosts the fake cluster, the observer
+and the loop; it appends to the episode's log and ends it with a ``child_exit`` marker, so a log
+without one is known to be cut short. A preemption's next run is the next child: it reads the
+log so far and goes on from the ``run_handoff`` event the previous run wrote (the schedule's
+faults still to come, the trigger counts, the clock), sharing nothing else but the checkpoint
+folder, as a restarted Pod on GKE. The parent (``supervisor``) holds the deadline and the judges.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import faulthandler
+import pickle
+import signal
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+#: The parent's signal for "dump every thread's stack now" (faulthandler, in C: works while
+#: the loop blocks in a system call).
+STACK_SIGNAL = signal.SIGUSR1
+
+
+@dataclasses.dataclass
+class ChildSpec:
+    """What one child run needs; written by the parent, pickled (it may carry the test's own
+    callable, which the child imports to unpickle)."""
+
+    loop: str | None  # MODULE:FUNCTION or FILE.py:FUNCTION
+    loop_pickle: bytes | None  # or the callable itself, pickled by reference
+    name: str
+    options_pickle: bytes
+    schedule: str
+    topology: str
+    clock: str
+    log_path: str
+    values_dir: str
+    checkpoint_dir: str | None
+    run: int
+    max_runs: int
+    step_seconds: float
+    lineage: bool
+    show_library_logs: bool
+    fake_s: float | None
+    stack_file: str
+    witness_file: str
+    sys_path: list[str]
+    #: Only load the loop and say whether it loads (a command's check of a spec, done where
+    #: the loop's module may run).
+    probe: bool = False
+    #: Files loaded as modules in the parent under made-up names the pickles refer to.
+    preload: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    #: The options as the log shows them (``repr``, made by the parent).
+    options_shown: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def main(argv: list[str]) -> None:
+    spec: ChildSpec = pickle.loads(Path(argv[0]).read_bytes())
+    for entry in reversed(spec.sys_path):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    stacks = open(spec.stack_file, "a", encoding="utf-8")  # noqa: SIM115 - lives with the process
+    faulthandler.enable(file=stacks, all_threads=True)
+    faulthandler.register(STACK_SIGNAL, file=stacks, all_threads=True, chain=False)
+    from pathways_chaos.harness.episodes import exit_witness
+
+    exit_witness.install(spec.witness_file)
+    from pathways_chaos.harness.engine import compilation_cache
+    from pathways_chaos.harness.engine.topology import SliceTopology, request_cpu_devices
+
+    request_cpu_devices(SliceTopology.parse(spec.topology).device_count)
+    with contextlib.suppress(Exception):  # a cache it may not use is only slower
+        compilation_cache.enable()
+    run_child(spec)
+    # A normal exit: atexit runs and non-daemon threads are joined; a thread the loop left
+    # running keeps the process alive, which the parent sees and names.
+    sys.exit(0)
+
+
+def run_child(spec: ChildSpec) -> None:
+    """One run, logged; the toolkit's own failure is logged as ``toolkit_error``."""
+    from pathways_chaos.harness.engine.recorder import LogTail, Recorder
+
+    prior = LogTail(spec.log_path).read(final=True) if spec.run > 1 else None
+    handoff = next((e for e in reversed(prior or []) if e["kind"] == "run_handoff"), None)
+    recorder = Recorder(spec.log_path, clock=_clock(spec, handoff), resume=prior)
+    try:
+        status = _one_run(spec, recorder, handoff)
+    except BaseException as error:  # ours: the loop's errors were caught inside
+        recorder.emit(
+            "toolkit_error",
+            run=spec.run,
+            error=f"{type(error).__name__}: {error}"[:500],
+            traceback="".join(traceback.format_exception(error))[-8000:],
+        )
+        status = "toolkit_error"
+    recorder.emit("child_exit", run=spec.run, status=status, threads=_threads_left())
+    recorder.close()
+
+
+def _threads_left() -> list[str]:
+    """Non-daemon threads still running once the run is over: each keeps the process from
+    exiting (named, with the innermost frame of the loop's own code where it has one)."""
+    import threading
+
+    from pathways_chaos.harness.blackbox.values import is_plumbing
+
+    frames = sys._current_frames()
+    out = []
+    for thread in threading.enumerate():
+        if thread is threading.main_thread() or thread.daemon or not thread.is_alive():
+            continue
+        where, frame = "", frames.get(thread.ident or -1)
+        while frame is not None:
+            if not is_plumbing(frame.f_code.co_filename):
+                where = f" at {frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+                break
+            frame = frame.f_back
+        target = getattr(thread, "_target", None)
+        what = f", running {getattr(target, '__qualname__', target)!s}" if target else ""
+        out.append(f"{thread.name!r}{what}{where}")
+    return out
+
+
+def _clock(spec: ChildSpec, handoff: dict[str, Any] | None) -> Any:
+    from pathways_chaos.harness.engine.clock import FakeClock, make_clock
+
+    if spec.clock == "fake":
+        return FakeClock(start=float(handoff["clock"]) if handoff else 0.0)
+    return make_clock(spec.clock)
+
+
+def _one_run(spec: ChildSpec, recorder: Any, handoff: dict[str, Any] | None) -> str:
+    from pathways_chaos.faults.model import parse_schedule
+    from pathways_chaos.harness.engine.deadline import Deadline
+    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
+    from pathways_chaos.harness.engine.topology import SliceTopology
+    from pathways_chaos.harness.episodes.loop_episode import LoopWorkload, refuse_loop_misfits
+
+    if spec.probe:
+        return "loaded" if _load(spec, recorder) is not None else "unloadable"
+    schedule = parse_schedule(spec.schedule)
+    cluster = FakeCluster(SliceTopology.parse(spec.topology), clock=recorder.clock)
+    if spec.run == 1:
+        refuse_loop_misfits(schedule)
+        recorder.emit(
+            "episode_start",
+            topology=spec.topology,
+            schedule=schedule.to_text(),
+            clock=spec.clock,
+            loop=spec.name,
+            options=spec.options_shown,
+            isolation="child",
+        )
+    loop = _load(spec, recorder)
+    if loop is None:
+        return "unloadable"
+    options: dict[str, Any] = pickle.loads(spec.options_pickle)
+    settings = (spec.lineage, spec.show_library_logs, Deadline(fake_s=spec.fake_s, wall_s=None))
+    workload = LoopWorkload(
+        cluster, loop, schedule, options, spec.checkpoint_dir, spec.step_seconds, settings
+    )
+    workload.name = spec.name
+    again = False
+    error: BaseException | None = None
+    with cluster:
+        workload.begin(recorder)
+        with contextlib.ExitStack() as stack:
+            workload.enter(stack)
+            assert workload.observer is not None and workload.faults is not None
+            workload.observer.values_dir = Path(spec.values_dir)
+            if handoff is not None:
+                _resume(workload, schedule, handoff)
+            run = workload.start(spec.run)
+            try:
+                result = run()
+            except BaseException as e:  # every ending of the loop's own code is a failed run
+                error = workload.failed(e)
+            finally:
+                workload.after_run()
+            if error is None:
+                again = workload.again(result)
+        if again and spec.run < spec.max_runs:
+            _hand_off(workload, schedule, recorder)
+            return "suspended"
+        workload.close(recorder)
+        recorder.emit(
+            "episode_end", error=None if error is None else f"{type(error).__name__}: {error}"
+        )
+    return "ended"
+
+
+def _load(spec: ChildSpec, recorder: Any) -> Any:
+    """The loop, or None after logging one line on why it cannot be loaded."""
+    from pathways_chaos.harness.episodes.loop_episode import load_loop
+    from pathways_chaos.harness.errors import ChaosConfigError
+
+    try:
+        if spec.loop_pickle is not None:
+            from pathways_chaos.harness.engine.user_modules import import_file
+
+            for prefix, file in spec.preload:
+                import_file(Path(file), prefix)
+            return pickle.loads(spec.loop_pickle)
+        assert spec.loop is not None
+        return load_loop(spec.loop)
+    except ChaosConfigError as error:
+        recorder.emit("loop_unloadable", message=str(error))
+    except BaseException as error:  # unpickling imports the loop's module: anything goes
+        recorder.emit("loop_unloadable", message=f"{type(error).__name__}: {error}"[:500])
+    return None
+
+
+def _hand_off(workload: Any, schedule: Any, recorder: Any) -> None:
+    """What the next run's process needs to go on: the faults still to come and those fired
+    (by their place in the schedule), the trigger counts, the clock."""
+    entries = list(schedule)
+    faults, observer = workload.faults, workload.observer
+    recorder.emit(
+        "run_handoff",
+        pending=[entries.index(e) for e in faults.pending],
+        fired=[entries.index(e) for e in faults.fired],
+        counts=dict(faults._counts),
+        last_step=faults.last_step,
+        time_origin=faults.time_origin,
+        clock=recorder.clock.time(),
+        batches=observer.batches,
+        errors=observer._error_number,
+        # Node and execution numbers go on: the judge's graph spans every run.
+        nodes=observer.lineage._next_node if observer.lineage is not None else 0,
+        execs=observer.lineage._next_exec if observer.lineage is not None else 0,
+    )
+
+
+def _resume(workload: Any, schedule: Any, handoff: dict[str, Any]) -> None:
+    entries = list(schedule)
+    faults, observer = workload.faults, workload.observer
+    faults.pending = [entries[i] for i in handoff["pending"]]
+    faults.fired = [entries[i] for i in handoff["fired"]]
+    faults._counts = {str(k): int(v) for k, v in handoff["counts"].items()}
+    faults.last_step = int(handoff["last_step"])
+    faults.time_origin = float(handoff["time_origin"])
+    observer.batches = int(handoff["batches"])
+    observer._error_number = int(handoff["errors"])
+    if observer.lineage is not None:
+        observer.lineage._next_node = int(handoff["nodes"])
+        observer.lineage._next_exec = int(handoff["execs"])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,43 @@
+"""A final state's values as the judge reads them: from the ``.npy`` files a child wrote beside
+the log (memory-mapped, never unpickled) or from an event, compared chunk by chunk so two
+whole states of a large model never sit on the host at once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pathways_chaos.harness.judging.replay import REPLAY_ATOL, REPLAY_RTOL
+
+
+def leaf_array(leaf: dict[str, Any]) -> np.ndarray:
+    """A final-state leaf: from its ``.npy`` file beside the log (memory-mapped, never
+    unpickled: the child that wrote it ran the loop), or from the values in the event."""
+    if "file" in leaf:
+        mmap = "r" if leaf["shape"] else None  # a 0-d array maps as shape (1,)
+        array = np.load(str(leaf["file"]), mmap_mode=mmap, allow_pickle=False)
+        if list(array.shape) != list(leaf["shape"]):
+            raise ValueError(f"{leaf['file']} holds shape {array.shape}, the log {leaf['shape']}")
+        return array
+    return np.asarray(leaf["values"], dtype=leaf["dtype"]).reshape(leaf["shape"])
+
+
+#: Elements compared at a time: two whole states of a large model never sit on the host.
+_CHUNK = 1 << 22
+
+
+def worst_outside_tolerance(a: np.ndarray, b: np.ndarray) -> float | None:
+    """The largest absolute difference when ``a`` and ``b`` differ beyond the replay
+    tolerance, else None; compared chunk by chunk."""
+    flat_a, flat_b = a.reshape(-1), b.reshape(-1)
+    worst, differ = 0.0, False
+    for start in range(0, flat_a.size, _CHUNK):
+        x = np.asarray(flat_a[start : start + _CHUNK], dtype=np.float64)
+        y = np.asarray(flat_b[start : start + _CHUNK], dtype=np.float64)
+        if not np.allclose(x, y, rtol=REPLAY_RTOL, atol=REPLAY_ATOL, equal_nan=True):
+            differ = True
+        diff = np.abs(x - y)
+        if diff.size:
+            worst = max(worst, float(np.nanmax(diff)) if not np.all(np.isnan(diff)) else 0.0)
+    return worst if differ else None

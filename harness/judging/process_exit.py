@@ -1,0 +1,38 @@
+"""The process-exit judge: a loop's processes ended cleanly (read from the supervisor's
+``child_end`` events)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pathways_chaos.harness.engine.recorder import Event
+
+
+def _line(text: object, limit: int = 300) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[:limit] + "..."
+
+
+def _plural(n: int, word: str, words: str) -> str:
+    return f"{n} {word if n == 1 else words}"
+
+
+def process_exit(events: Sequence[Event]) -> list[str] | str:
+    """The loop's processes ended cleanly: no thread kept one alive after its run ended, and
+    nothing it started was still running (a real job's Pod would hang, or its workers be cut
+    off mid-work)."""
+    children = [e for e in events if e["kind"] == "child_end"]
+    if not children:
+        return "the loop ran in the judging process (no child process to watch)"
+    found = []
+    for e in children:
+        if e.get("after_end") and e.get("cause"):
+            found.append(_line(e["cause"], 500))
+        left = [str(x) for x in e.get("left_behind") or []]
+        if left:
+            found.append(
+                f"the loop left {_plural(len(left), 'process', 'processes')} running when run "
+                f"{e.get('run')} ended ({'; '.join(left[:3])}{'; ...' if len(left) > 3 else ''}): "
+                "pathways-chaos ended them; join or terminate what the loop starts"
+            )
+    return found

@@ -221,26 +221,37 @@ def _play_loop_in_process(
 ) -> Outcome[LoopResult, LoopVerdict]:
     """``--cluster``: the loop drives the real cluster's backend, which lives in this process
     (its journal and arming); not yet in a child (see docs/concepts/isolation.md)."""
+    from pathways_chaos.faults.model import parse_schedule
+    from pathways_chaos.harness.engine.backend import SliceStates
     from pathways_chaos.harness.episodes.loop_episode import load_loop
+    from pathways_chaos.harness.judging.clean_rerun import clean_schedule
     from pathways_chaos.harness.judging.loop_oracle import judge_loop
 
     fn = load_loop(loop) if isinstance(loop, str) else loop
+    common = (lineage, show_library_logs, deadline)
     with contextlib.ExitStack() as stack:
         if cluster is None:
             cluster = stack.enter_context(_fake_cluster(None, "fake"))
         result = _run_in_process(
-            cluster,
-            fn,
-            plan,
-            options,
-            log_path,
-            checkpoint_dir,
-            listeners,
-            lineage,
-            show_library_logs,
-            deadline,
+            cluster, fn, plan, options, log_path, checkpoint_dir, listeners, *common
         )
-    return Outcome(result, judge_loop(result.events, baseline))
+        verdict = judge_loop(result.events, baseline)
+        why = verdict.not_judged.get("final-state", "")
+        if baseline is not None and result.completed and "changed the batch schedule" in why:
+            text, why_not = clean_schedule(result.events)
+            clean = None
+            if text is not None:
+                for s in sorted(cluster.down_slices() if isinstance(cluster, SliceStates) else ()):
+                    cluster.repair_slice(s)
+                where = None if checkpoint_dir is None else Path(f"{checkpoint_dir}-clean")
+                rerun = _run_in_process(
+                    cluster, fn, parse_schedule(text), options, None, where, (), lineage,
+                    False, deadline,
+                )  # fmt: skip
+                clean = rerun.events if rerun.completed else None
+                why_not = "" if clean else f"the clean rerun ({text}) did not complete"
+            verdict = judge_loop(result.events, baseline, clean, why_not)
+    return Outcome(result, verdict)
 
 
 def _run_in_process(

@@ -26,12 +26,11 @@ import threading
 import time
 import traceback
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from pathways_chaos.harness.blackbox.checkpoints import CheckpointWatch
 from pathways_chaos.harness.blackbox.lineage import LineageSeam
 from pathways_chaos.harness.blackbox.values import (
     batch_size_of,
@@ -93,10 +92,13 @@ class LoopObserver:
         self._error_number = 0
         #: Where a run's final state's values go (``run-N/`` below it), not into the log.
         self.values_dir: Path | None = None
+        #: The tree of the run's last save (a loop that returns ``None`` is judged by it).
+        self._last_saved: Any = None
 
     # -- the episode's side --------------------------------------------------------------------
     def begin_run(self, run: int, loop: str) -> None:
         self.run, self.attempt, self._attempt_batches, self._ready = run, 0, 0, False
+        self._last_saved = None
         self._meshes.clear()
         slices = {
             str(s): [d.id for d in self.cluster.slice_devices(s)]
@@ -124,12 +126,19 @@ class LoopObserver:
                 live = self.lineage.live_by_attempt()
                 alive = {k: n for k, n in live.items() if k in earlier}
             fields["failed_attempts_alive"] = alive
+        where = None if self.values_dir is None else self.values_dir / f"run-{self.run}"
         if error is None and value is not None:
             fields["returned"] = type(value).__name__
-            where = None if self.values_dir is None else self.values_dir / f"run-{self.run}"
             fields["final_state"] = describe_state(value, where)
             if self.lineage is not None:
                 fields["final_nodes"] = self.lineage.final_nodes(value)
+        elif error is None and status == "completed" and self._last_saved is not None:
+            # Most training mains return nothing: they log and checkpoint. Their last save is
+            # what a restart would go on from, so it is what is compared.
+            fields["final_state"] = describe_state(self._last_saved, where)
+            fields["final_from"] = "the last save"
+            if self.lineage is not None:
+                fields["final_nodes"] = self.lineage.final_nodes(self._last_saved)
         self.recorder.emit("run_end", **fields)
 
     # -- install / remove ------------------------------------------------------------------
@@ -152,7 +161,6 @@ class LoopObserver:
 
     def _install(self) -> None:
         from grain.experimental import ElasticIterator
-        from orbax.checkpoint import v1 as ocp_v1
         from orbax.checkpoint.experimental.v1.training.pathways import Snapshotter
         from pathwaysutils.elastic import manager as manager_lib
 
@@ -169,8 +177,9 @@ class LoopObserver:
         holder = defining_class(manager_lib.Manager, "active_slice_indices")
         prop = holder.__dict__["active_slice_indices"]
         self._patch(holder, "active_slice_indices", self._active_property(prop))
-        self._wrap(ocp_v1, "save_pytree", self._save_pytree)
-        self._wrap(ocp_v1, "load_pytree", self._load_pytree)
+        CheckpointWatch(
+            self._wrap, self._checkpoint_saved, self._checkpoint_restoring, self._restored_from
+        ).install()
         if isinstance(self.cluster, DeviceListeners):
             self.cluster.add_placement_listener(self._placed)
         import jax.monitoring
@@ -263,6 +272,7 @@ class LoopObserver:
         self._snapshotters.append(snap)
 
     def _save(self, original: Callable[..., Any], snap: Any, step: int, state: Any) -> Any:
+        self._last_saved = state
         digests = self._digest(state)
         nodes = self.lineage.nodes_of(state) if self.lineage is not None else None
         # The Snapshotter skips a save while the last is not yet taken by its worker thread;
@@ -292,28 +302,25 @@ class LoopObserver:
         self._restored("snapshot", step, restored)
         return restored
 
-    def _save_pytree(self, original: Callable[..., Any], path: Any, tree: Any, **k: Any) -> Any:
-        out = original(path, tree, **k)
-        step = tree.get("step") if isinstance(tree, Mapping) else None
+    def _checkpoint_saved(self, step: int | None, path: str | None, tree: Any) -> None:
+        self._last_saved = tree
         self.recorder.emit(
             "checkpoint_save",
             **self._ids(),
-            step=None if step is None else int(np.asarray(step)),
-            path=str(path),
+            step=step,
+            path=path,
             digest=self._digest(tree),
             shapes=shapes(tree),
             nodes=self.lineage.nodes_of(tree) if self.lineage is not None else None,
             position=find_position(tree),
             batches_in_attempt=self._attempt_batches,
         )
-        return out
 
-    def _load_pytree(self, original: Callable[..., Any], path: Any, *a: Any, **k: Any) -> Any:
+    def _checkpoint_restoring(self) -> None:
         self.recorder.emit("restore_begin", **self._ids(), source="checkpoint", step=None)
-        restored = original(path, *a, **k)
-        step = restored.get("step") if isinstance(restored, Mapping) else None
-        self._restored("checkpoint", None if step is None else int(np.asarray(step)), restored)
-        return restored
+
+    def _restored_from(self, step: int | None, tree: Any) -> None:
+        self._restored("checkpoint", step, tree)
 
     def _restored(self, source: str, step: int | None, restored: Any) -> None:
         self.recorder.emit(
@@ -358,6 +365,7 @@ class LoopObserver:
 
         self.attempt += 1
         self._attempt_batches, self._ready = 0, False
+        self._last_saved = None  # a failed attempt's save must not outlive it here
         if self.attempt > self.max_attempts:
             raise AttemptGuardError(
                 f"pathways-chaos stopped the loop after {self.max_attempts} elastic attempts in "

@@ -131,7 +131,7 @@ def shapes(tree: Any) -> dict[str, list[Any]]:
     for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
         shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
         if shape is not None and dtype is not None:
-            out[jax.tree_util.keystr(path)] = [list(shape), str(np.dtype(dtype))]
+            out[jax.tree_util.keystr(path)] = [list(shape), str(dtype)]  # key<fry> too
     return out
 
 

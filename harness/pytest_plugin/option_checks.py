@@ -26,9 +26,20 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 def check_options(config: pytest.Config) -> None:
     """Raises ``pytest.UsageError`` (one line naming the option and the fix) on a bad value."""
-    problem = first_problem(config)
+    problem = first_problem(config) or _loop_problem(config)
     if problem:
         raise pytest.UsageError(f"pathways-chaos: {problem}")
+
+
+def _loop_problem(config: pytest.Config) -> str | None:
+    """A ``--chaos-loop`` that cannot load: said once, before any test (it is imported in a
+    child process, never in pytest's)."""
+    loop = _opt(config, "chaos_loop")
+    if not isinstance(loop, str) or not loop.strip():
+        return None
+    from pathways_chaos.harness.episodes.supervisor import check_loop
+
+    return check_loop(loop)
 
 
 def _opt(config: pytest.Config, name: str) -> object:

@@ -1,0 +1,104 @@
+"""The price of the process boundary (issue 29), printed as one JSON object.
+
+The chaos suite's ten loop scenarios on the sample loop, played once in this process (the old
+way, ``isolate=False``, kept for the toolkit's own tests) and once each run in a child process
+(the default), alternating per scenario in one run; wall seconds per scenario, the totals and
+their ratio, the time to the first verdict (fault-free baseline plus the first scenario), and a
+child's bare start (load-only probe of the loop).
+
+Usage: python bench/bench_isolation.py [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+LOOP = "pathways_chaos.harness.reference.user_loop:main"
+BACK = "repair_after_polls=3"
+SCENARIOS = {
+    **{
+        k: f"{k}@batch=10:slice=1:{BACK}"
+        for k in ("data_loss", "deadline_exceeded", "not_found", "internal")
+    },
+    "rejoins": "data_loss@batch=6:slice=2,repair@time=15:slice=2",
+    "lost_during_save": f"data_loss@save=3:slice=2:{BACK}",
+    "lost_during_restore": f"data_loss@batch=10:slice=2:{BACK},data_loss@restore=1:slice=1:{BACK}",
+    "flapping": "flapping@batch=3:slice=1:times=3:up_accesses=4",
+    "all_but_one": ",".join(f"data_loss@batch=10:slice={s}:{BACK}" for s in (1, 2, 3)),
+    "preemption": "preemption@batch=10",
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    from pathways_chaos.harness.engine.topology import SliceTopology, request_cpu_devices
+
+    request_cpu_devices(SliceTopology(4, 2).device_count)
+    from pathways_chaos.harness.engine.clock import FakeClock
+    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
+    from pathways_chaos.harness.episodes import supervisor
+    from pathways_chaos.harness.episodes.loop_episode import load_loop
+    from pathways_chaos.harness.play import play_loop
+
+    t0 = time.perf_counter()
+    supervisor._checked.clear()
+    supervisor.check_loop(LOOP)
+    probe_s = time.perf_counter() - t0
+    loop = load_loop(LOOP)
+    out: dict[str, Any] = {"child_probe_s": round(probe_s, 2), "scenarios": {}}
+    with tempfile.TemporaryDirectory() as tmp, FakeCluster(SliceTopology(4, 2), FakeClock()) as c:
+        root = Path(tmp)
+        t0 = time.perf_counter()
+        base_in = play_loop(loop, cluster=c, isolate=False, checkpoint_dir=root / "b-in").events
+        base_in_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        base_iso = play_loop(LOOP, checkpoint_dir=root / "b-iso").events
+        base_iso_s = time.perf_counter() - t0
+        first: dict[str, float] = {}
+        for n, (name, schedule) in enumerate(SCENARIOS.items()):
+            row: dict[str, Any] = {}
+            for mode in ("in_process", "isolated"):
+                t0 = time.perf_counter()
+                if mode == "in_process":
+                    o = play_loop(
+                        loop,
+                        schedule,
+                        baseline=base_in,
+                        cluster=c,
+                        isolate=False,
+                        checkpoint_dir=root / f"{name}-in",
+                    )
+                else:
+                    o = play_loop(
+                        LOOP, schedule, baseline=base_iso, checkpoint_dir=root / f"{name}-iso"
+                    )
+                row[f"{mode}_s"] = round(time.perf_counter() - t0, 2)
+                row[f"{mode}_ok"] = o.verdict.ok
+                if n == 0:
+                    first[mode] = row[f"{mode}_s"]
+            row["ratio"] = round(row["isolated_s"] / row["in_process_s"], 2)
+            out["scenarios"][name] = row
+    total_in = sum(r["in_process_s"] for r in out["scenarios"].values()) + base_in_s
+    total_iso = sum(r["isolated_s"] for r in out["scenarios"].values()) + base_iso_s
+    out["baseline_s"] = {"in_process": round(base_in_s, 2), "isolated": round(base_iso_s, 2)}
+    out["total_s"] = {"in_process": round(total_in, 1), "isolated": round(total_iso, 1)}
+    out["ratio_total"] = round(total_iso / total_in, 2)
+    out["first_verdict_s"] = {
+        "in_process": round(base_in_s + first["in_process"], 1),
+        "isolated": round(base_iso_s + first["isolated"], 1),
+    }
+    text = json.dumps(out, indent=2)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -211,19 +211,3 @@ def test_a_loop_that_resumes_from_module_state_fails_as_on_gke(tmp_path):
     assert [e["status"] for e in out.of_kind("run_end")] == ["suspended", "completed"]
     assert not out.verdict.ok
     assert "started over" in out.verdict.violations[0], out.verdict.summary()
-
-
-def test_the_module_state_loop_passes_in_one_process_which_is_why_the_boundary_matters(tmp_path):
-    from pathways_chaos.harness.episodes.loop_episode import load_loop
-
-    loop = load_loop(f"{LOOPS / 'module_state.py'}:main")
-    baseline = play_loop(loop, checkpoint_dir=tmp_path / "c0", isolate=False)
-    out = play_loop(
-        loop,
-        "preemption@batch=10",
-        baseline=baseline.events,
-        checkpoint_dir=tmp_path / "c1",
-        isolate=False,
-    )
-
-    assert out.verdict.ok, out.verdict.summary()

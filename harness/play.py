@@ -142,26 +142,26 @@ def play_loop(
     function with no schedule); without it, the judges that need one say "not judged".
     """
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness.judging.loop_oracle import judge_loop
 
     plan = parse_schedule(schedule) if isinstance(schedule, str) else schedule
     common = (options, log_path, checkpoint_dir, listeners, lineage, show_library_logs, deadline)
     if isinstance(cluster, KubeBacked) or not isolate:
-        return _play_loop_in_process(loop, plan, baseline, cluster, *common)
+        return _play_loop_in_process(loop, plan, baseline, clean_rerun, cluster, *common)
     shape = _shape_of(cluster, topology)
     clock_kind = (
         clock if cluster is None else ("fake" if getattr(cluster.clock, "fake", False) else "real")
     )
     result = _supervised(loop, plan, shape, clock_kind, *common)
-    verdict = judge_loop(result.events, baseline)
-    if clean_rerun and baseline is not None and result.completed:
-        why = verdict.not_judged.get("final-state", "")
-        if "changed the batch schedule" in why:
-            clean, clean_why = _clean_rerun(
-                loop, result.events, shape, clock_kind, options, log_path, checkpoint_dir,
-                lineage, deadline,
-            )  # fmt: skip
-            verdict = judge_loop(result.events, baseline, clean, clean_why)
+    log = (
+        None if log_path is None else Path(log_path).with_name(Path(log_path).stem + "-clean.jsonl")
+    )
+
+    def rerun(clean: Schedule, where: Path | None) -> LoopResult:
+        return _supervised(
+            loop, clean, shape, clock_kind, options, log, where, (), lineage, False, deadline
+        )
+
+    verdict = _judged(result, baseline, clean_rerun, checkpoint_dir, rerun)
     return Outcome(result, verdict)
 
 
@@ -210,6 +210,7 @@ def _play_loop_in_process(
     loop: Callable[..., Any] | str,
     plan: Schedule,
     baseline: Sequence[dict[str, Any]] | None,
+    clean_rerun: bool,
     cluster: ClusterBackend | None,
     options: dict[str, Any] | None,
     log_path: str | Path | None,
@@ -221,37 +222,57 @@ def _play_loop_in_process(
 ) -> Outcome[LoopResult, LoopVerdict]:
     """``--cluster``: the loop drives the real cluster's backend, which lives in this process
     (its journal and arming); not yet in a child (see docs/concepts/isolation.md)."""
-    from pathways_chaos.faults.model import parse_schedule
     from pathways_chaos.harness.engine.backend import SliceStates
     from pathways_chaos.harness.episodes.loop_episode import load_loop
-    from pathways_chaos.harness.judging.clean_rerun import clean_schedule
-    from pathways_chaos.harness.judging.loop_oracle import judge_loop
 
     fn = load_loop(loop) if isinstance(loop, str) else loop
     common = (lineage, show_library_logs, deadline)
     with contextlib.ExitStack() as stack:
         if cluster is None:
             cluster = stack.enter_context(_fake_cluster(None, "fake"))
+        on = cluster
         result = _run_in_process(
-            cluster, fn, plan, options, log_path, checkpoint_dir, listeners, *common
+            on, fn, plan, options, log_path, checkpoint_dir, listeners, *common
         )
-        verdict = judge_loop(result.events, baseline)
-        why = verdict.not_judged.get("final-state", "")
-        if baseline is not None and result.completed and "changed the batch schedule" in why:
-            text, why_not = clean_schedule(result.events)
-            clean = None
-            if text is not None:
-                for s in sorted(cluster.down_slices() if isinstance(cluster, SliceStates) else ()):
-                    cluster.repair_slice(s)
-                where = None if checkpoint_dir is None else Path(f"{checkpoint_dir}-clean")
-                rerun = _run_in_process(
-                    cluster, fn, parse_schedule(text), options, None, where, (), lineage,
-                    False, deadline,
-                )  # fmt: skip
-                clean = rerun.events if rerun.completed else None
-                why_not = "" if clean else f"the clean rerun ({text}) did not complete"
-            verdict = judge_loop(result.events, baseline, clean, why_not)
+
+        def rerun(clean: Schedule, where: Path | None) -> LoopResult:
+            for s in sorted(on.down_slices() if isinstance(on, SliceStates) else ()):
+                on.repair_slice(s)
+            return _run_in_process(
+                on, fn, clean, options, None, where, (), lineage, False, deadline
+            )
+
+        verdict = _judged(result, baseline, clean_rerun, checkpoint_dir, rerun)
     return Outcome(result, verdict)
+
+
+def _judged(
+    result: LoopResult,
+    baseline: Sequence[dict[str, Any]] | None,
+    clean_rerun: bool,
+    checkpoint_dir: str | Path | None,
+    rerun: Callable[[Schedule, Path | None], LoopResult],
+) -> LoopVerdict:
+    """The loop judge's verdict; when the recovery changed the batch schedule, judged again
+    against ``rerun`` of the same losses made right after the snapshot it resumed from."""
+    from pathways_chaos.faults.model import parse_schedule
+    from pathways_chaos.harness.judging.clean_rerun import clean_schedule
+    from pathways_chaos.harness.judging.loop_oracle import judge_loop
+
+    verdict = judge_loop(result.events, baseline)
+    why = verdict.not_judged.get("final-state", "")
+    if not (clean_rerun and baseline is not None and result.completed):
+        return verdict
+    if "changed the batch schedule" not in why:
+        return verdict
+    text, why_not = clean_schedule(result.events)
+    clean = None
+    if text is not None:
+        where = None if checkpoint_dir is None else Path(f"{checkpoint_dir}-clean")
+        again = rerun(parse_schedule(text), where)
+        clean = again.events if again.completed else None
+        why_not = "" if clean is not None else f"the clean rerun ({text}) did not complete"
+    return judge_loop(result.events, baseline, clean, why_not)
 
 
 def _run_in_process(
@@ -317,36 +338,6 @@ def play_mtc(
             trainer_factory=trainer or MtcTrainer,
         )
     return Outcome(result, oracle.check(result.events), judging.check_all(result.events))
-
-
-def _clean_rerun(
-    loop: Callable[..., Any] | str,
-    events: Sequence[dict[str, Any]],
-    shape: str,
-    clock: str,
-    options: dict[str, Any] | None,
-    log_path: str | Path | None,
-    checkpoint_dir: str | Path | None,
-    lineage: bool,
-    deadline: Deadline | None,
-) -> tuple[list[dict[str, Any]] | None, str]:
-    """The same loop, the same losses made right after the snapshot it resumed from."""
-    from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness.judging.clean_rerun import clean_schedule
-
-    text, why = clean_schedule(events)
-    if text is None:
-        return None, why
-    where = None if checkpoint_dir is None else Path(str(checkpoint_dir) + "-clean")
-    log = (
-        None if log_path is None else Path(log_path).with_name(Path(log_path).stem + "-clean.jsonl")
-    )
-    result = _supervised(
-        loop, parse_schedule(text), shape, clock, options, log, where, (), lineage, False, deadline
-    )
-    if not result.completed:
-        return None, f"the clean rerun ({text}) did not complete"
-    return result.events, ""
 
 
 def _fake_cluster(topology: SliceTopology | str | None, clock: str) -> Any:

@@ -107,9 +107,7 @@ def _running(pid: int) -> bool:
 def descendants(pid: int) -> list[int]:
     """The children of ``pid``, and theirs (from /proc: a tree read once)."""
     parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for entry in _proc_entries():
         try:
             fields = (entry / "stat").read_text().rpartition(")")[2].split()
             parents.setdefault(int(fields[1]), []).append(int(entry.name))

@@ -26,6 +26,8 @@ from pathways_chaos.harness.judging.loop_lineage import BatchRecord, batch_sizes
 from pathways_chaos.harness.judging.oracle import Verdict, recoveries
 from pathways_chaos.harness.judging.process_exit import process_exit as _process_exit
 from pathways_chaos.harness.judging.replay import REPLAY_ATOL, REPLAY_RTOL
+from pathways_chaos.harness.judging.wording import one_line as _line
+from pathways_chaos.harness.judging.wording import plural as _plural
 
 #: Every judge, in the order the verdict lists them: causes before the effects they lead to
 #: (a swallowed error or a snapshot that pairs the wrong position before the samples it made
@@ -197,12 +199,6 @@ def _completed(ends: list[Event], failed: Event | None) -> list[str]:
         + (f" (caused by {_line(cause)})" if cause else "")
         + (f", raised at {where}" if where else "")
     ]
-
-
-def _line(text: object, limit: int = 300) -> str:
-    """An error message as one line (library errors span many), cut to ``limit``."""
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else flat[:limit] + "..."
 
 
 def _exactly_once(
@@ -594,7 +590,3 @@ def _first_batch_with(
         if first is not None and any(p < first for p in values):
             return r.where(i)
     return "the end"
-
-
-def _plural(n: int, word: str, words: str | None = None) -> str:
-    return f"{n} {word if n == 1 else (words or word + 's')}"

@@ -6,15 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pathways_chaos.harness.engine.recorder import Event
-
-
-def _line(text: object, limit: int = 300) -> str:
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else flat[:limit] + "..."
-
-
-def _plural(n: int, word: str, words: str) -> str:
-    return f"{n} {word if n == 1 else words}"
+from pathways_chaos.harness.judging.wording import one_line as _line
+from pathways_chaos.harness.judging.wording import plural as _plural
 
 
 def process_exit(events: Sequence[Event]) -> list[str] | str:

@@ -1,10 +1,12 @@
 """The price of the process boundary (issue 29), printed as one JSON object.
 
-The chaos suite's ten loop scenarios on the sample loop, played once in this process (the old
-way, ``isolate=False``, kept for the toolkit's own tests) and once each run in a child process
-(the default), alternating per scenario in one run; wall seconds per scenario, the totals and
-their ratio, the time to the first verdict (fault-free baseline plus the first scenario), and a
-child's bare start (load-only probe of the loop).
+The chaos suite's ten loop scenarios on the sample loop, played three ways, alternating per
+scenario in one run: in this process (the old way, ``isolate=False``, kept for the toolkit's own
+tests), each run in a child spawned with ``python -m`` (``PATHWAYS_CHAOS_CHILD_START=spawn``),
+and each run in a child forked from the warm fork server (the default). Wall seconds per
+scenario, the totals and their ratios to in-process, the time to the first verdict (fault-free
+baseline plus the first scenario), and a child's bare start (load-only probe of the loop) both
+ways.
 
 Usage: python bench/bench_isolation.py [--out FILE]
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -43,28 +46,36 @@ def main() -> None:
     request_cpu_devices(SliceTopology(4, 2).device_count)
     from pathways_chaos.harness.engine.clock import FakeClock
     from pathways_chaos.harness.engine.fake_cluster import FakeCluster
-    from pathways_chaos.harness.episodes import supervisor
+    from pathways_chaos.harness.episodes import fork_server, supervisor
     from pathways_chaos.harness.episodes.loop_episode import load_loop
     from pathways_chaos.harness.play import play_loop
 
-    t0 = time.perf_counter()
-    supervisor._checked.clear()
-    supervisor.check_loop(LOOP)
-    probe_s = time.perf_counter() - t0
+    probe: dict[str, float] = {}
+    for start in ("spawn", "fork-server", "fork-server"):  # the second: a warm server
+        os.environ[fork_server.START_VAR] = start
+        t0 = time.perf_counter()
+        supervisor._checked.clear()
+        supervisor.check_loop(LOOP)
+        probe[start] = round(time.perf_counter() - t0, 2)
     loop = load_loop(LOOP)
-    out: dict[str, Any] = {"child_probe_s": round(probe_s, 2), "scenarios": {}}
+    out: dict[str, Any] = {"child_probe_s": probe, "scenarios": {}}
+    isolated = {"spawn": "spawn", "fork_server": "fork-server"}
     with tempfile.TemporaryDirectory() as tmp, FakeCluster(SliceTopology(4, 2), FakeClock()) as c:
         root = Path(tmp)
         t0 = time.perf_counter()
         base_in = play_loop(loop, cluster=c, isolate=False, checkpoint_dir=root / "b-in").events
         base_in_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        base_iso = play_loop(LOOP, checkpoint_dir=root / "b-iso").events
-        base_iso_s = time.perf_counter() - t0
+        base_iso: dict[str, Any] = {}
+        base_s: dict[str, float] = {"in_process": base_in_s}
+        for mode, start in isolated.items():
+            os.environ[fork_server.START_VAR] = start
+            t0 = time.perf_counter()
+            base_iso[mode] = play_loop(LOOP, checkpoint_dir=root / f"b-{mode}").events
+            base_s[mode] = time.perf_counter() - t0
         first: dict[str, float] = {}
         for n, (name, schedule) in enumerate(SCENARIOS.items()):
             row: dict[str, Any] = {}
-            for mode in ("in_process", "isolated"):
+            for mode in ("in_process", *isolated):
                 t0 = time.perf_counter()
                 if mode == "in_process":
                     o = play_loop(
@@ -76,24 +87,27 @@ def main() -> None:
                         checkpoint_dir=root / f"{name}-in",
                     )
                 else:
+                    os.environ[fork_server.START_VAR] = isolated[mode]
                     o = play_loop(
-                        LOOP, schedule, baseline=base_iso, checkpoint_dir=root / f"{name}-iso"
+                        LOOP,
+                        schedule,
+                        baseline=base_iso[mode],
+                        checkpoint_dir=root / f"{name}-{mode}",
                     )
                 row[f"{mode}_s"] = round(time.perf_counter() - t0, 2)
                 row[f"{mode}_ok"] = o.verdict.ok
                 if n == 0:
                     first[mode] = row[f"{mode}_s"]
-            row["ratio"] = round(row["isolated_s"] / row["in_process_s"], 2)
+            for mode in isolated:
+                row[f"{mode}_ratio"] = round(row[f"{mode}_s"] / row["in_process_s"], 2)
             out["scenarios"][name] = row
-    total_in = sum(r["in_process_s"] for r in out["scenarios"].values()) + base_in_s
-    total_iso = sum(r["isolated_s"] for r in out["scenarios"].values()) + base_iso_s
-    out["baseline_s"] = {"in_process": round(base_in_s, 2), "isolated": round(base_iso_s, 2)}
-    out["total_s"] = {"in_process": round(total_in, 1), "isolated": round(total_iso, 1)}
-    out["ratio_total"] = round(total_iso / total_in, 2)
-    out["first_verdict_s"] = {
-        "in_process": round(base_in_s + first["in_process"], 1),
-        "isolated": round(base_iso_s + first["isolated"], 1),
-    }
+    modes = ("in_process", *isolated)
+    total = {m: sum(r[f"{m}_s"] for r in out["scenarios"].values()) + base_s[m] for m in modes}
+    out["baseline_s"] = {m: round(base_s[m], 2) for m in modes}
+    out["total_s"] = {m: round(total[m], 1) for m in modes}
+    out["ratio_total"] = {m: round(total[m] / total["in_process"], 2) for m in isolated}
+    out["first_verdict_s"] = {m: round(base_s[m] + first[m], 1) for m in modes}
+    out["machine"] = {"cpus": os.cpu_count(), "load_1min": round(os.getloadavg()[0], 2)}
     text = json.dumps(out, indent=2)
     print(text)
     if args.out:

@@ -54,6 +54,9 @@ class ChildSpec:
     probe: bool = False
     #: Files loaded as modules in the parent under made-up names the pickles refer to.
     preload: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    #: Modules the pickles name that the parent imported from files no ``sys.path`` entry
+    #: finds (pytest's ``--import-mode=importlib`` test modules): loaded under the same name.
+    modules: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     #: The options as the log shows them (``repr``, made by the parent).
     options_shown: dict[str, str] = dataclasses.field(default_factory=dict)
 
@@ -194,6 +197,33 @@ def _one_run(spec: ChildSpec, recorder: Any, handoff: dict[str, Any] | None) -> 
     return "ended"
 
 
+def _load_as(name: str, file: str) -> None:
+    """Loads ``file`` as module ``name`` unless the name imports as it is; parent packages no
+    path finds become namespace stand-ins on the file's folders (as pytest's importlib mode)."""
+    import importlib
+    import importlib.util
+    import types
+
+    with contextlib.suppress(ImportError):
+        importlib.import_module(name)
+        return
+    parts = name.split(".")
+    folder = Path(file).parent
+    for depth in range(len(parts) - 1, 0, -1):
+        parent = ".".join(parts[:depth])
+        if parent not in sys.modules:
+            stand_in = types.ModuleType(parent)
+            stand_in.__path__ = [str(folder)]
+            sys.modules[parent] = stand_in
+        folder = folder.parent
+    found = importlib.util.spec_from_file_location(name, file)
+    if found is None or found.loader is None:
+        raise ImportError(f"cannot load {file} as {name}")
+    module = importlib.util.module_from_spec(found)
+    sys.modules[name] = module
+    found.loader.exec_module(module)
+
+
 def _load(spec: ChildSpec, recorder: Any) -> Any:
     """The loop, or None after logging one line on why it cannot be loaded."""
     from pathways_chaos.harness.episodes.loop_episode import load_loop
@@ -205,6 +235,8 @@ def _load(spec: ChildSpec, recorder: Any) -> Any:
 
             for prefix, file in spec.preload:
                 import_file(Path(file), prefix)
+            for name, file in spec.modules:
+                _load_as(name, file)
             return pickle.loads(spec.loop_pickle)
         assert spec.loop is not None
         return load_loop(spec.loop)

@@ -15,6 +15,7 @@ import contextlib
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 #: Tool ids tried in turn (the optimizer's and the profiler's slots; the child is a fresh
@@ -45,14 +46,16 @@ def install(path: str) -> None:
     from pathways_chaos.faults import slice as slice_faults
 
     fatal = _fatal_callables()
-    own = slice_faults.__file__  # the preemption notice's os.kill is the toolkit's, not the loop's
+    # The preemption notice's os.kill is the toolkit's, not the loop's; so is the fork server's
+    # os._exit that ends a forked child after its run.
+    own = {slice_faults.__file__, str(Path(__file__).with_name("fork_server.py"))}
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
 
     def on_call(code: Any, offset: int, callable_: Any, arg0: Any) -> Any:
         name = fatal.get(id(callable_))
         if name is None:
             return monitoring.DISABLE
-        if code.co_filename == own:
+        if code.co_filename in own:
             return None  # the toolkit's own preemption notice, not the loop's exit
         if name == "os.kill" and arg0 not in (0, os.getpid()):
             return None  # a signal to another process does not end this one

@@ -36,7 +36,7 @@ from pathways_chaos.harness.engine.deadline import (
     default_deadline,
 )
 from pathways_chaos.harness.engine.recorder import Event, LogTail, Recorder
-from pathways_chaos.harness.episodes import exit_witness
+from pathways_chaos.harness.episodes import exit_witness, fork_server
 from pathways_chaos.harness.episodes.child import STACK_SIGNAL, ChildSpec
 from pathways_chaos.harness.episodes.loop_episode import (
     LoopResult,
@@ -102,6 +102,10 @@ class LoopUnloadable(ChaosConfigError):
 
 class ToolkitFailed(ChaosError):
     """The toolkit itself failed in the child: a bug in pathways-chaos, not in the loop."""
+
+
+#: A running child: spawned with ``python -m`` or forked by the fork server.
+Child = subprocess.Popen[bytes] | fork_server.ForkedChild
 
 
 @dataclasses.dataclass
@@ -205,8 +209,10 @@ class SupervisedLoopEpisode:
             fake_s=self.deadline.fake_s,
             stack_file=str(self.work / f"stacks-{run}.txt"),
             witness_file=str(self.work / f"exits-{run}.txt"),
-            sys_path=[p for p in sys.path if p],
+            # resolved as the parent sees them now ("" is its working folder)
+            sys_path=[os.path.abspath(p or os.curdir) for p in sys.path],
             preload=file_modules(self.loop_pickle or b"") + file_modules(self.options_pickle),
+            modules=named_modules(self.loop_pickle or b"") + named_modules(self.options_pickle),
             options_shown={k: repr(v) for k, v in self.options.items()},
         )
         spec_file = self.work / f"spec-{run}.pkl"
@@ -216,14 +222,16 @@ class SupervisedLoopEpisode:
         env = dict(os.environ, **{process_tree.TOKEN_VAR: token})
         env.setdefault("JAX_PLATFORMS", "cpu")
         with output.open("wb") as out:
-            child = subprocess.Popen(
-                [sys.executable, "-m", "pathways_chaos.harness.episodes.child", str(spec_file)],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
+            child: Child | None = fork_server.start_child(str(spec_file), str(output), env, token)
+            if child is None:
+                child = subprocess.Popen(
+                    [sys.executable, "-m", "pathways_chaos.harness.episodes.child", str(spec_file)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
         try:
             ending = self._watch(child, run, tail, events, started, output, spec)
         finally:
@@ -236,7 +244,7 @@ class SupervisedLoopEpisode:
 
     def _watch(
         self,
-        child: subprocess.Popen[bytes],
+        child: Child,
         run: int,
         tail: LogTail,
         events: list[Event],
@@ -256,7 +264,7 @@ class SupervisedLoopEpisode:
                 self._feed(tail.read(), events)
                 if _last_exit_status(events, run) is not None:
                     return _Ending(code)
-                return self._died(code, spec, events)
+                return self._died(code, spec, events, lost=getattr(child, "status_lost", False))
             now = time.monotonic()
             if marker_at is not None and now - marker_at > self.limits.exit_grace_s:
                 where = self._stacks_then_kill(child, spec)
@@ -292,7 +300,7 @@ class SupervisedLoopEpisode:
             for listener in self.listeners:
                 listener(event)
 
-    def _over_limit(self, child: subprocess.Popen[bytes], output: Path) -> str | None:
+    def _over_limit(self, child: Child, output: Path) -> str | None:
         token_pids = [child.pid, *process_tree.descendants(child.pid)]
         used = process_tree.rss_bytes(token_pids)
         if used > self.limits.memory_bytes:
@@ -308,7 +316,7 @@ class SupervisedLoopEpisode:
                 )
         return None
 
-    def _stacks_then_kill(self, child: subprocess.Popen[bytes], spec: ChildSpec) -> str | None:
+    def _stacks_then_kill(self, child: Child, spec: ChildSpec) -> str | None:
         """Asks the child for every thread's stack (faulthandler), then ends it; the loop's
         innermost frame in its main thread."""
         with contextlib.suppress(ProcessLookupError):
@@ -323,9 +331,15 @@ class SupervisedLoopEpisode:
             child.wait(timeout=5)
         return loop_frame(spec.stack_file)
 
-    def _died(self, code: int, spec: ChildSpec, events: list[Event]) -> _Ending:
+    def _died(self, code: int, spec: ChildSpec, events: list[Event], lost: bool) -> _Ending:
         """The child ended without its end marker: the exit code or signal, named."""
         witness = exit_witness.read(spec.witness_file)
+        if lost:
+            return _Ending(
+                code,
+                "the loop's process ended and how is unknown: the fork server that started it "
+                f"was killed (did the loop signal its parent?){_at(witness)}{_last_seen(events)}",
+            )
         if code < 0:
             name = _signal_name(-code)
             where = loop_frame(spec.stack_file)
@@ -440,6 +454,24 @@ def file_modules(data: bytes) -> list[tuple[str, str]]:
         if name.startswith(FILE_MODULE_PREFIXES) and file and name.encode() in data:
             prefix = next(p for p in FILE_MODULE_PREFIXES if name.startswith(p))
             out.append((prefix, str(file)))
+    return out
+
+
+def named_modules(data: bytes) -> list[tuple[str, str]]:
+    """The user's modules pickled ``data`` names, with their files, for a child whose
+    ``sys.path`` may not find them (not the toolkit's, not installed, not ``__main__``)."""
+    installed = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
+    out = []
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if (
+            file
+            and name != "__main__"
+            and not name.startswith(("pathways_chaos", *FILE_MODULE_PREFIXES))
+            and not os.path.abspath(file).startswith(installed)
+            and name.encode() in data
+        ):
+            out.append((name, str(file)))
     return out
 
 

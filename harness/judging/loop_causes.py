@@ -53,6 +53,7 @@ _CAUSE_BY_TEXT = (
     ("wrote on its preemption", "preemption-lost"),
     ("started over", "started-over"),
     ("although the snapshot", "restore-not-latest"),
+    ("pairs an older model", "snapshot-mismatch"),
     ("step counter", "step-not-restored"),
     ("re-initialised", "leaf-reinitialised"),
 )

@@ -34,6 +34,7 @@ from pathways_chaos.harness.judging.wording import plural as _plural
 #: skip; a crash, the end of many a cause, listed after any other finding).
 JUDGES = (
     "process-exit",
+    "faults-fired",
     "completed",
     "errors-handled",
     "snapshot-pairs",
@@ -98,7 +99,8 @@ def judge_loop(
     base_chain = chain_checks.follow(baseline) if baseline else None
     results: dict[str, list[str] | str] = {}  # name -> violations, or why it was not judged
     results["process-exit"] = _process_exit(events)
-    results["completed"] = _completed(ends, failed) + (
+    results["faults-fired"] = _faults_fired(events)
+    results["completed"] = _completed(events, ends, failed) + (
         _did_something(events, ends[-1]) if completed else []
     )
     if chain is not None and chain.followed:
@@ -180,8 +182,11 @@ def judge_loop(
 
 
 # -- the judges ------------------------------------------------------------------------------
-def _completed(ends: list[Event], failed: Event | None) -> list[str]:
+def _completed(events: Sequence[Event], ends: list[Event], failed: Event | None) -> list[str]:
     if not ends:
+        unloadable = next((e for e in events if e["kind"] == "loop_unloadable"), None)
+        if unloadable is not None:
+            return [f"the loop could not be loaded in its process: {_line(unloadable['message'])}"]
         return ["the loop never finished a run: no run_end in the log"]
     if ends[-1]["status"] == "completed":
         return []
@@ -248,6 +253,18 @@ def _exactly_once(
 
 def _other_findings(results: dict[str, list[str] | str]) -> bool:
     return any(isinstance(v, list) and v for k, v in results.items() if k != "completed")
+
+
+def _faults_fired(events: Sequence[Event]) -> list[str] | str:
+    """Every scheduled fault happened; one that did not leaves the episode unjudged for it
+    (the loop survived nothing), said with what the loop can do about it."""
+    unfired = [e["text"] for e in events if e["kind"] == "fault_unfired"]
+    if unfired:
+        return (
+            f"{_plural(len(unfired), 'scheduled fault')} never fired, so surviving "
+            f"{'it' if len(unfired) == 1 else 'them'} was not judged: " + "; ".join(unfired)
+        )
+    return []
 
 
 def _did_something(events: Sequence[Event], end: Event) -> list[str]:
@@ -364,6 +381,14 @@ def _resume_step(
             if trained is not None and trained != k and e["step"] == restore["step"] + trained:
                 continue  # a batch drawn and not trained: exactly-once names it
             k = k if trained is None else trained
+            if trained == 0 and e["step"] != restore["step"]:
+                problems.append(
+                    f"run {key[0]} attempt {key[1]} saved step {e['step']} with the model it "
+                    f"restored from step {restore['step']}, untrained: the save pairs an older "
+                    "model with a newer step and data position, so the batches between them "
+                    "are never trained"
+                )
+                continue
             want = restore["step"] + k
             if e["step"] != want:
                 problems.append(

@@ -19,7 +19,7 @@ import pytest
 
 from pathways_chaos.harness.engine import process_tree
 from pathways_chaos.harness.engine.deadline import Deadline
-from pathways_chaos.harness.episodes import supervisor
+from pathways_chaos.harness.episodes import fork_server, supervisor
 from pathways_chaos.harness.episodes.supervisor import ChildLimits
 from pathways_chaos.harness.play import play_loop
 
@@ -94,7 +94,9 @@ FRAMED = {
 
 
 def _children() -> set[int]:
-    return set(process_tree.descendants(os.getpid()))
+    """This process's descendants but the fork server (kept between episodes: its children,
+    the episodes' processes, are counted)."""
+    return set(process_tree.descendants(os.getpid())) - {fork_server.server_pid()}
 
 
 def _alive(pid: int) -> bool:

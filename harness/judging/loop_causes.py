@@ -40,8 +40,11 @@ _CAUSE_BY_TEXT = (
     ("the run did not finish", "deadline"),
     ("returned at once", "not-a-loop"),
     ("holding no arrays", "not-a-loop"),
+    # An explanation leads over the symptom it explains: a repeat "(... the order of samples
+    # changed after the recovery)" is the order's fault.
     ("iterator was not", "iterator-not-restored"),
     ("did not go back to the restored", "iterator-not-restored"),
+    ("order of samples changed", "order-changed"),
     ("never trained", "batch-not-trained"),
     ("trained twice", "sample-trained-twice"),
     ("consumed twice", "sample-trained-twice"),
@@ -79,5 +82,7 @@ def causes_named(judge: str, text: str) -> list[str]:
     """Every cause a violation names (a repeat explained by an iterator left behind names
     both), the first the one it leads with."""
     named = [_CAUSE_BY_JUDGE[judge]] if judge in _CAUSE_BY_JUDGE else []
+    if judge == "final-state" and "re-initialised" in text:
+        named.insert(0, "leaf-reinitialised")  # the difference, explained: a counter reset
     named += [cause for words, cause in _CAUSE_BY_TEXT if words in text and cause not in named]
     return named or [judge]

@@ -369,7 +369,7 @@ def _resume_step(
                         f"run {key[0]} attempt {key[1]} restored step {restore['step']} (data "
                         f"position {saved}) but drew its first batch at data position "
                         f"{e['position']}, {how} it: the data iterator was not restored from "
-                        "the snapshot"
+                        "the snapshot, or was moved after it"
                     )
         elif e["kind"] in ("snapshot_save", "checkpoint_save") and key in pending:
             restore = pending.pop(key)
@@ -378,8 +378,13 @@ def _resume_step(
                 continue
             applied = True
             trained = _trained_between(chain, restore, e)
-            if trained is not None and trained != k and e["step"] == restore["step"] + trained:
-                continue  # a batch drawn and not trained: exactly-once names it
+            if trained is not None and trained != k and e["step"] in (
+                restore["step"] + trained,
+                restore["step"] + k,
+            ):
+                # Batches drawn and not trained (the counter followed the draws or the
+                # training): the counter was restored; exactly-once names the batches.
+                continue
             k = k if trained is None else trained
             if trained == 0 and e["step"] != restore["step"]:
                 problems.append(

@@ -104,6 +104,9 @@ class Loop:
     cause: str | None = None
     scenario: str | None = None
     single_faults_pass: tuple[str, ...] = ()
+    #: The cause the verdict's first line must name: ``HEADLINE`` where the loop's file says
+    #: the first line names the mechanism its ``CAUSE`` is the symptom of, else ``CAUSE``.
+    headline: str | None = None
 
     @property
     def path(self) -> Path:
@@ -119,7 +122,7 @@ def _read(relative: str, batch: str) -> Loop:
             isinstance(node, ast.Assign)
             and len(node.targets) == 1
             and isinstance(node.targets[0], ast.Name)
-            and node.targets[0].id in ("CAUSE", "SCENARIO", "SINGLE_FAULTS_PASS")
+            and node.targets[0].id in ("CAUSE", "HEADLINE", "SCENARIO", "SINGLE_FAULTS_PASS")
         ):
             values[node.targets[0].id] = ast.literal_eval(node.value)
     doc = " ".join((ast.get_docstring(tree) or "").split())
@@ -134,6 +137,7 @@ def _read(relative: str, batch: str) -> Loop:
         cause=values.get("CAUSE"),  # type: ignore[arg-type]
         scenario=values.get("SCENARIO"),  # type: ignore[arg-type]
         single_faults_pass=tuple(values.get("SINGLE_FAULTS_PASS", ())),  # type: ignore[arg-type]
+        headline=values.get("HEADLINE", values.get("CAUSE")),  # type: ignore[arg-type]
     )
 
 

@@ -57,6 +57,7 @@ def test_metadata_matches_the_kind(loop: Any) -> None:
         assert loop.cause is None and loop.scenario is None and not loop.single_faults_pass
         return
     assert loop.cause in CAT.CAUSES, f"{loop.name}: CAUSE {loop.cause!r} is not in the vocabulary"
+    assert loop.headline in CAT.CAUSES, f"{loop.name}: HEADLINE {loop.headline!r} is unknown"
     parse_schedule(loop.scenario)
     if loop.kind == "two_faults":
         assert loop.single_faults_pass, f"{loop.name}: list SINGLE_FAULTS_PASS"

@@ -8,6 +8,9 @@ from pathlib import Path
 from typing import Any
 
 CAUSE = "sample-skipped"
+# The first line names the mechanism (the first batch after the restore is drawn one batch ahead
+# of the restored data position); the cause above is what it leads to.
+HEADLINE = "iterator-not-restored"
 SCENARIO = "data_loss@batch=10:slice=1:repair_after_polls=3"
 
 

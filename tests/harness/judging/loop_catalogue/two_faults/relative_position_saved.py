@@ -10,6 +10,9 @@ from pathlib import Path
 from typing import Any
 
 CAUSE = "sample-trained-twice"
+# The first line names the mechanism (the position the snapshot holds is not the one the data is
+# drawn from after the second restore); the cause above is what it leads to.
+HEADLINE = "iterator-not-restored"
 SCENARIO = (
     "data_loss@batch=6:slice=1:repair_after_polls=3,data_loss@batch=18:slice=2:repair_after_polls=3"
 )

@@ -378,9 +378,14 @@ def _resume_step(
                 continue
             applied = True
             trained = _trained_between(chain, restore, e)
-            if trained is not None and trained != k and e["step"] in (
-                restore["step"] + trained,
-                restore["step"] + k,
+            if (
+                trained is not None
+                and trained != k
+                and e["step"]
+                in (
+                    restore["step"] + trained,
+                    restore["step"] + k,
+                )
             ):
                 # Batches drawn and not trained (the counter followed the draws or the
                 # training): the counter was restored; exactly-once names the batches.

@@ -19,6 +19,7 @@ Everything is undone on exit, whatever happened. Nothing runs inside the loop's 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import signal
@@ -26,11 +27,11 @@ import threading
 import time
 import traceback
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from pathways_chaos.harness.blackbox.checkpoints import CheckpointWatch
+from pathways_chaos.harness.blackbox.checkpoints import CheckpointWatch, HeldLike, copy_arrays
 from pathways_chaos.harness.blackbox.lineage import LineageSeam
 from pathways_chaos.harness.blackbox.values import (
     batch_size_of,
@@ -47,6 +48,7 @@ from pathways_chaos.harness.blackbox.values import (
 from pathways_chaos.harness.engine.backend import DeviceListeners, SaveGated
 from pathways_chaos.harness.engine.digest import digest
 from pathways_chaos.harness.engine.recorder import Recorder
+from pathways_chaos.harness.engine.save_gate import HeldSave, SaveGate
 from pathways_chaos.harness.engine.seams import defining_class
 from pathways_chaos.harness.errors import ChaosConfigError
 
@@ -84,7 +86,11 @@ class LoopObserver:
         self._main = threading.get_ident()
         # The fake's: it finishes each save before the loop goes on, as the reference
         # trainer's; real devices have none, and their saves stay asynchronous.
-        self._save_gate = cluster.save_gate if isinstance(cluster, SaveGated) else None
+        self._save_gate: SaveGate | None = (
+            cluster.save_gate if isinstance(cluster, SaveGated) else None
+        )
+        #: ``slow_save`` holds the loop's saves, on every orbax path, through it (the fake's).
+        self._holder = None if self._save_gate is None else _GateHolder(self, self._save_gate)
         self.lineage: LineageSeam | None = (
             LineageSeam(recorder.emit, self._ids) if lineage else None
         )
@@ -108,6 +114,9 @@ class LoopObserver:
         self.recorder.emit("run_start", run=run, loop=loop, slices=slices)
 
     def end_run(self, status: str, value: Any = None, error: BaseException | None = None) -> None:
+        if self._save_gate is not None:
+            with self._toolkit_reads():
+                self._save_gate.settle()
         fields: dict[str, Any] = {"run": self.run, "status": status, "attempts": self.attempt}
         if error is not None:
             fields["error"] = f"{type(error).__name__}: {error}"[:500]
@@ -172,13 +181,19 @@ class LoopObserver:
         self._wrap(Snapshotter, "__init__", self._snapshotter_init)
         self._wrap(Snapshotter, "save", self._save)
         self._wrap(Snapshotter, "load", self._load)
+        if self._save_gate is not None and "join" in Snapshotter.__dict__:
+            self._wrap(Snapshotter, "join", self._join)
         self._wrap(manager_lib.Manager, "__init__", self._manager_init)
         self._wrap(manager_lib.Manager, "elastic_retry", self._elastic_retry)
         holder = defining_class(manager_lib.Manager, "active_slice_indices")
         prop = holder.__dict__["active_slice_indices"]
         self._patch(holder, "active_slice_indices", self._active_property(prop))
         CheckpointWatch(
-            self._wrap, self._checkpoint_saved, self._checkpoint_restoring, self._restored_from
+            self._wrap,
+            self._checkpoint_saved,
+            self._checkpoint_restoring,
+            self._restored_from,
+            self._holder,
         ).install()
         if isinstance(self.cluster, DeviceListeners):
             self.cluster.add_placement_listener(self._placed)
@@ -278,9 +293,30 @@ class LoopObserver:
         # The Snapshotter skips a save while the last is not yet taken by its worker thread;
         # read just before the call, so that thread has no time to take it in between.
         skipped = snap._queue.full()
-        out = original(snap, step, state)
-        if self._save_gate is not None:
-            self._save_gate.finish(snap)
+        held: HeldLike | None = None
+        gate = self._save_gate
+        if gate is not None and gate.held(id(snap)):
+            # A save held in flight keeps the Snapshotter busy: it skips this one.
+            skipped, out = True, None
+            self.recorder.emit("save_skipped", **self._ids(), step=int(step), source="snapshot")
+        else:
+
+            def make() -> tuple[Any, Callable[[], Any]]:
+                copies = copy_arrays(state)
+
+                def commit() -> None:
+                    original(snap, step, copies)
+                    gate.finish(snap) if gate is not None else None
+
+                return copies, commit
+
+            if self._holder is not None:
+                held = self._holder.hold(int(step), "Snapshotter.save", make, id(snap))
+            out = None
+            if held is None:
+                out = original(snap, step, state)
+                if gate is not None:
+                    gate.finish(snap)
         self.recorder.emit(
             "snapshot_save",
             **self._ids(),
@@ -291,10 +327,21 @@ class LoopObserver:
             skipped=skipped,
             shapes=shapes(state),
             nodes=nodes,
+            **({"held": True} if held is not None else {}),
         )
         return out
 
+    def _join(self, original: Callable[..., Any], snap: Any, *a: Any, **k: Any) -> Any:
+        """The loop waits for its snapshot: a held one completes first, on the episode clock."""
+        if self._save_gate is not None:
+            with self._toolkit_reads():
+                self._save_gate.wait(id(snap))
+        return original(snap, *a, **k)
+
     def _load(self, original: Callable[..., Any], snap: Any, abstract: Any, **kwargs: Any) -> Any:
+        if self._save_gate is not None:
+            with self._toolkit_reads():
+                self._save_gate.release_due()
         latest = snap.latest
         step = None if latest is None else int(latest.step)
         self.recorder.emit("restore_begin", **self._ids(), source="snapshot", step=step)
@@ -302,7 +349,9 @@ class LoopObserver:
         self._restored("snapshot", step, restored)
         return restored
 
-    def _checkpoint_saved(self, step: int | None, path: str | None, tree: Any) -> None:
+    def _checkpoint_saved(
+        self, step: int | None, path: str | None, tree: Any, held: bool = False
+    ) -> None:
         self._last_saved = tree
         self.recorder.emit(
             "checkpoint_save",
@@ -314,6 +363,7 @@ class LoopObserver:
             nodes=self.lineage.nodes_of(tree) if self.lineage is not None else None,
             position=find_position(tree),
             batches_in_attempt=self._attempt_batches,
+            **({"held": True} if held else {}),
         )
 
     def _checkpoint_restoring(self) -> None:
@@ -372,6 +422,9 @@ class LoopObserver:
                 "one run: it would retry forever (give elastic_retry a retry_policy, e.g. "
                 "ElasticRetryLimit)"
             )
+        if self._save_gate is not None:
+            with self._toolkit_reads():
+                self._save_gate.release_due()
         latest = [s.latest for s in self._snapshotters]
         self.recorder.emit(
             "attempt_start",
@@ -470,10 +523,17 @@ class LoopObserver:
 
     def _digest(self, tree: Any) -> dict[str, str]:
         """The toolkit's own read of a tree: not the loop's, so not lineage or an error."""
+        with self._toolkit_reads():
+            return digest(tree, partial=True)
+
+    @contextlib.contextmanager
+    def _toolkit_reads(self) -> Iterator[None]:
+        """The toolkit's own work on the loop's arrays (digests, a held save's copy and its
+        commit): not the loop's, so not in its lineage."""
         if self.lineage is not None:
             self.lineage.paused += 1
         try:
-            return digest(tree, partial=True)
+            yield
         finally:
             if self.lineage is not None:
                 self.lineage.paused -= 1
@@ -482,6 +542,57 @@ class LoopObserver:
     @staticmethod
     def handles_sigterm() -> bool:
         return signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN, None)
+
+
+class _GateHolder:
+    """The save gate as the checkpoint watch's ``SaveHolder``: each held save's events carry
+    the run and attempt, and its copy and commit are the toolkit's work, not the loop's."""
+
+    def __init__(self, observer: LoopObserver, gate: SaveGate) -> None:
+        self._observer, self._gate = observer, gate
+
+    def hold(
+        self,
+        step: int | None,
+        path: str,
+        make: Callable[[], tuple[Any, Callable[[], Any]]],
+        owner: int,
+    ) -> HeldSave | None:
+        if not self._gate.armed():
+            return None
+        observer = self._observer
+        with observer._toolkit_reads():
+            state, commit = make()
+
+        def committed() -> Any:
+            with observer._toolkit_reads():
+                return commit()
+
+        source = "snapshot" if path.startswith("Snapshotter") else "checkpoint"
+        fields = {**observer._ids(), "step": step, "source": source, "path": path}
+        return self._gate.hold(observer.recorder, fields, state, committed, owner)
+
+    def block(self, held: HeldLike) -> None:
+        assert isinstance(held, HeldSave)
+        try:
+            self._gate.block(held)
+        except BaseException as error:
+            if error is held.lost:  # the loop sees it as any slice-down error it meets
+                self._observer._slice_error(error)
+            raise
+
+    def lost(self, held: HeldLike) -> None:
+        if held.lost is not None:
+            self._observer._slice_error(held.lost)
+            raise held.lost
+
+    def wait(self, owner: int | None) -> None:
+        with self._observer._toolkit_reads():
+            self._gate.wait(owner)
+
+    def release_due(self) -> None:
+        with self._observer._toolkit_reads():
+            self._gate.release_due()
 
 
 class _CatchWatch:

@@ -92,7 +92,14 @@ def is_plumbing(filename: str) -> bool:
     if any(p in filename for p in PLUMBING) or filename.startswith("<frozen"):
         return True
     if filename.endswith(
-        ("seams.py", "fake_cluster.py", "loop_episode.py", "deadline.py", "clock.py")
+        (
+            "seams.py",
+            "fake_cluster.py",
+            "loop_episode.py",
+            "deadline.py",
+            "clock.py",
+            "save_gate.py",
+        )
     ):
         return True
     stdlib = sysconfig.get_paths()["stdlib"]

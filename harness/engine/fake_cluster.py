@@ -179,7 +179,10 @@ class FakeCluster:
                 "(raise_error injects other errors)"
             )
         # Before the device-loss seam knows: a held save's arrays are still readable here.
-        self.save_gate.slices_lost({d.id for d in self.slice_devices(slice_index)})
+        self.save_gate.slices_lost(
+            {d.id for d in self.slice_devices(slice_index)},
+            lambda: slice_down_error(code, slice_index, "lost while a save was in flight"),
+        )
         with self._lock:
             s = self._slices[slice_index]
             s.state, s.code, s.polls = SliceState.DOWN, code, 0

@@ -31,11 +31,15 @@ from pathways_chaos.harness.episodes.episode import FaultController
 from pathways_chaos.harness.episodes.runner import EpisodeRunner
 from pathways_chaos.harness.errors import ChaosConfigError
 
-#: Trigger kind -> the observer's event it counts (``step`` is ``batch`` for a loop).
+#: The observer's events of a save, on any orbax path: ``save=N`` counts them all.
+SAVE_EVENTS = ("snapshot_save", "checkpoint_save")
+
+#: Trigger kind -> the observer's event it counts (``step`` is ``batch`` for a loop; ``save``
+#: counts every event of ``SAVE_EVENTS``).
 LOOP_TRIGGERS = {
     "batch": "batch",
     "step": "batch",
-    "save": "snapshot_save",
+    "save": "save",
     "restore": "restore_begin",
     "attempt": "attempt_start",
 }
@@ -77,6 +81,16 @@ class LoopFaultController(FaultController):
         super().__init__(*args, **kwargs)
         self.time_origin = self.cluster.clock.time()
 
+    def on_event(self, event: Event) -> None:
+        if event["kind"] in SAVE_EVENTS and not self._firing:
+            self._counts["save"] = self._counts.get("save", 0) + 1
+        super().on_event(event)
+
+    def _due(self, entry: ScheduledFault, event: Event) -> bool:
+        if entry.at.kind == "save":  # a save on any path: Snapshotter, CheckpointManager, v1...
+            return event["kind"] in SAVE_EVENTS and self._counts["save"] == entry.at.value
+        return super()._due(entry, event)
+
     def _touch_mesh(self, kind: str, slices: list[int]) -> None:
         """A loop's batch uses its mesh: a flapping slice in it fails again (the loop's own
         arrays fail through the device-loss seam, not here)."""
@@ -105,7 +119,7 @@ class LoopFaultController(FaultController):
                         if not seen
                         else ""
                     ),
-                    "snapshot_save": f"the loop made {seen} Orbax Snapshotter saves"
+                    "save": f"the loop made {seen} Orbax saves"
                     + ("; use a batch=, attempt= or time= trigger" if not seen else ""),
                     "restore_begin": f"the loop restored {seen} times",
                     "attempt_start": f"the loop ran {seen} elastic_retry attempts"

@@ -77,10 +77,14 @@ class LoopTarget:
 
 
 def play_target(
-    target: LoopTarget, schedule: str, baseline: list[dict[str, Any]] | None
+    target: LoopTarget,
+    schedule: str,
+    baseline: list[dict[str, Any]] | None,
+    log_path: Path | None = None,
 ) -> tuple[Any, float]:
     """One episode on a fresh fake cluster (nothing carries over), with its own checkpoint
-    folder; returns the ``Outcome`` and its wall time."""
+    folder (and its log at ``log_path`` when given); returns the ``Outcome`` and its wall
+    time."""
     import gc
 
     from pathways_chaos.harness.play import play_loop
@@ -97,6 +101,7 @@ def play_target(
             options=dict(target.options),
             topology=target.topology,
             checkpoint_dir=Path(tmp) / "checkpoints",
+            log_path=log_path,
         )
         _release_leftover_snapshotters()
         return outcome, time.perf_counter() - t0
@@ -172,6 +177,16 @@ def loop_features(events: list[dict[str, Any]]) -> set[str]:
     return out
 
 
+def fired_kinds(events: list[dict[str, Any]]) -> list[str]:
+    """The kinds of the faults that fired in an episode (a ``fault`` event that touched the
+    cluster): one drawn but never fired (``fault_unfired``), or not injected, is not counted."""
+    return [
+        str(e["fault"]["kind"])
+        for e in events
+        if e.get("kind") == "fault" and "touched" in e and isinstance(e.get("fault"), dict)
+    ]
+
+
 @dataclasses.dataclass
 class SearchStats:
     """What the loop search covered: schedules run, their time, fault kinds, event shares."""
@@ -197,7 +212,7 @@ class SearchStats:
         self.by_property[prop] += 1
         self.seconds += seconds
         self.scenarios.update(writer.scenarios)
-        self.fault_kinds.update(e.partition("@")[0] for e in writer.entries)
+        self.fault_kinds.update(fired_kinds(events))
         self.features.update(loop_features(events))
 
     def to_json(self) -> dict[str, Any]:
@@ -246,14 +261,15 @@ class SearchStats:
         skipped = self.skipped_for_budget
         unrun = f", {skipped} not run (budget spent)" if skipped else ""
         if self.flaky:
-            unrun += f", {len(self.flaky)} failed once but not again (see 'flaky' in the JSON)"
+            logs = "; ".join(" and ".join(map(str, f.get("logs", []))) for f in self.flaky)
+            unrun += f", {len(self.flaky)} flaky (failed once, passed again; logs: {logs})"
         shares = ", ".join(f"{k} {v:.0%}" for k, v in data["episode_shares"].items() if v)
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.fault_kinds.items()))
         return (
             f"pathways-chaos loop search ({self.profile}): {self.schedules} schedules in "
             f"{self.wall_s + self.baseline_s:.1f} s{budget} on {self.loop}, "
             f"{self.failures} failed{unrun}; "
-            f"fault kinds drawn: {kinds or 'none'}; episodes with: {shares or 'nothing'}"
+            f"fault kinds fired: {kinds or 'none'}; episodes with: {shares or 'nothing'}"
         )
 
 
@@ -300,6 +316,9 @@ class LoopSearch:
         self.max_examples = max_examples
         self.shrink = shrink  # off: the first failure, cut down by ``minimize`` alone
         self.stats = SearchStats(loop=target.spec, profile=profile, budget_s=budget_s)
+        #: Where each episode's log is written (a temporary folder unless set).
+        self.log_dir: Path | None = None
+        self._episodes = 0
         self._baseline: list[dict[str, Any]] | None = None
         self._shape: LoopShape | None = None
         self._episode_s: float | None = None
@@ -389,22 +408,39 @@ class LoopSearch:
             return
         baseline, _ = self.baseline()
         schedule = writer.text()
-        outcome, seconds = play_target(self.target, schedule, baseline)
+        first = self._log_path("first")
+        outcome, seconds = play_target(self.target, schedule, baseline, first)
         self.stats.note(prop, writer, outcome.events, seconds)
         _note_hypothesis_events(outcome.events, writer)
         verdict = outcome.verdict
         if verdict.ok:
+            first.unlink(missing_ok=True)  # only a failure's logs are kept
             return
-        again, seconds = play_target(self.target, schedule, baseline)
+        second = first.with_name(first.name.replace("-first", "-again"))
+        again, seconds = play_target(self.target, schedule, baseline, second)
         self.stats.seconds += seconds  # the budget pays for the check run, too
         if again.verdict.ok:
-            # Reported only when it fails again: the replay command must show it. Counted, with
-            # what it said, in the figures.
-            self.stats.flaky.append({"schedule": schedule, "violations": verdict.violations})
+            # Failed once and passed again: not a failure the replay command can show, but
+            # never a pass either: reported as flaky, with what it said and both runs' logs.
+            self.stats.flaky.append(
+                {
+                    "property": prop,
+                    "schedule": schedule,
+                    "violations": verdict.violations,
+                    "logs": [str(first), str(second)],
+                }
+            )
             return
         self.stats.failures += 1
         self._failed.add(prop)
         raise LoopPropertyFailure(self.failure_message(prop, schedule, verdict), schedule)
+
+    def _log_path(self, tag: str) -> Path:
+        """Where the next episode's log goes (kept when it fails: a flaky failure names it)."""
+        if self.log_dir is None:
+            self.log_dir = Path(tempfile.mkdtemp(prefix="pathways-chaos-search-logs-"))
+        self._episodes += 1
+        return self.log_dir / f"episode-{self._episodes}-{tag}.jsonl"
 
     def failure_message(self, prop: str, schedule: str, verdict: Any) -> str:
         lines = [f"{PROPERTY_NAMES[prop]} property violated by {self.target.spec}:"]

@@ -5,7 +5,7 @@ on the sample loop). Every lost slice comes back after a few health polls, so a 
 pause-and-resume mode (which waits for every slice) and one in replica-resize mode (which
 goes on without it, and may take it back) both have a way to recover. Triggers count what
 the observer sees: ``batch=N`` the Nth batch drawn from the loop's grain iterator,
-``save=N`` its Nth Snapshotter save, ``restore=N`` its Nth restore.
+``save=N`` its Nth save (any orbax path), ``restore=N`` its Nth restore.
 """
 
 from __future__ import annotations

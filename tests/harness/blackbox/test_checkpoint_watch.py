@@ -32,7 +32,7 @@ class Seen:
     def __enter__(self) -> Seen:
         CheckpointWatch(
             self.wrap,
-            lambda step, path, tree: self.events.append(("save", step, find_position(tree))),
+            lambda step, path, tree, held: self.events.append(("save", step, find_position(tree))),
             lambda: self.events.append(("restoring",)),
             lambda step, tree: self.events.append(("restored", step, find_position(tree))),
         ).install()

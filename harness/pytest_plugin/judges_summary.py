@@ -64,7 +64,8 @@ def verdict_line(status: str, nodeid: str, props: dict[str, Any]) -> str:
     """``PASSED t.py::test: judges passed a, b; failed c; not judged d (why)``."""
     failed = _names(props.get(JUDGES_FAILED))
     passed = [name for name in _names(props.get(JUDGED)) if name not in failed]
-    parts = [f"judges passed {', '.join(passed) or 'none'}"]
+    error = str(props.get(JUDGE_ERROR) or "")
+    parts = [] if error and not passed else [f"judges passed {', '.join(passed) or 'none'}"]
     if failed:
         parts.append(f"failed {', '.join(failed)}")
     reasons = _reasons(props)
@@ -72,8 +73,8 @@ def verdict_line(status: str, nodeid: str, props: dict[str, Any]) -> str:
         parts.append(
             "not judged " + ", ".join(f"{name} ({_cut(why)})" for name, why in reasons.items())
         )
-    if props.get(JUDGE_ERROR):
-        parts.append(f"the judge failed: {_cut(str(props[JUDGE_ERROR]))}")
+    if error:
+        parts.append(f"the judge failed (a bug in pathways-chaos): {_cut(error)}")
     return f"{status.upper()} {nodeid}: " + "; ".join(parts)
 
 

@@ -175,9 +175,9 @@ def check_compile_time(runs: LoopRuns) -> CheckResult:
             f"{rest * 1e3:.2f} ms/step (median of {len(intervals) - 2})"
         )
     if not findings and steady:
-        name, first = next(iter(steady.items()))
-        where = ", ".join(str(e["batches_in_attempt"]) for e in first[:3])
-        more = "" if len(first) <= 3 else ", ..."
+        name, recompiles = next(iter(steady.items()))
+        where = ", ".join(str(e["batches_in_attempt"]) for e in recompiles[:3])
+        more = "" if len(recompiles) <= 3 else ", ..."
         count = sum(len(v) for v in steady.values())
         findings.append(
             Finding(

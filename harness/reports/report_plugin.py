@@ -54,7 +54,7 @@ class ChaosReportPlugin:
         if shipped and not self.worker:
             self.reports += [_from_json(r) for r in json.loads(shipped)]
         if report.when == "call" or (report.when == "setup" and report.failed):
-            outcome = report.outcome
+            outcome: str = report.outcome
             if report.failed and any(k == JUDGE_ERROR for k, _ in report.user_properties):
                 outcome = "error"  # a judge raised: the toolkit's bug, not the test's failure
             for r in self.reports:

@@ -257,9 +257,8 @@ def _judged(
     against ``rerun`` of the same losses made right after the snapshot it resumed from."""
     from pathways_chaos.faults.model import parse_schedule
     from pathways_chaos.harness.judging.clean_rerun import clean_schedule
-    from pathways_chaos.harness.judging.loop_oracle import judge_loop
 
-    verdict = judge_loop(result.events, baseline)
+    verdict = _guarded_judge(result.events, baseline)
     why = verdict.not_judged.get("final-state", "")
     if not (clean_rerun and baseline is not None and result.completed):
         return verdict
@@ -272,7 +271,33 @@ def _judged(
         again = rerun(parse_schedule(text), where)
         clean = again.events if again.completed else None
         why_not = "" if clean is not None else f"the clean rerun ({text}) did not complete"
-    return judge_loop(result.events, baseline, clean, why_not)
+    return _guarded_judge(result.events, baseline, clean, why_not)
+
+
+def _guarded_judge(
+    events: Sequence[dict[str, Any]],
+    baseline: Sequence[dict[str, Any]] | None,
+    clean: Sequence[dict[str, Any]] | None = None,
+    clean_why_not: str = "",
+) -> LoopVerdict:
+    """The loop judge, whose own exception (a bug in pathways-chaos) comes back as the verdict's
+    ``judge_errors`` with its traceback: never the loop's failure, never a pass."""
+    from pathways_chaos.harness.judging import loop_oracle
+    from pathways_chaos.harness.judging.oracle import judge_error
+
+    try:
+        return loop_oracle.judge_loop(events, baseline, clean, clean_why_not)
+    except Exception as failure:
+        ends = [e for e in events if e["kind"] == "run_end"]
+        return loop_oracle.LoopVerdict(
+            violations=[],
+            completed=bool(ends) and ends[-1]["status"] == "completed",
+            lineage=[],
+            wasted_steps=0,
+            recoveries=[],
+            error=None,
+            judge_errors={"loop-judge": judge_error(failure)},
+        )
 
 
 def _run_in_process(

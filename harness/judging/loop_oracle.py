@@ -175,6 +175,7 @@ def judge_loop(
             verdict.not_judged[name] = outcome
         else:
             verdict.judged.append(name)
+            verdict.failed += [name] if outcome else []
             verdict.violations += outcome
             verdict.causes += [cause_of(name, text) for text in outcome]
             verdict.named |= {c for text in outcome for c in causes_named(name, text)}

@@ -39,17 +39,23 @@ class Verdict:
     wasted_steps: int
     recoveries: list[dict[str, Any]]
     error: str | None
-    #: Check name -> "the judge failed (bug in pathways-chaos): ..." with the traceback: a
-    #: toolkit exception inside a check is never the trainer's failure.
+    #: Check name -> why it could not judge this log (it applies to none of it).
     not_judged: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: The checks that ran, and of them those that found a violation.
+    judged: list[str] = dataclasses.field(default_factory=list)
+    failed: list[str] = dataclasses.field(default_factory=list)
+    #: Check name -> "Type: message" and the traceback of a toolkit exception inside it: never
+    #: the trainer's failure, never a pass (the fixture reports it as an error of the toolkit).
+    judge_errors: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
-        return not self.violations
+        return not self.violations and not self.judge_errors
 
     def raise_if_failed(self) -> None:
-        if self.violations:
-            raise OracleViolation("; ".join(self.violations))
+        if not self.ok:
+            broke = [f"{JUDGE_FAILED} ({name})" for name in self.judge_errors]
+            raise OracleViolation("; ".join(self.violations + broke))
 
 
 def check(
@@ -61,12 +67,14 @@ def check(
 ) -> Verdict:
     """Runs every oracle check over a log; ``trainer`` (a class) overrides the log's for replay."""
     violations: list[str] = []
-    not_judged: dict[str, str] = {}
+    errors: dict[str, str] = {}
+    ran: list[str] = []
+    failed: list[str] = []
     try:
         lineage, lineage_problems = committed_lineage(events)
     except Exception as failure:  # every check below reads the lineage: say so, once
         lineage, lineage_problems = [], []
-        not_judged["lineage"] = judge_failed(failure)
+        errors["lineage"] = judge_error(failure)
     violations += lineage_problems
     ends = [e for e in events if e["kind"] == "run_end"]
     completed = bool(ends) and ends[-1]["status"] == "completed"
@@ -78,8 +86,11 @@ def check(
         try:
             found: list[str] = fn(*args)
         except Exception as failure:  # the toolkit's bug, never the trainer's failure
-            not_judged[name] = judge_failed(failure)
+            errors[name] = judge_error(failure)
             return []
+        ran.append(name)
+        if found:
+            failed.append(name)
         return found
 
     violations += judged("exactly-once", check_exactly_once, events, lineage, completed)
@@ -101,8 +112,22 @@ def check(
         wasted_steps=len(steps) - len(lineage),
         recoveries=recoveries(events),
         error=error,
-        not_judged=not_judged,
+        judged=ran,
+        failed=failed,
+        judge_errors=errors,
     )
+
+
+#: What a judge that raised is, wherever it is reported.
+JUDGE_FAILED = "the judge failed: a bug in pathways-chaos"
+
+
+def judge_error(error: BaseException) -> str:
+    """A toolkit exception inside a judge: ``Type: message``, then its traceback."""
+    import traceback
+
+    trace = "".join(traceback.format_exception(error)).rstrip()
+    return f"{type(error).__name__}: {error}\n{trace}"
 
 
 def judge_failed(error: BaseException) -> str:

@@ -307,6 +307,16 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     write_summary(terminalreporter, config)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_report_teststatus(
+    report: pytest.TestReport, config: pytest.Config
+) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
+    """A test whose judge raised (a bug in pathways-chaos) is an ERROR, not a failure."""
+    from pathways_chaos.harness.pytest_plugin.judges_summary import judge_error_status
+
+    return judge_error_status(report)
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     from pathways_chaos.fixtures.cluster import fake_topology  # registered above: no new import
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pathways_chaos.harness.engine.recorder import Event
 from pathways_chaos.harness.judging.committed import committed_lineage
-from pathways_chaos.harness.judging.oracle import Verdict, recoveries
+from pathways_chaos.harness.judging.oracle import JUDGE_FAILED, Verdict, recoveries
 from pathways_chaos.harness.reports.goodput import BUCKETS, Goodput, measure
 
 WIDTH = 960
@@ -34,7 +34,7 @@ COLOURS = {
 @dataclasses.dataclass
 class EpisodeReport:
     test: str
-    outcome: str  # passed / failed
+    outcome: str  # passed / failed / skipped (not judged) / error (a judge raised)
     events: list[Event]
     verdict: Verdict
     logs: dict[str, str] = dataclasses.field(default_factory=dict)  # pod -> log text
@@ -157,9 +157,36 @@ def timeline_svg(events: Sequence[Event]) -> str:
     return "".join(parts)
 
 
+def judges_section(v: Verdict) -> str:
+    """Which judges passed, failed, could not judge (and why), and raised (with the traceback)."""
+    failed = set(v.failed)
+    passed = [name for name in v.judged if name not in failed]
+    parts = [
+        f"<p class='judges-passed'>judges passed: {html.escape(', '.join(passed) or 'none')}</p>"
+    ]
+    if v.failed:
+        parts.append(
+            f"<p class='judges-failed'>judges failed: {html.escape(', '.join(v.failed))}</p>"
+        )
+    if v.not_judged:
+        items = "".join(
+            f"<li><b>{html.escape(name)}</b>: {html.escape(why)}</li>"
+            for name, why in v.not_judged.items()
+        )
+        parts.append(f"<p>not judged:</p><ul class='not-judged'>{items}</ul>")
+    for name, text in v.judge_errors.items():
+        head, _, trace = text.partition("\n")
+        parts.append(
+            f"<details class='judge-error' open><summary>{html.escape(JUDGE_FAILED)}: "
+            f"{html.escape(name)} raised {html.escape(head)}</summary>"
+            f"<pre>{html.escape(trace)}</pre></details>"
+        )
+    return "<div class='judges'>" + "".join(parts) + "</div>"
+
+
 def episode_section(report: EpisodeReport, figures: Goodput) -> str:
     v = report.verdict
-    status = "survived" if v.ok else "FAILED"
+    status = "survived" if v.ok else "JUDGE FAILED" if v.judge_errors else "FAILED"
     rows = "".join(
         f"<tr><td>{html.escape(f.fault)}</td><td>{_s(f.detect_s)}</td><td>{_s(f.recover_s)}</td></tr>"
         for f in figures.faults
@@ -180,6 +207,7 @@ def episode_section(report: EpisodeReport, figures: Goodput) -> str:
         f"oracle {status}</span></h2>"
         f"<p class='figures'>goodput <b>{figures.goodput:.1%}</b> of {figures.total_s:.3f}s wall; "
         f"{figures.recompiles} compiles; {figures.wasted_steps} wasted steps</p>"
+        f"{judges_section(v)}"
         f"{timeline_svg(report.events)}"
         "<table class='faults'><tr><th>fault</th><th>detect</th><th>recover</th></tr>"
         f"{rows}</table>"
@@ -195,11 +223,20 @@ def write_report(path: str | Path, reports: Sequence[EpisodeReport]) -> Path:
     sections = [episode_section(r, measure(r.events)) for r in reports]
     legend = "".join(f"<span><i style='background:{c}'></i>{k}</span>" for k, c in COLOURS.items())
     passed = sum(r.outcome == "passed" for r in reports)
+    others = "".join(
+        f", {n} {label}"
+        for label, n in (
+            ("not judged", sum(r.outcome == "skipped" for r in reports)),
+            ("with a judge that failed", sum(r.outcome == "error" for r in reports)),
+        )
+        if n
+    )
+    failed = sum(r.outcome == "failed" for r in reports)
     page = (
         "<!doctype html><html><head><meta charset='utf-8'><title>pathways-chaos report</title>"
         f"<style>{_CSS}</style></head><body><h1>pathways-chaos report</h1>"
         f"<p class='summary'>{len(reports)} episodes, {passed} passed, "
-        f"{len(reports) - passed} failed</p><p class='legend'>{legend}</p>"
+        f"{failed} failed{others}</p><p class='legend'>{legend}</p>"
         + "".join(sections)
         + "</body></html>"
     )
@@ -223,4 +260,6 @@ td,th{border:1px solid #ddd;padding:2px 6px;text-align:left}
 .legend span{margin-right:10px}
 .legend i{display:inline-block;width:10px;height:10px;margin-right:3px}
 .violations{color:#c62828}
+section.error{border-color:#6a1b9a}section.skipped{border-color:#ef6c00}
+.judges p{margin:2px 0}.judges-failed,.judge-error{color:#c62828}.not-judged{color:#ef6c00}
 """

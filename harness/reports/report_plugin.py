@@ -18,6 +18,7 @@ import pytest
 from pathways_chaos.harness.judging.committed import StepRecord
 from pathways_chaos.harness.judging.oracle import Verdict
 from pathways_chaos.harness.reports.html_report import EpisodeReport, write_report
+from pathways_chaos.harness.reports.judge_properties import JUDGE_ERROR
 
 #: The TestReport attribute that carries a worker's episodes to the controller.
 REPORT_ATTR = "pathways_chaos_episodes"
@@ -53,9 +54,12 @@ class ChaosReportPlugin:
         if shipped and not self.worker:
             self.reports += [_from_json(r) for r in json.loads(shipped)]
         if report.when == "call" or (report.when == "setup" and report.failed):
+            outcome: str = report.outcome
+            if report.failed and any(k == JUDGE_ERROR for k, _ in report.user_properties):
+                outcome = "error"  # a judge raised: the toolkit's bug, not the test's failure
             for r in self.reports:
                 if r.test == report.nodeid and r.outcome == "running":
-                    r.outcome = "passed" if report.passed else "failed"
+                    r.outcome = outcome
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.worker:
@@ -81,7 +85,9 @@ def _to_json(report: EpisodeReport) -> dict[str, Any]:
 
 
 def _from_json(data: dict[str, Any]) -> EpisodeReport:
-    verdict = dict(data["verdict"])
+    # What a report reads of any verdict (a loop's has more): the trainer Verdict's fields.
+    known = {f.name for f in dataclasses.fields(Verdict)}
+    verdict = {k: v for k, v in data["verdict"].items() if k in known}
     verdict["lineage"] = [StepRecord(**{**r, "ids": tuple(r["ids"])}) for r in verdict["lineage"]]
     return EpisodeReport(
         data["test"], data["outcome"], data["events"], Verdict(**verdict), data["logs"]

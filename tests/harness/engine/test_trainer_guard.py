@@ -222,7 +222,7 @@ def test_the_replay_builds_the_trainer_through_its_own_seams(trainer):
     assert verdict.ok, verdict.violations
 
 
-def test_a_toolkit_exception_in_a_judge_is_not_judged_not_a_failure(monkeypatch):
+def test_a_toolkit_exception_in_a_judge_is_a_judge_error_never_a_pass(monkeypatch):
     result, _ = _play(final_step=6)
 
     def broken(*args):
@@ -230,10 +230,14 @@ def test_a_toolkit_exception_in_a_judge_is_not_judged_not_a_failure(monkeypatch)
 
     monkeypatch.setattr(oracle, "check_meshes", broken)
     verdict = oracle.check(result.events)
-    assert verdict.ok  # the trainer is not blamed
-    reason = verdict.not_judged["mesh-rebuild"]
-    assert reason.startswith("not judged: the judge failed (bug in pathways-chaos): KeyError")
+    assert verdict.violations == []  # the trainer is not blamed
+    assert not verdict.ok  # and the verdict is not a pass
+    assert "mesh-rebuild" not in verdict.judged and "mesh-rebuild" not in verdict.not_judged
+    reason = verdict.judge_errors["mesh-rebuild"]
+    assert reason.startswith("KeyError: 'oops'\n")
     assert "Traceback" in reason and "in broken" in reason
+    with pytest.raises(oracle.OracleViolation, match=r"the judge failed: a bug in pathways-chaos"):
+        verdict.raise_if_failed()
 
 
 def test_the_device_loss_seam_wraps_a_snapshotter_subclass_that_inherits_load(monkeypatch):

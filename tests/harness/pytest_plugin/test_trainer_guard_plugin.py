@@ -1,6 +1,6 @@
 """The chaos fixture's side of issue 20: the deadline options reach every episode, a config the
-cluster cannot honour is one line before a step, and a judge's crash is NOT JUDGED (skipped),
-never a pass and never the trainer's failure."""
+cluster cannot honour is one line before a step, and a judge's crash is an ERROR (issue 30):
+never a pass, never a skip and never the trainer's failure."""
 
 from __future__ import annotations
 
@@ -45,12 +45,15 @@ def test_deadline_precondition_and_judge_crash_through_the_fixture(pytester):
     result = pytester.runpytest_subprocess(
         "--chaos-deadline=120", "-rs", "-p", "no:cacheprovider", "-p", "no:randomly"
     )
-    result.assert_outcomes(passed=1, failed=1, skipped=1)
+    result.assert_outcomes(passed=1, failed=1, errors=1)
+    assert result.ret == 1
     result.stdout.fnmatch_lines(
         [
+            "*ERROR at call of test_judge_crash*",
+            "the judge failed: a bug in pathways-chaos, not in the code under test: "
+            "mesh-rebuild raised KeyError: 'toolkit bug'",
+            "Traceback (most recent call last):",
             "*minimum_slice_count=5 does not fit 4 slices: use 1..4*",
-            "*NOT JUDGED: mesh-rebuild: not judged: the judge failed (bug in pathways-chaos): "
-            "KeyError*",
         ]
     )
 

@@ -201,21 +201,24 @@ def check_compile_time(runs: LoopRuns) -> CheckResult:
 
 def steady_recompiles(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """The compiles, by function name, of a function that already ran on the same mesh of the
-    same attempt while an earlier batch was in hand: new shapes, dtypes, static values or
-    shardings for a function in steady state.
+    same attempt at two earlier batches: new shapes, dtypes, static values or shardings for a
+    function in steady state.
 
     A warm-up (``.lower().compile()`` before the first step, or eager ops on a prefetched batch)
     and the first call of each jitted function (an eval step first called at step 5) compile
     something that has not run at an earlier batch: not counted. JAX compiles right before it
-    runs, so a compile belongs to the next execution the lineage seam records. Without
-    executions in the log (no lineage), every compile after the attempt's second batch counts.
+    runs, so a compile belongs to the next execution the lineage seam records. The second
+    call may compile once more while the inputs settle from the initial state's shardings and
+    weak types to the step's own outputs (seen on a Flax Workload); from the third on it
+    counts. Without executions in the log (no lineage), every compile from the attempt's
+    third batch on counts.
     """
     compiles = [e for e in events if e["kind"] == "compile" and e.get("attempt", 0) > 0]
     if not any(e["kind"] == "exec" for e in events):
-        late = [e for e in compiles if e["batches_in_attempt"] >= 2]
+        late = [e for e in compiles if e["batches_in_attempt"] >= 3]
         return {"the step": late} if late else {}
     found: dict[str, list[dict[str, Any]]] = {}
-    first_ran: dict[tuple[int, str], int] = {}  # (mesh number, function) -> batches in hand
+    ran_at: dict[tuple[int, str], set[int]] = {}  # (mesh number, function) -> batches in hand
     mesh = batches = 0
     pending: list[dict[str, Any]] = []
     for e in events:
@@ -229,8 +232,13 @@ def steady_recompiles(events: list[dict[str, Any]]) -> dict[str, list[dict[str, 
             pending.append(e)
         elif kind == "exec":
             key = (mesh, str(e.get("name", "?")))
-            ran = first_ran.setdefault(key, batches)
-            late = [c for c in pending if c in compiles and c["batches_in_attempt"] > ran]
+            ran = ran_at.setdefault(key, set())
+            late = [
+                c
+                for c in pending
+                if c in compiles and len({b for b in ran if b < c["batches_in_attempt"]}) >= 2
+            ]
+            ran.add(batches)
             if late:
                 found.setdefault(key[1], []).extend(late)
             pending.clear()

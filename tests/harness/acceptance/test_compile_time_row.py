@@ -4,6 +4,8 @@ still fails the row, naming the function."""
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 
 import pytest
@@ -40,17 +42,17 @@ def test_a_step_with_a_static_step_number_fails_the_row_naming_it(tmp_path: Path
     row, _ = _row("static_step", tmp_path)
     assert row.status == FAIL
     message = row.failure_message()
-    assert "11 XLA recompiles in steady state: jit(_step_with_lr) compiled again" in message
-    assert "after batch 2, 3, 4, ...: the step recompiles" in message
+    assert re.search(r"\b1\d XLA recompiles in steady state: jit\(_step_with_lr\) compiled", message)
+    assert "after batch 3, 4, 5, ...: the step recompiles" in message
 
 
 def _compile(batches: int) -> dict[str, object]:
     return {"kind": "compile", "attempt": 1, "batches_in_attempt": batches}
 
 
-def test_without_executions_in_the_log_a_compile_after_the_second_batch_counts() -> None:
-    events = [{"kind": "attempt_start", "attempt": 1}, _compile(1), _compile(2), _compile(3)]
-    assert steady_recompiles(events) == {"the step": [_compile(2), _compile(3)]}
+def test_without_executions_in_the_log_a_compile_from_the_third_batch_on_counts() -> None:
+    events = [{"kind": "attempt_start", "attempt": 1}, *(_compile(b) for b in (1, 2, 3, 4))]
+    assert steady_recompiles(events) == {"the step": [_compile(3), _compile(4)]}
 
 
 def test_a_new_mesh_compiles_the_step_again_without_counting() -> None:
@@ -72,6 +74,9 @@ def test_a_new_mesh_compiles_the_step_again_without_counting() -> None:
         run("jit(step)"),
         batch,
         _compile(4),
+        run("jit(step)"),  # the second call may settle its inputs' shardings: not counted
+        batch,
+        _compile(5),
         run("jit(step)"),  # and again on it: a recompile
     ]
-    assert steady_recompiles(events) == {"jit(step)": [_compile(4)]}
+    assert steady_recompiles(events) == {"jit(step)": [_compile(5)]}

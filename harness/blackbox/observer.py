@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from pathways_chaos.harness.blackbox.batch_sources import BatchSources
 from pathways_chaos.harness.blackbox.checkpoints import CheckpointWatch, HeldLike, copy_arrays
 from pathways_chaos.harness.blackbox.lineage import LineageSeam
 from pathways_chaos.harness.blackbox.values import (
@@ -207,8 +208,18 @@ class LoopObserver:
             self._catches.start()
         if self.lineage is not None:
             self.lineage.start()
+        # grain's DataLoader and dataset iterators, the loop's own generators of batches.
+        self._sources = BatchSources(
+            self._wrap,
+            self._drawn,
+            lambda p: self.recorder.emit("iterator_set_state", **self._ids(), position=p),
+        )
+        self._sources.install()
 
     def _uninstall(self) -> None:
+        sources = getattr(self, "_sources", None)
+        if sources is not None:
+            sources.stop()
         if self.lineage is not None:
             self.lineage.stop()
         if isinstance(self.cluster, DeviceListeners):
@@ -252,7 +263,13 @@ class LoopObserver:
         position = position_of(iterator.get_state())
         t0 = time.perf_counter()
         batch = original(iterator)
-        input_s = time.perf_counter() - t0
+        self._drawn(batch, position, time.perf_counter() - t0)
+        return batch
+
+    def _drawn(self, batch: Any, position: int | None, input_s: float) -> None:
+        """One batch reached the loop, from whichever source: counted once, here."""
+        if not self._ready:
+            self._attempt_ready()
         size = batch_size_of(batch)
         self.batches += 1
         self._attempt_batches += 1
@@ -268,7 +285,6 @@ class LoopObserver:
         if ids is not None:
             fields["ids"] = ids
         self.recorder.emit("batch", **self._ids(), **fields)
-        return batch
 
     def _set_state(self, original: Callable[..., Any], iterator: Any, state: Any) -> Any:
         out = original(iterator, state)

@@ -4,6 +4,8 @@ code (not in the libraries' plumbing)."""
 
 from __future__ import annotations
 
+import json
+import re
 import traceback
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -12,12 +14,40 @@ from typing import Any
 import numpy as np
 
 POSITION_KEY = "global_next_index"  # grain ElasticIterator's whole state
+#: A grain dataset iterator's state (``MapDataset.to_iter_dataset()``, ``.batch``, ``.map``).
+NEXT_INDEX = "next_index"
+#: A grain ``DataLoaderIterator``'s state (JSON bytes): each worker's last record index.
+LAST_SEEN = "last_seen_indices"
 
 
 def position_of(state: Any) -> int | None:
-    if isinstance(state, Mapping) and POSITION_KEY in state:
+    """The global data position (records drawn) a grain iterator state holds: the
+    ElasticIterator's, a plain dataset iterator's lone ``next_index``, or a DataLoader's."""
+    if isinstance(state, bytes | str) and LAST_SEEN in str(state[:200]):
+        try:
+            state = json.loads(state)
+        except ValueError:
+            return None
+    if not isinstance(state, Mapping):
+        return None
+    if POSITION_KEY in state:
         return int(np.asarray(state[POSITION_KEY]))
-    return None
+    if set(state) == {NEXT_INDEX}:  # nested or mixed pipelines hold more: not a position
+        return int(np.asarray(state[NEXT_INDEX]))
+    return _data_loader_position(state)
+
+
+def _data_loader_position(state: Mapping[str, Any]) -> int | None:
+    """Records a one-host DataLoader drew: worker ``i`` of ``W`` reads records ``i, i+W, ...``
+    and last saw ``last``, so it drew ``(last - i) // W + 1`` of them."""
+    seen = state.get(LAST_SEEN)
+    if not isinstance(seen, Mapping) or "worker_count" not in state:
+        return None
+    match = re.search(r"shard_count=(\d+)", str(state.get("sampler", "")))
+    if match is not None and match.group(1) != "1":
+        return None  # a shard's indices interleave with other hosts': not a global position
+    workers = max(int(np.asarray(state["worker_count"])), 1)
+    return sum((int(np.asarray(last)) - int(i)) // workers + 1 for i, last in seen.items())
 
 
 def find_position(tree: Any) -> int | None:
@@ -40,15 +70,27 @@ def _walk(tree: Any) -> Iterator[Any]:
 
 
 def batch_size_of(batch: Any) -> int | None:
+    """Rows in a batch; of a tuple's first element (``(batch, iterator state)`` pairs)."""
     import jax
 
+    if isinstance(batch, tuple) and batch:
+        batch = batch[0]
     leaves = jax.tree_util.tree_leaves(batch)
     return int(np.shape(leaves[0])[0]) if leaves and np.ndim(leaves[0]) else None
 
 
 def sample_ids_of(batch: Any) -> list[int] | None:
-    if isinstance(batch, Mapping) and "id" in batch:
-        return [int(i) for i in np.asarray(batch["id"]).ravel()]
+    """The ``id`` (or ``ids``) field of a batch, or of a tuple's first element."""
+    if isinstance(batch, tuple) and batch:
+        batch = batch[0]
+    if not isinstance(batch, Mapping):
+        return None
+    for key in ("id", "ids"):
+        if key in batch:
+            try:
+                return [int(i) for i in np.asarray(batch[key]).ravel()]
+            except (TypeError, ValueError):  # ids that are not integers: none to judge by
+                return None
     return None
 
 

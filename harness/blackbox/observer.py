@@ -26,20 +26,20 @@ import signal
 import threading
 import time
 import traceback
-import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from pathways_chaos.harness.blackbox.batch_sources import BatchSources
+from pathways_chaos.harness.blackbox.catch_watch import CatchWatch
 from pathways_chaos.harness.blackbox.checkpoints import CheckpointWatch, HeldLike, copy_arrays
+from pathways_chaos.harness.blackbox.held_saves import GateHolder
 from pathways_chaos.harness.blackbox.lineage import LineageSeam
 from pathways_chaos.harness.blackbox.values import (
     batch_size_of,
     describe_state,
     elastic_inner_iterator,
     find_position,
-    is_plumbing,
     own_frame,
     position_of,
     sample_ids_of,
@@ -49,7 +49,7 @@ from pathways_chaos.harness.blackbox.values import (
 from pathways_chaos.harness.engine.backend import DeviceListeners, SaveGated
 from pathways_chaos.harness.engine.digest import digest
 from pathways_chaos.harness.engine.recorder import Recorder
-from pathways_chaos.harness.engine.save_gate import HeldSave, SaveGate
+from pathways_chaos.harness.engine.save_gate import SaveGate
 from pathways_chaos.harness.engine.seams import defining_class
 from pathways_chaos.harness.errors import ChaosConfigError
 
@@ -91,7 +91,7 @@ class LoopObserver:
             cluster.save_gate if isinstance(cluster, SaveGated) else None
         )
         #: ``slow_save`` holds the loop's saves, on every orbax path, through it (the fake's).
-        self._holder = None if self._save_gate is None else _GateHolder(self, self._save_gate)
+        self._holder = None if self._save_gate is None else GateHolder(self, self._save_gate)
         self.lineage: LineageSeam | None = (
             LineageSeam(recorder.emit, self._ids) if lineage else None
         )
@@ -204,7 +204,7 @@ class LoopObserver:
         self._listening = True
         if isinstance(self.cluster, DeviceListeners):
             self.cluster.add_error_listener(self._slice_error)
-            self._catches = _CatchWatch(self._caught)
+            self._catches = CatchWatch(self._caught)
             self._catches.start()
         if self.lineage is not None:
             self.lineage.start()
@@ -558,117 +558,3 @@ class LoopObserver:
     @staticmethod
     def handles_sigterm() -> bool:
         return signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN, None)
-
-
-class _GateHolder:
-    """The save gate as the checkpoint watch's ``SaveHolder``: each held save's events carry
-    the run and attempt, and its copy and commit are the toolkit's work, not the loop's."""
-
-    def __init__(self, observer: LoopObserver, gate: SaveGate) -> None:
-        self._observer, self._gate = observer, gate
-
-    def hold(
-        self,
-        step: int | None,
-        path: str,
-        make: Callable[[], tuple[Any, Callable[[], Any]]],
-        owner: int,
-    ) -> HeldSave | None:
-        if not self._gate.armed():
-            return None
-        observer = self._observer
-        with observer._toolkit_reads():
-            state, commit = make()
-
-        def committed() -> Any:
-            with observer._toolkit_reads():
-                return commit()
-
-        source = "snapshot" if path.startswith("Snapshotter") else "checkpoint"
-        fields = {**observer._ids(), "step": step, "source": source, "path": path}
-        return self._gate.hold(observer.recorder, fields, state, committed, owner)
-
-    def block(self, held: HeldLike) -> None:
-        assert isinstance(held, HeldSave)
-        try:
-            self._gate.block(held)
-        except BaseException as error:
-            if error is held.lost:  # the loop sees it as any slice-down error it meets
-                self._observer._slice_error(error)
-            raise
-
-    def lost(self, held: HeldLike) -> None:
-        if held.lost is not None:
-            self._observer._slice_error(held.lost)
-            raise held.lost
-
-    def wait(self, owner: int | None) -> None:
-        with self._observer._toolkit_reads():
-            self._gate.wait(owner)
-
-    def release_due(self) -> None:
-        with self._observer._toolkit_reads():
-            self._gate.release_due()
-
-
-class _CatchWatch:
-    """Which code catches a slice-down error: the loop's own ``except`` (an error swallowed)
-    or a library's (Orbax skipping a lost replica, elastic_retry recovering).
-
-    Python's own ``sys.monitoring`` EXCEPTION_HANDLED event, on a tool id of its own, for the
-    episode only; it costs nothing until an exception is handled.
-    """
-
-    TOOL_IDS = (4, 3)
-
-    def __init__(self, report: Callable[[int, str], None]) -> None:
-        self._report = report
-        # Weak references: a kept error keeps its frames, and their arrays, alive.
-        self._watched: dict[int, tuple[weakref.ref[BaseException], int]] = {}
-        self._tool: int | None = None
-        self._main = threading.get_ident()
-
-    def start(self) -> None:
-        import sys
-
-        monitoring = getattr(sys, "monitoring", None)
-        if monitoring is None:
-            return
-        for tool in self.TOOL_IDS:
-            try:
-                monitoring.use_tool_id(tool, "pathways-chaos")
-            except ValueError:  # taken by another tool
-                continue
-            self._tool = tool
-            monitoring.register_callback(tool, monitoring.events.EXCEPTION_HANDLED, self._handled)
-            monitoring.set_events(tool, monitoring.events.EXCEPTION_HANDLED)
-            return
-
-    def stop(self) -> None:
-        import sys
-
-        if self._tool is None:
-            return
-        monitoring = sys.monitoring
-        monitoring.set_events(self._tool, 0)
-        monitoring.register_callback(self._tool, monitoring.events.EXCEPTION_HANDLED, None)
-        monitoring.free_tool_id(self._tool)
-        self._tool = None
-        self._watched.clear()
-
-    def watch(self, error: BaseException, number: int) -> None:
-        self._watched[id(error)] = (weakref.ref(error), number)
-
-    def _handled(self, code: Any, offset: int, exception: BaseException) -> Any:
-        entry = self._watched.get(id(exception))
-        if entry is None or entry[0]() is not exception:
-            return None
-        if is_plumbing(code.co_filename) or threading.get_ident() != self._main:
-            return None
-        del self._watched[id(exception)]  # the first handler outside the libraries decides
-        line = code.co_firstlineno
-        for start, _end, ln in code.co_lines():  # the last line that starts at or before it
-            if start <= offset and ln is not None:
-                line = ln
-        self._report(entry[1], f"{code.co_filename}:{line} in {code.co_name}")
-        return None

@@ -40,13 +40,15 @@ from pathways_chaos.harness.episodes import exit_witness, fork_server
 from pathways_chaos.harness.episodes.child import STACK_SIGNAL, ChildSpec
 from pathways_chaos.harness.episodes.loop_episode import (
     LoopResult,
-    loop_name,
     refuse_loop_misfits,
+)
+from pathways_chaos.harness.episodes.loop_reference import (
+    file_modules,
+    loop_reference,
+    named_modules,
 )
 from pathways_chaos.harness.errors import ChaosConfigError, ChaosError
 
-#: Module names ``user_modules`` gives a file it loads (``FILE.py:NAME``).
-FILE_MODULE_PREFIXES = ("pathways_chaos_loop_", "pathways_chaos_user_")
 GIB = 1 << 30
 MIB = 1 << 20
 
@@ -149,7 +151,7 @@ class SupervisedLoopEpisode:
         self.lineage, self.show_library_logs = lineage, show_library_logs
         self.deadline = deadline or default_deadline()
         self.limits = limits or _default_limits
-        self.loop_spec, self.loop_pickle, self.name = _loop_reference(loop)
+        self.loop_spec, self.loop_pickle, self.name = loop_reference(loop)
         try:
             self.options_pickle = pickle.dumps(self.options)
         except Exception as error:
@@ -445,64 +447,6 @@ def run_supervised_loop_episode(
 
 
 # -- helpers -----------------------------------------------------------------------------------
-def file_modules(data: bytes) -> list[tuple[str, str]]:
-    """The modules loaded from files (under made-up names) that pickled ``data`` names: the
-    child loads each file under the same name before it unpickles."""
-    out = []
-    for name, module in list(sys.modules.items()):
-        file = getattr(module, "__file__", None)
-        if name.startswith(FILE_MODULE_PREFIXES) and file and name.encode() in data:
-            prefix = next(p for p in FILE_MODULE_PREFIXES if name.startswith(p))
-            out.append((prefix, str(file)))
-    return out
-
-
-def named_modules(data: bytes) -> list[tuple[str, str]]:
-    """The user's modules pickled ``data`` names, with their files, for a child whose
-    ``sys.path`` may not find them (not the toolkit's, not installed, not ``__main__``)."""
-    installed = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
-    out = []
-    for name, module in list(sys.modules.items()):
-        file = getattr(module, "__file__", None)
-        if (
-            file
-            and name != "__main__"
-            and not name.startswith(("pathways_chaos", *FILE_MODULE_PREFIXES))
-            and not os.path.abspath(file).startswith(installed)
-            and name.encode() in data
-        ):
-            out.append((name, str(file)))
-    return out
-
-
-def _loop_reference(loop: Callable[..., Any] | str) -> tuple[str | None, bytes | None, str]:
-    """The loop as the child will find it: a spec string (never imported here), or a callable
-    pickled by reference (the test imported it already)."""
-    if isinstance(loop, str):
-        if not loop.strip():
-            raise ChaosConfigError(
-                "the loop is empty: write MODULE:FUNCTION, for example "
-                "pathways_chaos.harness.reference.user_loop:main"
-            )
-        return loop, None, loop
-    name = loop_name(loop)
-    module = sys.modules.get(getattr(loop, "__module__", "") or "")
-    qualname = getattr(loop, "__qualname__", "")
-    file = getattr(module, "__file__", None)
-    if module is not None and module.__name__.startswith(FILE_MODULE_PREFIXES) and file:
-        # Loaded from a file (``FILE.py:FUNCTION``) under a made-up module name the child
-        # would not find: the child loads the same file.
-        return f"{file}:{qualname}", None, name
-    try:
-        data = pickle.dumps(loop)
-    except Exception as error:
-        raise ChaosConfigError(
-            f"the loop {name} cannot be sent to the episode's process ({type(error).__name__}): "
-            "pass a module-level function (or functools.partial of one), or 'MODULE:FUNCTION'"
-        ) from None
-    return None, data, name
-
-
 def _write_private(path: Path, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as f:

@@ -26,7 +26,8 @@ from pathways_chaos.harness.judging.loop_lineage import BatchRecord, batch_sizes
 from pathways_chaos.harness.judging.oracle import Verdict, recoveries
 from pathways_chaos.harness.judging.process_exit import process_exit as _process_exit
 from pathways_chaos.harness.judging.replay import REPLAY_ATOL, REPLAY_RTOL
-from pathways_chaos.harness.judging.wording import one_line as _line
+from pathways_chaos.harness.judging.run_outcome import completed as run_completed
+from pathways_chaos.harness.judging.run_outcome import did_something, faults_fired
 from pathways_chaos.harness.judging.wording import plural as _plural
 
 #: Every judge, in the order the verdict lists them: causes before the effects they lead to
@@ -99,9 +100,9 @@ def judge_loop(
     base_chain = chain_checks.follow(baseline) if baseline else None
     results: dict[str, list[str] | str] = {}  # name -> violations, or why it was not judged
     results["process-exit"] = _process_exit(events)
-    results["faults-fired"] = _faults_fired(events)
-    results["completed"] = _completed(events, ends, failed) + (
-        _did_something(events, ends[-1]) if completed else []
+    results["faults-fired"] = faults_fired(events)
+    results["completed"] = run_completed(events, ends, failed) + (
+        did_something(events, ends[-1]) if completed else []
     )
     if chain is not None and chain.followed:
         results["exactly-once"] = chain_judges.trained_once_in_order(
@@ -183,30 +184,6 @@ def judge_loop(
 
 
 # -- the judges ------------------------------------------------------------------------------
-def _completed(events: Sequence[Event], ends: list[Event], failed: Event | None) -> list[str]:
-    if not ends:
-        unloadable = next((e for e in events if e["kind"] == "loop_unloadable"), None)
-        if unloadable is not None:
-            return [f"the loop could not be loaded in its process: {_line(unloadable['message'])}"]
-        return ["the loop never finished a run: no run_end in the log"]
-    if ends[-1]["status"] == "completed":
-        return []
-    if failed is None:
-        return [f"the loop's last run ended {ends[-1]['status']}, not completed"]
-    where = failed.get("where")
-    cause = failed.get("cause")
-    text = str(failed.get("error") or "")
-    if failed.get("process_end"):  # the supervisor's account of how the process ended
-        return [_line(text.partition(": ")[2], 500)]
-    if text.startswith(("EpisodeDeadlineExceeded", "UnsatisfiableWait")):
-        return [f"the run did not finish: {_line(text.partition(': ')[2], 500)}"]
-    return [
-        f"the loop crashed: {_line(failed.get('error'))}"
-        + (f" (caused by {_line(cause)})" if cause else "")
-        + (f", raised at {where}" if where else "")
-    ]
-
-
 def _exactly_once(
     lineage: list[BatchRecord], base: list[BatchRecord] | None, completed: bool
 ) -> list[str] | str:
@@ -254,37 +231,6 @@ def _exactly_once(
 
 def _other_findings(results: dict[str, list[str] | str]) -> bool:
     return any(isinstance(v, list) and v for k, v in results.items() if k != "completed")
-
-
-def _faults_fired(events: Sequence[Event]) -> list[str] | str:
-    """Every scheduled fault happened; one that did not leaves the episode unjudged for it
-    (the loop survived nothing), said with what the loop can do about it."""
-    unfired = [e["text"] for e in events if e["kind"] == "fault_unfired"]
-    if unfired:
-        return (
-            f"{_plural(len(unfired), 'scheduled fault')} never fired, so surviving "
-            f"{'it' if len(unfired) == 1 else 'them'} was not judged: " + "; ".join(unfired)
-        )
-    return []
-
-
-def _did_something(events: Sequence[Event], end: Event) -> list[str]:
-    """A function that returns at once, or returns something that is not a state, is not
-    a training loop that survived: say so instead of passing it."""
-    drawn = any(e["kind"] == "batch" for e in events)
-    ran = any(e["kind"] in ("exec", "compile", "attempt_start") for e in events)
-    if not drawn and not ran:
-        return [
-            "the loop returned at once without training (no batch drawn, no computation "
-            "run): name the function that runs the training loop"
-        ]
-    returned = end.get("returned")
-    if returned is not None and not end.get("final_state"):
-        return [
-            f"the loop returned a {returned} holding no arrays, not its final training state "
-            "(return the state, e.g. jax.device_get(state), or None)"
-        ]
-    return []
 
 
 def _restore_latest(events: Sequence[Event]) -> list[str] | str:

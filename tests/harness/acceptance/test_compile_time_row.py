@@ -5,7 +5,6 @@ still fails the row, naming the function."""
 from __future__ import annotations
 
 import re
-
 from pathlib import Path
 
 import pytest
@@ -42,7 +41,8 @@ def test_a_step_with_a_static_step_number_fails_the_row_naming_it(tmp_path: Path
     row, _ = _row("static_step", tmp_path)
     assert row.status == FAIL
     message = row.failure_message()
-    assert re.search(r"\b1\d XLA recompiles in steady state: jit\(_step_with_lr\) compiled", message)
+    steady = r"\b1\d XLA recompiles in steady state: jit\(_step_with_lr\) compiled"
+    assert re.search(steady, message)
     assert "after batch 3, 4, 5, ...: the step recompiles" in message
 
 

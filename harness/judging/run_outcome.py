@@ -1,0 +1,66 @@
+"""How an episode's runs went, before what they trained: every scheduled fault fired, the last
+run completed (or the one line on why not: a crash with its frame, an ending the supervisor
+named, a loop that could not be loaded), and a completed run did some training."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pathways_chaos.harness.engine.recorder import Event
+from pathways_chaos.harness.judging.wording import one_line as _line
+from pathways_chaos.harness.judging.wording import plural as _plural
+
+
+def completed(events: Sequence[Event], ends: list[Event], failed: Event | None) -> list[str]:
+    if not ends:
+        unloadable = next((e for e in events if e["kind"] == "loop_unloadable"), None)
+        if unloadable is not None:
+            return [f"the loop could not be loaded in its process: {_line(unloadable['message'])}"]
+        return ["the loop never finished a run: no run_end in the log"]
+    if ends[-1]["status"] == "completed":
+        return []
+    if failed is None:
+        return [f"the loop's last run ended {ends[-1]['status']}, not completed"]
+    where = failed.get("where")
+    cause = failed.get("cause")
+    text = str(failed.get("error") or "")
+    if failed.get("process_end"):  # the supervisor's account of how the process ended
+        return [_line(text.partition(": ")[2], 500)]
+    if text.startswith(("EpisodeDeadlineExceeded", "UnsatisfiableWait")):
+        return [f"the run did not finish: {_line(text.partition(': ')[2], 500)}"]
+    return [
+        f"the loop crashed: {_line(failed.get('error'))}"
+        + (f" (caused by {_line(cause)})" if cause else "")
+        + (f", raised at {where}" if where else "")
+    ]
+
+
+def faults_fired(events: Sequence[Event]) -> list[str] | str:
+    """Every scheduled fault happened; one that did not leaves the episode unjudged for it
+    (the loop survived nothing), said with what the loop can do about it."""
+    unfired = [e["text"] for e in events if e["kind"] == "fault_unfired"]
+    if unfired:
+        return (
+            f"{_plural(len(unfired), 'scheduled fault')} never fired, so surviving "
+            f"{'it' if len(unfired) == 1 else 'them'} was not judged: " + "; ".join(unfired)
+        )
+    return []
+
+
+def did_something(events: Sequence[Event], end: Event) -> list[str]:
+    """A function that returns at once, or returns something that is not a state, is not
+    a training loop that survived: say so instead of passing it."""
+    drawn = any(e["kind"] == "batch" for e in events)
+    ran = any(e["kind"] in ("exec", "compile", "attempt_start") for e in events)
+    if not drawn and not ran:
+        return [
+            "the loop returned at once without training (no batch drawn, no computation "
+            "run): name the function that runs the training loop"
+        ]
+    returned = end.get("returned")
+    if returned is not None and not end.get("final_state"):
+        return [
+            f"the loop returned a {returned} holding no arrays, not its final training state "
+            "(return the state, e.g. jax.device_get(state), or None)"
+        ]
+    return []

@@ -146,6 +146,7 @@ class LineageSeam:
 
     # -- nodes ----------------------------------------------------------------------------------
     def _known(self, array: Any) -> int | None:
+        array = _physical(array)
         entry = self._node_of.get(id(array))
         if entry is not None and entry[0]() is array:
             return entry[1]
@@ -156,6 +157,7 @@ class LineageSeam:
         self._next_node += 1
         ids = self._ids()
         self._made_in[node] = f"{ids['run']}:{ids['attempt']}"
+        array = _physical(array)
         with contextlib.suppress(TypeError):
             self._node_of[id(array)] = (weakref.ref(array), node)
         return node
@@ -286,3 +288,11 @@ def _clear_fast_paths() -> None:
     from jax._src.lib import _jax
 
     _jax.PjitFunctionCache.clear_all()
+
+
+def _physical(array: Any) -> Any:
+    """A typed PRNG key array's buffer (what executions consume, and what ``key_data`` and
+    ``wrap_key_data`` pass along unchanged); any other array itself. One node for both, so a
+    key saved as ``key_data`` and wrapped back after the restore is followed, not re-made."""
+    base = getattr(array, "_base_array", None)
+    return array if base is None or not hasattr(array, "_impl") else base

@@ -50,3 +50,40 @@ def test_a_changed_leaf_of_a_dtype_numpy_lacks_is_found(tmp_path):
     assert worst_outside_tolerance(a, leaf_array(same["['bf16']"])) is None
     keys = leaf_array(same["['key']"]), leaf_array(other["['key']"])
     assert worst_outside_tolerance(*keys) is None
+
+
+PRNG_LOOP = "tests/loops/real_jobs/prng_bf16_ok.py:main"
+
+
+@pytest.mark.parametrize("snapshot_key_data", [False, True])
+def test_a_typed_key_kept_as_key_data_and_wrapped_back_is_followed(tmp_path, snapshot_key_data):
+    """The key goes to the checkpoint as ``key_data`` and comes back through
+    ``wrap_key_data``: the restore is used, not re-made (a correct loop once failed here)."""
+    from pathways_chaos.harness.play import play_loop
+
+    options = {"snapshot_key_data": snapshot_key_data}
+    base = play_loop(PRNG_LOOP, options=options, checkpoint_dir=tmp_path / "base")
+    out = play_loop(
+        PRNG_LOOP,
+        "preemption@batch=10",
+        baseline=base.events,
+        options=options,
+        checkpoint_dir=tmp_path / "pr",
+    )
+    assert out.verdict.ok, out.verdict.summary()
+    assert {"restore-used", "final-state"} <= set(out.verdict.judged)
+
+
+def test_a_fresh_key_after_the_restore_is_named_re_initialised(tmp_path):
+    from pathways_chaos.harness.play import play_loop
+
+    base = play_loop(PRNG_LOOP, checkpoint_dir=tmp_path / "base")
+    out = play_loop(
+        PRNG_LOOP,
+        "preemption@batch=10",
+        baseline=base.events,
+        options={"rekey_on_restore": True},
+        checkpoint_dir=tmp_path / "pr",
+    )
+    assert not out.verdict.ok
+    assert "leaf ['state']['key'] was re-initialised" in out.verdict.violations[0]

@@ -75,6 +75,7 @@ def main(
     global_batch: int = 16,
     snapshot_every: int = 3,
     snapshot_key_data: bool = False,
+    rekey_on_restore: bool = False,  # a broken variant (added for the lineage test): fresh key
     **options: Any,
 ) -> Any:
     import grain
@@ -146,6 +147,8 @@ def main(
             )
             it.set_state(r["it"])
             state = {**r["state"], "key": jax.random.wrap_key_data(r["state"]["key"])}
+            if rekey_on_restore:
+                state["key"] = jax.device_put(jax.random.key(int(r["step"])), sh["key"])
             step = int(r["step"]) + 1
         else:
             state, step = jax.device_put(new_state(), sh), 0

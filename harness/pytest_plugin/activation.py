@@ -75,6 +75,9 @@ def activate(config: pytest.Config) -> None:
         os.environ.setdefault("JAX_PLATFORMS", "proxy")
         os.environ.setdefault("JAX_BACKEND_TARGET", proxy)
         return
+    # Through pytest, which rewrites its asserts: imported plainly here (a conftest may
+    # activate before the plugin's own configure), it would warn on every run.
+    config.pluginmanager.import_plugin("pathways_chaos.fixtures.cluster")
     from pathways_chaos.fixtures.cluster import fake_topology
     from pathways_chaos.harness.engine import compilation_cache
     from pathways_chaos.harness.engine.topology import request_cpu_devices

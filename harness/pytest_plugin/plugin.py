@@ -198,6 +198,9 @@ def pytest_configure(config: pytest.Config) -> None:
     option_checks.check_options(config)  # bad values: one line, exit 4, before anything runs
     _set_deadline(config)
     _set_memory_limit(config)
+    for name in FIXTURE_MODULES:
+        if not config.pluginmanager.has_plugin(name):
+            config.pluginmanager.import_plugin(name)
     from pathways_chaos.harness.pytest_plugin import activation
 
     if activation.options_ask_for_devices(config) or config.getoption("cluster"):
@@ -211,9 +214,6 @@ def pytest_configure(config: pytest.Config) -> None:
         from pathways_chaos.harness.kube.pod_logs import PodLogCollector
 
         config.pluginmanager.register(PodLogCollector(), "pathways-chaos-pod-logs")
-    for name in FIXTURE_MODULES:
-        if not config.pluginmanager.has_plugin(name):
-            config.pluginmanager.import_plugin(name)
 
 
 _PREVIOUS_DEADLINE: pytest.StashKey[Deadline] = pytest.StashKey()

@@ -1,0 +1,34 @@
+"""The README's main command prints no warning of ours (issue 33: a PytestAssertRewriteWarning
+on every run, because a fixture module was imported before pytest could rewrite it)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_collecting_the_chaos_suite_warns_nothing() -> None:
+    # The README's own entry point: ``python -m pytest`` loads plugins in another order and
+    # did not show the warning.
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("pytest")),
+            "suites/chaos",
+            "-m",
+            "chaos",
+            "--co",
+            "-q",
+            "-W",
+            "error::pytest.PytestAssertRewriteWarning",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "39 tests collected" in done.stdout
+    assert "Warning" not in done.stdout + done.stderr

@@ -5,6 +5,8 @@ makes and writes what they show as events of the oracle's log:
 
 - grain ``ElasticIterator.__next__`` / ``get_state`` / ``set_state``: each batch's global data
   position and size, and its sample ids when the records carry an ``id``;
+- grain ``DataLoader`` and dataset iterators, and the loop's own generators of batches
+  (``batch_sources.py``), counted the same way, once each;
 - Orbax ``Snapshotter.save`` / ``load``: the step, a digest of each leaf, the data position
   stored with it; ``latest`` when the loop restores;
 - pathwaysutils ``Manager``: its construction, each ``elastic_retry`` attempt and error, and

@@ -31,8 +31,9 @@ class Range:
     def describe(self) -> str:
         kind = "a whole number" if self.whole else "a number"
         unit = f" of {self.unit}" if self.unit else ""
-        low = f"{self.minimum:g}" if self.inclusive else f"more than {self.minimum:g}"
-        return f"{kind}{unit} from {low} to {self.maximum:g}"
+        if self.inclusive:
+            return f"{kind}{unit} from {self.minimum:g} to {self.maximum:g}"
+        return f"{kind}{unit} > {self.minimum:g} and at most {self.maximum:g}"
 
 
 def parse_number(raw: object, flag: str, allowed: Range) -> float:

@@ -60,6 +60,18 @@ def is_owned(path: Path) -> bool:
     return marker is not None and stat.S_ISREG(marker.st_mode) and marker.st_uid == os.geteuid()
 
 
+def check_real_folder(path: str | os.PathLike[str], *, what: str = "folder") -> Path:
+    """A folder to write into that is what it says: not a symlink (to somewhere else), not a
+    file, not under a file; it need not exist yet."""
+    target = Path(path)
+    check_folder_target(target, what=what)
+    info = _lstat(target, what)
+    _check_not_symlink(target, info, what)
+    if info is not None and not stat.S_ISDIR(info.st_mode):
+        raise RefusedPath(f"{what} {shown(target)} is not a folder: name a folder")
+    return target
+
+
 def check_owned(path: str | os.PathLike[str], *, what: str = "folder") -> bool:
     """False when ``path`` does not exist; True when it is a folder we made; else refused."""
     target = Path(path)
@@ -198,6 +210,7 @@ __all__ = [
     "RefusedPath",
     "check_not_an_input",
     "check_owned",
+    "check_real_folder",
     "is_owned",
     "make_owned_folder",
     "open_fresh",

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pathways_chaos.harness.engine.owned_paths import check_not_an_input, write_atomic
 from pathways_chaos.harness.errors import ChaosConfigError
 from pathways_chaos.harness.search.shard import FORMAT
 
@@ -378,6 +379,19 @@ def _counts_html(merged: Merged, parts: list[str]) -> None:
         parts.append("</ul>")
 
 
+def input_files(folders: list[Path]) -> list[Path]:
+    """Every file the merge reads: each shard's report and episode log, whatever its name."""
+    return [p for f in folders if f.is_dir() for p in sorted(f.glob("shard-*-of-*.json*"))]
+
+
+def _check_outputs(html_path: Path, json_path: Path | None, folders: list[Path]) -> None:
+    """The report files are never one of the merge's own inputs, nor each other."""
+    inputs = input_files(folders)
+    check_not_an_input(html_path, inputs, what="--html")
+    if json_path is not None:
+        check_not_an_input(json_path, [*inputs, html_path], what="--json")
+
+
 def merge_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="pathways-chaos search merge",
@@ -391,10 +405,12 @@ def merge_main(argv: list[str]) -> int:
     try:
         if args.html.is_dir():
             raise ChaosConfigError(f"--html {args.html} is a folder: name a file")
+        _check_outputs(args.html, args.json, args.folders)
         merged = merge(args.folders)
-        args.html.write_text(render_html(merged))
+        write_atomic(args.html, render_html(merged).encode(), what="--html")
         if args.json is not None:
-            args.json.write_text(json.dumps(to_json(merged), indent=2) + "\n")
+            data = (json.dumps(to_json(merged), indent=2) + "\n").encode()
+            write_atomic(args.json, data, what="--json")
     except ChaosConfigError as error:
         print(f"pathways-chaos search merge: error: {error}", file=sys.stderr)
         return error.exit_code

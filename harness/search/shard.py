@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from pathways_chaos.harness.engine.owned_paths import open_fresh, write_atomic
 from pathways_chaos.harness.properties.settings import ExampleCounter, PropertyFailure
 from pathways_chaos.harness.search.database import describe, saved
 from pathways_chaos.harness.search.plan import SEED_SPAN, ShardPlan
@@ -196,8 +197,9 @@ class ShardSearch:
         t0 = self._t0 = time.monotonic()
         self._deadline = t0 + self.budget_s
         todo = list(self.plan.properties)
-        # A restarted Pod starts its shard over: the file says what this attempt ran.
-        with open(self.episodes_path, "w") as out:
+        # A restarted Pod starts its shard over: the file says what this attempt ran. Made anew,
+        # never written through a symlink someone planted on the shared volume.
+        with os.fdopen(open_fresh(self.episodes_path, what="episode log"), "w") as out:
             self._out = out
             while todo and not self.over_budget():
                 if self.max_rounds is not None and self._round >= self.max_rounds:
@@ -214,9 +216,7 @@ class ShardSearch:
                 self._round += 1
             self._out = None
         report = self.report(started, time.monotonic() - t0)
-        tmp = self.report_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(report, indent=2) + "\n")
-        tmp.replace(self.report_path)
+        write_atomic(self.report_path, (json.dumps(report, indent=2) + "\n").encode())
         return report
 
     def _search(self, prop: str) -> bool:

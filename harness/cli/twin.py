@@ -97,6 +97,22 @@ def _check_up(args: argparse.Namespace) -> CheckedManifest:
     return load_manifest(args.manifest, args.namespace)
 
 
+class MachineNotReady(ChaosError):
+    """The machine lacks what the twin needs (root, util-linux, the Kubernetes binaries)."""
+
+
+def _check_machine() -> None:
+    """What the twin needs of this machine, said before anything is made or started."""
+    from pathways_chaos.fixtures.control_plane import find_kube_binaries, missing_binaries_message
+    from pathways_chaos.fixtures.twin.kubelet import container_requirements
+
+    problem = container_requirements()
+    if problem is None and find_kube_binaries() is None:
+        problem = missing_binaries_message()
+    if problem is not None:
+        raise MachineNotReady(f"twin up: {problem}")
+
+
 def up(args: argparse.Namespace) -> int:
     state: Path = args.state_dir
     checked = _check_up(args)
@@ -109,7 +125,10 @@ def up(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 3
+        _check_machine()
         remove_owned_folder(state, what="--state-dir")
+    else:
+        _check_machine()
     make_owned_folder(state, what="--state-dir")
     manifest = state / "manifest.yaml"  # the checked objects: what was read is what runs
     write_new(manifest, yaml.safe_dump_all(checked.docs).encode(), what="manifest copy")

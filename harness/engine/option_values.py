@@ -31,9 +31,15 @@ class Range:
     def describe(self) -> str:
         kind = "a whole number" if self.whole else "a number"
         unit = f" of {self.unit}" if self.unit else ""
+        low, high = _plain(self.minimum), _plain(self.maximum)
         if self.inclusive:
-            return f"{kind}{unit} from {self.minimum:g} to {self.maximum:g}"
-        return f"{kind}{unit} > {self.minimum:g} and at most {self.maximum:g}"
+            return f"{kind}{unit} from {low} to {high}"
+        return f"{kind}{unit} > {low} and at most {high}"
+
+
+def _plain(value: float) -> str:
+    """A bound as a person writes it: 604800, not 6.048e+05."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 def parse_number(raw: object, flag: str, allowed: Range) -> float:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from pathways_chaos.harness.cli.quiet import restores_library_logging
-from pathways_chaos.harness.engine.option_values import Range
+from pathways_chaos.harness.engine.option_values import OneLineArgumentParser, Range
 from pathways_chaos.harness.search.plan import MAX_SHARDS, SEED_SPAN
 
 #: Per profile: seconds a shard searches, examples per seeded round.
@@ -29,7 +29,7 @@ BACKOFF_LIMIT = Range(0, 10_000, unit="retries")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         prog="pathways-chaos search",
         description="search the property suites as shards (merge: one report from the shards)",
     )

@@ -22,7 +22,12 @@ from pathlib import Path
 import yaml
 
 from pathways_chaos.fixtures.twin.manifest import CheckedManifest, check_images, load_manifest
-from pathways_chaos.harness.engine.option_values import Range, parse_number, parse_whole
+from pathways_chaos.harness.engine.option_values import (
+    OneLineArgumentParser,
+    Range,
+    parse_number,
+    parse_whole,
+)
 from pathways_chaos.harness.engine.owned_paths import (
     check_owned,
     make_owned_folder,
@@ -204,8 +209,8 @@ def down(args: argparse.Namespace) -> int:
     return 0
 
 
-def twin_main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="pathways-chaos twin", description=__doc__)
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineArgumentParser(prog="pathways-chaos twin", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     start = sub.add_parser("up", help="start the twin and apply a JobSet manifest")
     start.add_argument("--manifest", type=Path, required=True, help="YAML with your JobSet")
@@ -223,9 +228,17 @@ def twin_main(argv: Sequence[str]) -> int:
     start.add_argument("--state-dir", type=Path, default=default_state_dir())
     stop = sub.add_parser("down", help="stop the twin and remove everything it made")
     stop.add_argument("--state-dir", type=Path, default=default_state_dir())
-    args = parser.parse_args(list(argv))
+    return parser
+
+
+def twin_main(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(list(argv))
     try:
         return up(args) if args.command == "up" else down(args)
     except ChaosError as error:
         print(f"pathways-chaos twin: error: {error}", file=sys.stderr)
         return error.exit_code
+    except OSError as error:  # what no check above foresaw: still one line, never a traceback
+        where = f" {shown(error.filename)}" if error.filename else ""
+        print(f"pathways-chaos twin: error:{where}: {error.strerror or error}", file=sys.stderr)
+        return 2

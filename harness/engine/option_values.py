@@ -9,9 +9,13 @@ and checked here, so the error is ours (one line), not argparse's usage block.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 import re
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from pathways_chaos.harness.engine.untrusted_files import shown
 from pathways_chaos.harness.errors import ChaosConfigError
@@ -122,4 +126,28 @@ def parse_memory(raw: str, flag: str = "--memory") -> str:
     return str(raw).strip()
 
 
-__all__ = ["Range", "parse_cpu", "parse_memory", "parse_number", "parse_whole"]
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """argparse, whose refusal (an unknown option, a value that starts with '-', a missing
+    one) is one line and exit 2, not a 15-line usage block; ``--help`` is unchanged."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message.splitlines()[0]} (see {self.prog} --help)\n")
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: Any = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        given = list(sys.argv[1:] if args is None else args)
+        for arg in given:
+            if "\0" in arg:
+                self.error(f"{shown(arg, 40)!r} holds a NUL character: no option or path can")
+        return super().parse_known_args(given, namespace)
+
+
+__all__ = [
+    "OneLineArgumentParser",
+    "Range",
+    "parse_cpu",
+    "parse_memory",
+    "parse_number",
+    "parse_whole",
+]

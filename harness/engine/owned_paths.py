@@ -41,6 +41,8 @@ def _lstat(path: Path, what: str) -> os.stat_result | None:
         return None
     except NotADirectoryError:
         raise RefusedPath(f"{what} {shown(path)}: a part of the path is not a folder") from None
+    except OSError as error:  # a name too long, a loop of symlinks, permission denied...
+        raise RefusedPath(f"{what} {shown(path)}: {error.strerror or error}") from None
 
 
 def _check_not_symlink(path: Path, info: os.stat_result | None, what: str) -> None:
@@ -155,20 +157,28 @@ def open_new(path: Path, *, what: str = "file", mode: int = 0o600) -> int:
 def open_fresh(path: Path, *, what: str = "file", mode: int = 0o644) -> int:
     """``open(path, "w")`` that never writes through what is there: an old file or a planted
     symlink is unlinked (a symlink's target is untouched), then the file is made anew."""
-    info = _lstat(path, what)
-    if info is not None:
-        if stat.S_ISDIR(info.st_mode):
-            raise RefusedPath(f"{what} {shown(path)} is a folder: refused")
+    if _replaceable(path, what):
         path.unlink()
     return open_new(path, what=what, mode=mode)
+
+
+def _replaceable(path: Path, what: str) -> bool:
+    """Whether something is at ``path`` that a new file may replace: a regular file or a
+    symlink (the link goes, its target stays). A folder, device, FIFO or socket is refused:
+    renaming over ``/dev/zero`` as root would replace the device for every process."""
+    info = _lstat(path, what)
+    if info is None:
+        return False
+    if stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode):
+        return True
+    kind = "a folder" if stat.S_ISDIR(info.st_mode) else "a device, FIFO or socket"
+    raise RefusedPath(f"{what} {shown(path)} is {kind}, not a file: name a file")
 
 
 def write_atomic(path: Path, data: bytes, *, what: str = "file", mode: int = 0o644) -> None:
     """Writes ``data`` under a new temporary name and renames it over ``path``: a reader sees
     the old or the new file, never half; a symlink at ``path`` is replaced, not followed."""
-    info = _lstat(path, what)
-    if info is not None and stat.S_ISDIR(info.st_mode):
-        raise RefusedPath(f"{what} {shown(path)} is a folder: name a file")
+    _replaceable(path, what)
     temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     fd = open_new(temp, what=what, mode=mode)
     try:

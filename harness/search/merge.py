@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pathways_chaos.harness.engine.option_values import OneLineArgumentParser
 from pathways_chaos.harness.engine.owned_paths import check_not_an_input, write_atomic
 from pathways_chaos.harness.errors import ChaosConfigError
 from pathways_chaos.harness.search.shard import FORMAT
@@ -392,8 +393,8 @@ def _check_outputs(html_path: Path, json_path: Path | None, folders: list[Path])
         check_not_an_input(json_path, [*inputs, html_path], what="--json")
 
 
-def merge_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineArgumentParser(
         prog="pathways-chaos search merge",
         description="one HTML report from the shards' files; exit 1 when a failure was found, "
         "a shard is missing or two shards ran the same seeds",
@@ -401,7 +402,11 @@ def merge_main(argv: list[str]) -> int:
     parser.add_argument("folders", nargs="+", type=Path, metavar="DIR")
     parser.add_argument("--html", type=Path, required=True, metavar="PATH")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="figures as JSON")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def merge_main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
     try:
         if args.html.is_dir():
             raise ChaosConfigError(f"--html {args.html} is a folder: name a file")

@@ -181,11 +181,22 @@ MERGE_ROWS: list[tuple[str, Callable[[Path], list[str]], str]] = [
         "one of this command's inputs",
     ),
     (
+        "--html is a FIFO (a device would be the same: never renamed over)",
+        lambda f: [str(f), "--html", str(_fifo(f))],
+        "not a file",
+    ),
+    (
         "--html and --json the same file",
         lambda f: [str(f), "--html", str(f.parent / "r"), "--json", str(f.parent / "r")],
         "--json",
     ),
 ]
+
+
+def _fifo(folder: Path) -> Path:
+    pipe = folder.parent / "pipe"
+    os.mkfifo(pipe)
+    return pipe
 
 
 def _hard_link(folder: Path) -> Path:

@@ -117,15 +117,16 @@ def identity_of_started(
     pid: int, command: list[str] | tuple[str, ...], timeout_s: float = 10.0
 ) -> ProcessIdentity | None:
     """The identity of a process just started with ``command``, once it runs that command: a
-    child reads as its parent's command line until its ``exec``; None if it ended first."""
+    child reads as an empty or its parent's command line until its ``exec``; None if it ended
+    (or never ran ``command``) within ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         identity = identity_of(pid)
-        if identity is None:
-            return None
-        if identity.cmdline == tuple(command):
+        if identity is not None and identity.cmdline == tuple(command):
             return identity
-        time.sleep(0.01)
+        if not process_start(pid):  # gone: nothing to record
+            return None
+        time.sleep(0.01)  # between fork and exec its command line is empty or its parent's
     return None
 
 

@@ -21,7 +21,12 @@ from pathlib import Path
 
 import yaml
 
-from pathways_chaos.fixtures.twin.manifest import CheckedManifest, check_images, load_manifest
+from pathways_chaos.fixtures.twin.manifest import (
+    CheckedManifest,
+    check_images,
+    check_ports_free,
+    load_manifest,
+)
 from pathways_chaos.harness.engine.option_values import (
     OneLineArgumentParser,
     Range,
@@ -121,7 +126,8 @@ def _check_machine() -> None:
 def up(args: argparse.Namespace) -> int:
     state: Path = args.state_dir
     checked = _check_up(args)
-    if check_owned(state, what="--state-dir"):
+    ours = check_owned(state, what="--state-dir")
+    if ours:
         recorded, verdict = _daemon_state(state)
         if recorded is not None and verdict == "ours":
             print(
@@ -130,10 +136,10 @@ def up(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 3
-        _check_machine()
+    _check_machine()
+    check_ports_free(checked)
+    if ours:  # a twin of ours that ended: its folder goes, a new one is made
         remove_owned_folder(state, what="--state-dir")
-    else:
-        _check_machine()
     make_owned_folder(state, what="--state-dir")
     manifest = state / "manifest.yaml"  # the checked objects: what was read is what runs
     write_new(manifest, yaml.safe_dump_all(checked.docs).encode(), what="manifest copy")

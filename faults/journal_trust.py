@@ -28,13 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from pathways_chaos.faults.safety import ChaosRefused
+from pathways_chaos.harness.engine.owned_processes import boot_id, process_start
 from pathways_chaos.harness.errors import ChaosError
 
 KEY_FILE = "journal.key"
 KEY_BYTES = 32
 MAX_JOURNAL_BYTES = 64 * 1024 * 1024
 STATE_DIR_ENV = "XDG_STATE_HOME"
-_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 
 class JournalRefused(ChaosRefused):
@@ -187,22 +187,6 @@ def check_journal_file(path: Path, info: os.stat_result) -> None:
 
 
 # -- who holds a journal -------------------------------------------------------------------
-
-
-def boot_id() -> str:
-    try:
-        return _BOOT_ID.read_text().strip()
-    except OSError:
-        return ""
-
-
-def process_start(pid: int) -> str:
-    """The pid's start time in clock ticks since boot (field 22 of /proc/PID/stat), or ''."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    return text.rsplit(")", 1)[-1].split()[19] if ")" in text else ""
 
 
 def holder_of(pid: int | None = None) -> dict[str, Any]:

@@ -114,6 +114,12 @@ def _demo(args: argparse.Namespace) -> int:
             "--schedule is empty: give faults (e.g. --schedule data_loss@step=12:slice=2), or "
             "leave --schedule out for the demo schedule"
         )
+    if args.loop is not None and not args.loop.strip():
+        raise ChaosConfigError(
+            "--loop is empty: name your loop (--loop MODULE:FUNC, e.g. "
+            "pathways_chaos.harness.reference.user_loop:main), or leave --loop out for the "
+            "reference trainer"
+        )
     if args.steps < 1:
         raise ChaosConfigError(f"--steps {args.steps}: use a whole number of steps >= 1")
     schedule = None if args.loop else parse_schedule(args.schedule or DEMO_SCHEDULE)

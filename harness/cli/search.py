@@ -14,13 +14,22 @@ import sys
 from pathlib import Path
 
 from pathways_chaos.harness.cli.quiet import restores_library_logging
+from pathways_chaos.harness.engine.option_values import OneLineArgumentParser, Range
+from pathways_chaos.harness.search.plan import MAX_SHARDS, SEED_SPAN
 
 #: Per profile: seconds a shard searches, examples per seeded round.
 PROFILES = {"ci": (120.0, 5), "dev": (600.0, 10), "nightly": (3600.0, 20)}
+#: What each numeric option accepts (harness.engine.option_values says it in one line).
+BUDGET = Range(0, 7 * 24 * 3600, unit="seconds", inclusive=False)
+SHARDS = Range(1, MAX_SHARDS, unit="shards")
+EXAMPLES_PER_ROUND = Range(1, 10_000, unit="examples")
+ROUNDS = Range(1, SEED_SPAN, unit="rounds")
+SEED = Range(0, 2**63 - 1)
+BACKOFF_LIMIT = Range(0, 10_000, unit="retries")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         prog="pathways-chaos search",
         description="search the property suites as shards (merge: one report from the shards)",
     )
@@ -65,7 +74,6 @@ def _shard_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--shard", default=None, metavar="I/N", help="run shard I of N")
     how.add_argument(
         "--shards",
-        type=int,
         default=None,
         metavar="N",
         help="N shards, this one's index from JOB_COMPLETION_INDEX (an Indexed Job's Pod)",
@@ -73,20 +81,16 @@ def _shard_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument(
         "--profile", choices=tuple(PROFILES), default="ci", help="budget and round size"
     )
-    how.add_argument(
-        "--budget", type=float, default=None, metavar="S", help="seconds each shard searches"
-    )
+    how.add_argument("--budget", default=None, metavar="S", help="seconds each shard searches")
     how.add_argument(
         "--examples-per-round",
-        type=int,
         default=None,
         metavar="K",
         help="examples per seeded round (each round a new seed of the shard's range)",
     )
-    how.add_argument("--rounds", type=int, default=None, help="stop after this many rounds")
+    how.add_argument("--rounds", default=None, help="stop after this many rounds")
     how.add_argument(
         "--seed",
-        type=int,
         default=None,
         help="the run's base seed (default: from --run-id, else today's UTC date)",
     )
@@ -121,7 +125,7 @@ def _where_arguments(parser: argparse.ArgumentParser) -> None:
 def _job_arguments(parser: argparse.ArgumentParser) -> None:
     """``--emit-job``: the Indexed Job instead of a search."""
     job = parser.add_argument_group("--emit-job: print the Indexed Job instead of searching")
-    job.add_argument("--emit-job", type=int, default=None, metavar="N", help="N shards")
+    job.add_argument("--emit-job", default=None, metavar="N", help="N shards")
     job.add_argument("--image", default=None, help="the suite image (ci/gke/Dockerfile)")
     job.add_argument("--job-name", default="pathways-chaos-search")
     job.add_argument("--namespace", default=None)
@@ -136,9 +140,9 @@ def _job_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="a folder on the node instead of --claim (a one-node cluster, the local twin)",
     )
-    job.add_argument("--cpu", default="2", help="CPU request per shard")
-    job.add_argument("--memory", default="8Gi", help="memory per shard")
-    job.add_argument("--backoff-limit", type=int, default=None, help="default: N")
+    job.add_argument("--cpu", default="2", help="CPU request per shard (cores or millicores)")
+    job.add_argument("--memory", default="8Gi", help="memory per shard (e.g. 8Gi)")
+    job.add_argument("--backoff-limit", default=None, help="default: N")
     job.add_argument("--service-account", default=None)
 
 
@@ -167,6 +171,8 @@ def search_main(argv: list[str]) -> int:
                 "--html and --json are for the merge: pathways-chaos search merge DIR... "
                 "--html PATH"
             )
+        _numbers(args)
+        _check_subject(args)
         if args.emit_job is not None:
             return _emit_job(args, argv)
         return _search(args)
@@ -183,38 +189,56 @@ def _properties(text: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in text.split(",") if p.strip())
 
 
-def _budget(args: argparse.Namespace) -> tuple[float, int]:
-    from pathways_chaos.harness.errors import ChaosConfigError
+def _numbers(args: argparse.Namespace) -> None:
+    """Every numeric option, parsed once (finite, in range, the flag named) before any use."""
+    from pathways_chaos.harness.engine.option_values import parse_number, parse_whole
 
+    whole = {
+        "shards": ("--shards", SHARDS),
+        "examples_per_round": ("--examples-per-round", EXAMPLES_PER_ROUND),
+        "rounds": ("--rounds", ROUNDS),
+        "seed": ("--seed", SEED),
+        "emit_job": ("--emit-job", SHARDS),
+        "backoff_limit": ("--backoff-limit", BACKOFF_LIMIT),
+    }
+    for dest, (flag, allowed) in whole.items():
+        if getattr(args, dest) is not None:
+            setattr(args, dest, parse_whole(getattr(args, dest), flag, allowed))
+    if args.budget is not None:
+        args.budget = parse_number(args.budget, "--budget", BUDGET)
+
+
+def _budget(args: argparse.Namespace) -> tuple[float, int]:
     budget, per_round = PROFILES[args.profile]
     budget = budget if args.budget is None else args.budget
     per_round = per_round if args.examples_per_round is None else args.examples_per_round
-    if budget <= 0:
-        raise ChaosConfigError(f"--budget {budget:g}: use a number of seconds > 0")
-    if per_round < 1:
-        raise ChaosConfigError(f"--examples-per-round {per_round}: use at least 1")
-    if args.rounds is not None and args.rounds < 1:
-        raise ChaosConfigError(f"--rounds {args.rounds}: use at least 1")
     return budget, per_round
 
 
 def _check_subject(args: argparse.Namespace) -> None:
     from pathways_chaos.harness.errors import ChaosConfigError
 
+    for flag, value in (("--trainer", args.trainer), ("--loop", args.loop)):
+        if value is not None and not value.strip():
+            raise ChaosConfigError(
+                f"{flag} is empty: name the code under test ({flag} MODULE:NAME), or leave "
+                f"{flag} out for the reference trainer"
+            )
     if args.trainer and args.loop:
         raise ChaosConfigError("--trainer and --loop both name the code under test: give one")
 
 
 def _search(args: argparse.Namespace) -> int:
+    from pathways_chaos.harness.engine.owned_paths import check_real_folder
     from pathways_chaos.harness.errors import ChaosConfigError
     from pathways_chaos.harness.search.database import open_database
     from pathways_chaos.harness.search.plan import make_plan, parse_shard
 
-    _check_subject(args)
     if args.out is None:
         raise ChaosConfigError("--out DIR is missing: the folder the shard writes its files to")
     if args.out.exists() and not args.out.is_dir():
         raise ChaosConfigError(f"--out {args.out} exists and is not a folder: name a folder")
+    check_real_folder(args.out, what="--out")
     index, count = parse_shard(args.shard, args.shards)
     budget, per_round = _budget(args)
     plan = make_plan(index, count, args.seed, args.run_id, _properties(args.properties))
@@ -272,12 +296,10 @@ def _search(args: argparse.Namespace) -> int:
 
 
 def _emit_job(args: argparse.Namespace, argv: list[str]) -> int:
+    from pathways_chaos.harness.engine.option_values import parse_cpu, parse_memory
     from pathways_chaos.harness.errors import ChaosConfigError
     from pathways_chaos.harness.search.job import JobOptions, job_yaml
 
-    _check_subject(args)
-    if args.emit_job < 1:
-        raise ChaosConfigError(f"--emit-job {args.emit_job}: use at least 1 shard")
     budget, _ = _budget(args)
     for flag in ("--shard", "--shards", "--out", "--database", "--run-id"):
         if any(a == flag or a.startswith(flag + "=") for a in argv):
@@ -313,8 +335,8 @@ def _emit_job(args: argparse.Namespace, argv: list[str]) -> int:
         claim=args.claim,
         host_path=args.host_path,
         redis_url=args.redis,
-        cpu=args.cpu,
-        memory=args.memory,
+        cpu=parse_cpu(args.cpu),
+        memory=parse_memory(args.memory),
         backoff_limit=args.backoff_limit,
         service_account=args.service_account,
     )

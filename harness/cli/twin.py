@@ -2,23 +2,59 @@
 
 Why: a team preparing its first GKE run can apply its own JobSet to a local twin of Pathways on
 GKE (Pods as processes, a JobSet stand-in) and point ``pytest -m chaos --cluster=...`` at it.
-``up`` starts the twin in a background process and prints the ``--cluster`` line; ``down``
-stops it by PID and removes its folder, leaving no process, port or file behind.
+``up`` checks the manifest and every option, then starts the twin in a background process and
+prints the ``--cluster`` line; ``down`` stops the process ``up`` recorded (only if it is still
+that process: harness.engine.owned_processes) and removes the folder ``up`` made (only if it
+carries the project's marker: harness.engine.owned_paths), leaving no process, port or file.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+import yaml
+
+from pathways_chaos.fixtures.twin.manifest import (
+    CheckedManifest,
+    check_images,
+    check_ports_free,
+    load_manifest,
+)
+from pathways_chaos.harness.engine.option_values import (
+    OneLineArgumentParser,
+    Range,
+    parse_number,
+    parse_whole,
+)
+from pathways_chaos.harness.engine.owned_paths import (
+    check_owned,
+    make_owned_folder,
+    open_new,
+    remove_owned_folder,
+    write_atomic,
+    write_new,
+)
+from pathways_chaos.harness.engine.owned_processes import (
+    NotOurProcess,
+    ProcessIdentity,
+    identity_of_started,
+    ownership,
+    stop_ours,
+)
+from pathways_chaos.harness.engine.untrusted_files import (
+    UntrustedFileError,
+    read_bytes,
+    read_text,
+    shown,
+)
+from pathways_chaos.harness.errors import ChaosError
 
 
 def default_state_dir() -> Path:
@@ -26,68 +62,134 @@ def default_state_dir() -> Path:
     return Path(base) / "pathways-chaos" / "twin"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+PID_FILE = "daemon.pid"
+#: ``--spare-slices`` and ``--timeout``: what a laptop's twin can hold, and a minute's patience.
+SPARE_SLICES = Range(0, 16, whole=True, unit="spare node pools")
+TIMEOUT = Range(0, 3600, unit="seconds", inclusive=False)
 
 
-def _pid(state: Path) -> int | None:
+def _recorded_daemon(state: Path) -> ProcessIdentity | None:
+    """The daemon ``up`` started, as it recorded it; None without a pid file; a pid file that
+    does not hold our record (-1, 0, 1, a bare or reused pid, garbage) is refused."""
+    path = state / PID_FILE
     try:
-        return int((state / "daemon.pid").read_text())
-    except (OSError, ValueError):
-        return None
+        data = read_bytes(path, what="pid file", max_bytes=64 * 1024, follow_symlinks=False)
+    except UntrustedFileError as error:
+        if not (state / PID_FILE).exists() and not (state / PID_FILE).is_symlink():
+            return None
+        raise NotOurProcess(f"{error}: nothing signalled") from None
+    try:
+        record = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        record = None
+    return ProcessIdentity.from_record(record, f"pid file {shown(path)}")
+
+
+def _daemon_state(state: Path) -> tuple[ProcessIdentity | None, str]:
+    """The recorded daemon and ``"ours" | "gone"``; a live pid that is not ours is refused."""
+    recorded = _recorded_daemon(state)
+    if recorded is None:
+        return None, "gone"
+    verdict, why = ownership(recorded)
+    if verdict == "other":
+        raise NotOurProcess(
+            f"pid file {shown(state / PID_FILE)}: {why}; it is not the twin's daemon, nothing "
+            f"signalled: if no twin runs, delete {shown(state)} yourself"
+        )
+    return recorded, verdict
+
+
+def _check_up(args: argparse.Namespace) -> CheckedManifest:
+    """Every input of ``up``, before anything is made or started."""
+    args.spare_slices = parse_whole(args.spare_slices, "--spare-slices", SPARE_SLICES)
+    args.timeout = parse_number(args.timeout, "--timeout", TIMEOUT)
+    check_images(args.image)
+    return load_manifest(args.manifest, args.namespace)
+
+
+class MachineNotReady(ChaosError):
+    """The machine lacks what the twin needs (root, util-linux, the Kubernetes binaries)."""
+
+
+def _check_machine() -> None:
+    """What the twin needs of this machine, said before anything is made or started."""
+    from pathways_chaos.fixtures.control_plane import find_kube_binaries, missing_binaries_message
+    from pathways_chaos.fixtures.twin.kubelet import container_requirements
+
+    problem = container_requirements()
+    if problem is None and find_kube_binaries() is None:
+        problem = missing_binaries_message()
+    if problem is not None:
+        raise MachineNotReady(f"twin up: {problem}")
 
 
 def up(args: argparse.Namespace) -> int:
     state: Path = args.state_dir
-    manifest: Path = args.manifest
-    if not manifest.is_file():
-        print(
-            f"pathways-chaos twin: no manifest at {manifest}: pass --manifest FILE", file=sys.stderr
-        )
-        return 2
-    pid = _pid(state)
-    if pid is not None and _alive(pid):
-        print(
-            f"pathways-chaos twin: a twin is already up in {state} (pid {pid}): "
-            "run `pathways-chaos twin down` first",
-            file=sys.stderr,
-        )
-        return 3
-    shutil.rmtree(state, ignore_errors=True)
-    state.mkdir(parents=True)
+    checked = _check_up(args)
+    ours = check_owned(state, what="--state-dir")
+    if ours:
+        recorded, verdict = _daemon_state(state)
+        if recorded is not None and verdict == "ours":
+            print(
+                f"pathways-chaos twin: a twin is already up in {state} (pid {recorded.pid}): "
+                "run `pathways-chaos twin down` first",
+                file=sys.stderr,
+            )
+            return 3
+    _check_machine()
+    check_ports_free(checked)
+    if ours:  # a twin of ours that ended: its folder goes, a new one is made
+        remove_owned_folder(state, what="--state-dir")
+    make_owned_folder(state, what="--state-dir")
+    manifest = state / "manifest.yaml"  # the checked objects: what was read is what runs
+    write_new(manifest, yaml.safe_dump_all(checked.docs).encode(), what="manifest copy")
     command = [
         sys.executable,
         "-m",
         "pathways_chaos.fixtures.twin.daemon",
-        f"--state-dir={state}",
-        f"--manifest={manifest.resolve()}",
+        f"--state-dir={state.absolute()}",
+        f"--manifest={manifest.absolute()}",
         f"--spare-slices={args.spare_slices}",
-        *([f"--namespace={args.namespace}"] if args.namespace else []),
+        f"--namespace={checked.namespace}",
         *(f"--image={item}" for item in args.image),
     ]
-    with open(state / "daemon.log", "wb") as log:
+    log = open_new(state / "daemon.log", what="daemon log")
+    try:
         daemon = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            start_new_session=True,
+            start_new_session=True,  # its own process group: the only one `down` may signal
         )
-    (state / "daemon.pid").write_text(str(daemon.pid))
-    deadline = time.monotonic() + args.timeout
+    finally:
+        os.close(log)
+    identity = identity_of_started(daemon.pid, command)
+    if identity is None:  # ended (or never ran the command) before it could be recorded
+        daemon.kill()
+        daemon.wait()
+        print(f"pathways-chaos twin: did not come up: see {state / 'daemon.log'}", file=sys.stderr)
+        return 1
+    write_atomic(
+        state / PID_FILE, json.dumps(identity.as_record()).encode(), what="pid file", mode=0o600
+    )
+    return _wait_ready(state, daemon, identity, args.timeout)
+
+
+def _wait_ready(
+    state: Path, daemon: subprocess.Popen[bytes], identity: ProcessIdentity, timeout: float
+) -> int:
+    deadline = time.monotonic() + timeout
     while not (state / "ready.json").exists():
         if daemon.poll() is not None or time.monotonic() > deadline:
             error = state / "error.txt"
             why = error.read_text() if error.exists() else "see " + str(state / "daemon.log")
-            _stop(state)
+            stop_ours(identity)
+            daemon.poll()
             print(f"pathways-chaos twin: did not come up: {why}", file=sys.stderr)
             return 1
         time.sleep(0.1)
-    ready = json.loads((state / "ready.json").read_text())
+    ready = json.loads(read_text(state / "ready.json", what="ready file"))
     print(f"twin up (pid {daemon.pid}); JobSet {ready['namespace']}/{ready['jobset']} applied")
     print(f"export KUBECONFIG={ready['kubeconfig']}")
     print(
@@ -98,40 +200,23 @@ def up(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stop(state: Path, timeout: float = 60.0) -> bool:
-    """SIGTERM to the daemon by PID (it stops its Pods and control plane), SIGKILL at timeout."""
-    pid = _pid(state)
-    if pid is None or not _alive(pid):
-        return False
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while _alive(pid) and time.monotonic() < deadline:
-        with contextlib.suppress(ChildProcessError):
-            if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                break
-        time.sleep(0.05)
-    if _alive(pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGKILL)
-    return True
-
-
 def down(args: argparse.Namespace) -> int:
     state: Path = args.state_dir
-    stopped = _stop(state)
-    existed = state.exists()
-    shutil.rmtree(state, ignore_errors=True)
+    if not check_owned(state, what="--state-dir"):
+        print(f"twin down: no twin in {state}")
+        return 0
+    recorded, verdict = _daemon_state(state)
+    stopped = recorded is not None and verdict == "ours" and stop_ours(recorded)
+    remove_owned_folder(state, what="--state-dir")
     if stopped:
         print(f"twin down: stopped, {state} removed")
-    elif existed:
-        print(f"twin down: nothing was running; {state} removed")
     else:
-        print(f"twin down: no twin in {state}")
+        print(f"twin down: nothing was running; {state} removed")
     return 0
 
 
-def twin_main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="pathways-chaos twin", description=__doc__)
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineArgumentParser(prog="pathways-chaos twin", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     start = sub.add_parser("up", help="start the twin and apply a JobSet manifest")
     start.add_argument("--manifest", type=Path, required=True, help="YAML with your JobSet")
@@ -144,10 +229,22 @@ def twin_main(argv: Sequence[str]) -> int:
         help="run IMAGE's containers as COMMAND (e.g. my/train=python -m mytrain); "
         "Pathways images and the toolkit's are mapped already",
     )
-    start.add_argument("--spare-slices", type=int, default=0, help="extra TPU node pools")
-    start.add_argument("--timeout", type=float, default=120.0)
+    start.add_argument("--spare-slices", default="0", help="extra TPU node pools (0-16)")
+    start.add_argument("--timeout", default="120", help="seconds to wait for the twin")
     start.add_argument("--state-dir", type=Path, default=default_state_dir())
     stop = sub.add_parser("down", help="stop the twin and remove everything it made")
     stop.add_argument("--state-dir", type=Path, default=default_state_dir())
-    args = parser.parse_args(list(argv))
-    return up(args) if args.command == "up" else down(args)
+    return parser
+
+
+def twin_main(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(list(argv))
+    try:
+        return up(args) if args.command == "up" else down(args)
+    except ChaosError as error:
+        print(f"pathways-chaos twin: error: {error}", file=sys.stderr)
+        return error.exit_code
+    except OSError as error:  # what no check above foresaw: still one line, never a traceback
+        where = f" {shown(error.filename)}" if error.filename else ""
+        print(f"pathways-chaos twin: error:{where}: {error.strerror or error}", file=sys.stderr)
+        return 2

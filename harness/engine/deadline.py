@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from pathways_chaos.harness.engine.backend import SliceStates
+from pathways_chaos.harness.engine.option_values import Range, parse_number
 from pathways_chaos.harness.errors import ChaosConfigError, ChaosError
 
 #: Fake-clock seconds an episode may take: 360 health polls at pathwaysutils' default 10 s
@@ -99,18 +100,22 @@ def set_default_deadline(limits: Deadline) -> Deadline:
     return previous
 
 
+#: ``--deadline``/``--wall-deadline`` (and the plugin's): finite, > 0, at most a year.
+SECONDS = Range(0, 365 * 24 * 3600, unit="seconds", inclusive=False)
+
+
 def parse_seconds(raw: str, flag: str) -> float | None:
     """``"600"`` -> 600.0; ``"off"``/``"none"``/``"0"`` -> None; anything else: one line."""
     text = str(raw).strip().lower()
     if text in ("off", "none", "0", "0.0"):
         return None
     try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0 or value != value or value == float("inf"):
-        raise ChaosConfigError(f"{flag}={raw!r}: use a number of seconds > 0, or 'off'")
-    return value
+        return parse_number(text, flag, SECONDS)
+    except ChaosConfigError:
+        raise ChaosConfigError(
+            f"{flag}={raw!r}: use a number of seconds > 0, or 'off' (at most a year, "
+            f"{SECONDS.maximum:.0f} s)"
+        ) from None
 
 
 @dataclasses.dataclass

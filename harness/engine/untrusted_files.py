@@ -280,6 +280,10 @@ def check_folder_target(path: str | os.PathLike[str], *, what: str = "folder") -
             raise UnreadableFile(
                 f"{what} {shown(target)}: {shown(place)} cannot be reached (permission denied)"
             ) from None
+        except OSError as error:  # a name too long, a loop of symlinks...
+            raise UntrustedFileError(
+                f"{what} {shown(target)}: {error.strerror or error}: name another folder"
+            ) from None
         if not stat.S_ISDIR(info.st_mode):
             where = "is" if place == target else f"is under {shown(place)}, which is"
             raise UntrustedFileError(

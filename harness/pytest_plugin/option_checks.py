@@ -148,8 +148,18 @@ def first_problem(config: pytest.Config) -> str | None:
     if lease is not None and int(str(lease)) < 1:
         return f"--chaos-lease-seconds={lease}: use a whole number of seconds >= 1"
     budget = _opt(config, "chaos_budget")
-    if budget is not None and not (float(str(budget)) > 0 and float(str(budget)) < float("inf")):
-        return f"--chaos-budget={budget}: use a number of seconds > 0 (for example 120)"
+    if budget is not None:
+        from pathways_chaos.harness.engine.option_values import Range, parse_number
+
+        try:
+            parse_number(
+                budget, "--chaos-budget", Range(0, 7 * 24 * 3600, unit="seconds", inclusive=False)
+            )
+        except ChaosError:
+            return (
+                f"--chaos-budget={budget}: use a number of seconds > 0 (for example 120), at "
+                "most a week"
+            )
     search_report = _opt(config, "chaos_search_report")
     if search_report is not None and Path(str(search_report)).is_dir():
         return f"--chaos-search-report={search_report} is a folder: name a file, e.g. search.json"

@@ -11,7 +11,30 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pathways_chaos.harness.errors import ChaosConfigError
+from pathways_chaos.harness.errors import ChaosConfigError, ChaosError
+
+
+class DatabaseLost(ChaosError):
+    """The shared example database stopped answering mid-search; the report is kept; exit 2."""
+
+
+def database_failure(error: BaseException) -> str | None:
+    """One line when ``error`` (or what caused it, or a member of its group) is the Redis
+    client losing its server; None for anything else."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [error]
+    while todo:
+        one = todo.pop()
+        if one is None or id(one) in seen:
+            continue
+        seen.add(id(one))
+        if type(one).__module__.startswith("redis") and any(
+            base.__name__ in ("ConnectionError", "TimeoutError") for base in type(one).__mro__
+        ):
+            text = f"{type(one).__name__}: {one}".splitlines()[0]
+            return text[:200]
+        todo += [one.__cause__, one.__context__, *getattr(one, "exceptions", ())]
+    return None
 
 
 def open_database(redis_url: str | None, directory: Path | None) -> Any:

@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pathways_chaos.harness.engine.option_values import OneLineArgumentParser
+from pathways_chaos.harness.engine.owned_paths import check_not_an_input, write_atomic
 from pathways_chaos.harness.errors import ChaosConfigError
 from pathways_chaos.harness.search.shard import FORMAT
 
@@ -378,8 +380,21 @@ def _counts_html(merged: Merged, parts: list[str]) -> None:
         parts.append("</ul>")
 
 
-def merge_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
+def input_files(folders: list[Path]) -> list[Path]:
+    """Every file the merge reads: each shard's report and episode log, whatever its name."""
+    return [p for f in folders if f.is_dir() for p in sorted(f.glob("shard-*-of-*.json*"))]
+
+
+def _check_outputs(html_path: Path, json_path: Path | None, folders: list[Path]) -> None:
+    """The report files are never one of the merge's own inputs, nor each other."""
+    inputs = input_files(folders)
+    check_not_an_input(html_path, inputs, what="--html")
+    if json_path is not None:
+        check_not_an_input(json_path, [*inputs, html_path], what="--json")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineArgumentParser(
         prog="pathways-chaos search merge",
         description="one HTML report from the shards' files; exit 1 when a failure was found, "
         "a shard is missing or two shards ran the same seeds",
@@ -387,14 +402,20 @@ def merge_main(argv: list[str]) -> int:
     parser.add_argument("folders", nargs="+", type=Path, metavar="DIR")
     parser.add_argument("--html", type=Path, required=True, metavar="PATH")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="figures as JSON")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def merge_main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
     try:
         if args.html.is_dir():
             raise ChaosConfigError(f"--html {args.html} is a folder: name a file")
+        _check_outputs(args.html, args.json, args.folders)
         merged = merge(args.folders)
-        args.html.write_text(render_html(merged))
+        write_atomic(args.html, render_html(merged).encode(), what="--html")
         if args.json is not None:
-            args.json.write_text(json.dumps(to_json(merged), indent=2) + "\n")
+            data = (json.dumps(to_json(merged), indent=2) + "\n").encode()
+            write_atomic(args.json, data, what="--json")
     except ChaosConfigError as error:
         print(f"pathways-chaos search merge: error: {error}", file=sys.stderr)
         return error.exit_code

@@ -18,6 +18,8 @@ from pathways_chaos.harness.errors import ChaosConfigError
 PROPERTIES = ("snapshot", "dataset", "mesh", "stateful")
 #: Seeds each shard owns: shard i runs rounds with seeds base + i * SEED_SPAN + round.
 SEED_SPAN = 1_000_000
+#: Far above any Indexed Job the search has run as (Kubernetes allows 100000 completions).
+MAX_SHARDS = 10_000
 #: What Kubernetes sets in each Pod of an Indexed Job.
 INDEX_ENV = "JOB_COMPLETION_INDEX"
 #: A run's identity, shared by every shard of one run (the Job's uid on Kubernetes): the seeds
@@ -63,6 +65,10 @@ def parse_shard(
         if not match:
             raise ChaosConfigError(f"--shard {text!r}: write INDEX/COUNT, for example --shard 0/4")
         index, count = int(match[1]), int(match[2])
+        if not 1 <= count <= MAX_SHARDS:
+            raise ChaosConfigError(
+                f"--shard {text!r}: use a COUNT from 1 to {MAX_SHARDS}, for example --shard 0/4"
+            )
         if shards is not None and shards != count:
             raise ChaosConfigError(
                 f"--shard {text} and --shards {shards} disagree: give one of them"

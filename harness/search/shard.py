@@ -18,8 +18,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from pathways_chaos.harness.engine.owned_paths import open_fresh, write_atomic
 from pathways_chaos.harness.properties.settings import ExampleCounter, PropertyFailure
-from pathways_chaos.harness.search.database import describe, saved
+from pathways_chaos.harness.search.database import (
+    DatabaseLost,
+    database_failure,
+    describe,
+    saved,
+)
 from pathways_chaos.harness.search.plan import SEED_SPAN, ShardPlan
 
 #: Schema tag of every line and report, so ``merge`` refuses what it cannot read.
@@ -196,28 +202,37 @@ class ShardSearch:
         t0 = self._t0 = time.monotonic()
         self._deadline = t0 + self.budget_s
         todo = list(self.plan.properties)
-        # A restarted Pod starts its shard over: the file says what this attempt ran.
-        with open(self.episodes_path, "w") as out:
+        # A restarted Pod starts its shard over: the file says what this attempt ran. Made anew,
+        # never written through a symlink someone planted on the shared volume.
+        lost: DatabaseLost | None = None
+        with os.fdopen(open_fresh(self.episodes_path, what="episode log"), "w") as out:
             self._out = out
-            while todo and not self.over_budget():
-                if self.max_rounds is not None and self._round >= self.max_rounds:
-                    break
-                if self._round >= SEED_SPAN:
-                    break
-                self._seed = self.plan.seed(self._round)
-                self.seeds.append(self._seed)
-                for prop in list(todo):
-                    if self.over_budget():
-                        break
-                    if self._search(prop):
-                        todo.remove(prop)
-                self._round += 1
+            try:
+                self._rounds(todo)
+            except DatabaseLost as error:  # the report below is still written: what ran
+                lost = error
+                self.errors.append({"property": "*", "seed": self._seed, "error": str(error)})
             self._out = None
         report = self.report(started, time.monotonic() - t0)
-        tmp = self.report_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(report, indent=2) + "\n")
-        tmp.replace(self.report_path)
+        write_atomic(self.report_path, (json.dumps(report, indent=2) + "\n").encode())
+        if lost is not None:
+            raise lost
         return report
+
+    def _rounds(self, todo: list[str]) -> None:
+        while todo and not self.over_budget():
+            if self.max_rounds is not None and self._round >= self.max_rounds:
+                break
+            if self._round >= SEED_SPAN:
+                break
+            self._seed = self.plan.seed(self._round)
+            self.seeds.append(self._seed)
+            for prop in list(todo):
+                if self.over_budget():
+                    break
+                if self._search(prop):
+                    todo.remove(prop)
+            self._round += 1
 
     def _search(self, prop: str) -> bool:
         """One seeded search of ``prop``; True when it is done for this shard (it failed)."""
@@ -225,8 +240,8 @@ class ShardSearch:
 
         log = EpisodeLog(self)
         key = self.database_key(prop)
-        log.from_database = saved(self.database, key)
         try:
+            log.from_database = saved(self.database, key)
             if self.loop:
                 self._run_loop(prop, log)
             else:
@@ -235,11 +250,13 @@ class ShardSearch:
             self.findings.append(self._finding(prop, failure, log))
             return True
         except FlakyFailure as flaky:
+            self._check_database(flaky, prop)
             self.flaky.append(
                 {"property": prop, "seed": self._seed, "message": str(flaky).splitlines()[0]}
             )
             return True
         except Exception as error:  # the toolkit's bug, never the code under test's failure
+            self._check_database(error, prop)
             self.errors.append(
                 {
                     "property": prop,
@@ -249,6 +266,17 @@ class ShardSearch:
             )
             return True
         return False
+
+    def _check_database(self, error: BaseException, prop: str) -> None:
+        """A database that stopped answering ends the shard (every later example would fail
+        the same way), as one line; anything else is left to the caller."""
+        lost = database_failure(error)
+        if lost is not None:
+            raise DatabaseLost(
+                f"the example database {describe(self.database)} stopped answering during "
+                f"{prop} ({lost}): the shard stopped; what it ran is in {self.report_path}; "
+                "restart the database and run the shard again"
+            ) from None
 
     def _finding(self, prop: str, failure: PropertyFailure, log: EpisodeLog) -> dict[str, Any]:
         """The shrunk failure: hypothesis's last failing example is its shortest (it replays

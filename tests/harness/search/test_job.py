@@ -168,7 +168,10 @@ def test_a_one_node_cluster_shares_a_folder_on_the_node() -> None:
     ("args", "message"),
     [
         (["--emit-job", "4"], "needs --image"),
-        (["--emit-job", "0", "--image", "i"], "at least 1"),
+        (
+            ["--emit-job", "0", "--image", "i"],
+            "--emit-job '0': use a whole number of shards from 1",
+        ),
         (["--emit-job", "4", "--image", "i", "--shard", "1/4"], "set by the Job"),
         (["--emit-job", "4", "--image", "i", "--job-name", "Nightly_Search"], "lower-case"),
         (["--emit-job", "4", "--image", "i", "--properties", "dataset,meshes"], "use some of"),

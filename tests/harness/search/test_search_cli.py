@@ -31,7 +31,7 @@ def _run(*args: str) -> tuple[int, str, str]:
         (["--out", "{tmp}/o", "--database", "{tmp}/file"], "is not a folder"),
         (["--out", "{tmp}/o", "--trainer", "a:B", "--loop", "c:d"], "give one"),
         (["--out", "{tmp}/o", "--properties", "dataset,replay"], "use some of"),
-        (["--out", "{tmp}/o", "--examples-per-round", "0"], "at least 1"),
+        (["--out", "{tmp}/o", "--examples-per-round", "0"], "--examples-per-round"),
     ],
 )
 def test_bad_input_is_one_line_before_jax(tmp_path: Path, args: list[str], message: str) -> None:

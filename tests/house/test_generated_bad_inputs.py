@@ -1,0 +1,242 @@
+"""Bad input by generation, not by a hand list: every option of ``twin up``, ``twin down``,
+``search --emit-job`` and ``search merge``, found by walking their argument parsers, given
+hostile values drawn by hypothesis (NaN, inf, -1, 0, huge, empty, a newline, a folder, a FIFO,
+``/proc/...``, a symlink to a decoy, a path under a file).
+
+Each case must end in a few seconds with its documented exit code, at most 3 lines on stderr and
+no traceback, and leave a decoy tree (outside the scratch folder the command is pointed at)
+exactly as it was. Nothing real starts: the twin's machine check is told there are no
+Kubernetes binaries (a valid ``twin up`` ends there, exit 2), ``--emit-job`` only prints a
+Job, and every signal is intercepted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import io
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pathways_chaos.harness.cli.main import main
+
+#: Values a hostile or careless user gives any option; ``{...}`` names a prepared path.
+HOSTILE = (
+    "nan", "inf", "-inf", "-1", "0", "1", "1e308", "-5", "abc", "", " ", "\n", "a\nb",
+    "9" * 400, "4x", "0/0", "1/0", "-1/4", "\x00", "../..", "/proc/self/mem",
+    "{folder}", "{fifo}", "{symlink}", "{file}", "{under_file}", "{decoy}", "{decoy_fifo}", "~",
+)  # fmt: skip
+#: Options that take no user value worth drawing (the subcommand itself, help).
+SKIP = {"help"}
+#: Per command: the base argv (valid, cheap) and the exit codes its documentation allows.
+COMMANDS: dict[str, tuple[list[str], set[int]]] = {
+    "twin up": (["twin", "up", "--manifest", "{manifest}", "--state-dir", "{scratch}/state"], {2}),
+    "twin down": (["twin", "down", "--state-dir", "{scratch}/state"], {0, 2}),
+    "search --emit-job": (["search", "--emit-job", "2", "--image", "r/suite:1"], {0, 2}),
+    "search merge": (["search", "merge", "{results}", "--html", "{scratch}/r.html"], {0, 1, 2}),
+}
+MANIFEST = """kind: JobSet
+apiVersion: jobset.x-k8s.io/v1alpha2
+metadata: {name: mine}
+spec:
+  replicatedJobs:
+  - name: w
+    template: {spec: {template: {spec: {containers: [{name: c, image: python}]}}}}
+"""
+
+
+def _options(parser: argparse.ArgumentParser) -> list[str]:
+    return [
+        action.option_strings[-1]
+        for action in parser._actions
+        if action.option_strings and action.nargs != 0 and action.dest not in SKIP
+    ]
+
+
+def options_of(command: str) -> list[str]:
+    """The command's options, read from its own parser (a new option is drawn too)."""
+    if command.startswith("twin"):
+        from pathways_chaos.harness.cli.twin import build_parser
+
+        sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+        return _options(sub.choices[command.split()[1]])
+    if command == "search merge":
+        from pathways_chaos.harness.search.merge import build_parser as merge_parser
+
+        return _options(merge_parser())
+    from pathways_chaos.harness.cli.search import build_parser as search_parser
+
+    return _options(search_parser())
+
+
+def _digest(root: Path) -> dict[str, str]:
+    found = {}
+    for path in sorted(root.rglob("*")):
+        body = os.readlink(path) if path.is_symlink() else ""
+        if not body and path.is_file():
+            body = hashlib.sha256(path.read_bytes()).hexdigest()
+        found[str(path.relative_to(root))] = f"{path.lstat().st_mode:o} {body}"
+    return found
+
+
+@contextlib.contextmanager
+def _scratch() -> Iterator[dict[str, str]]:
+    """A scratch folder the command may change, and a decoy tree it must not."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        scratch, decoy = root / "scratch", root / "decoy"
+        scratch.mkdir()
+        decoy.mkdir()
+        (decoy / "keep.txt").write_text("keep")
+        (decoy / ".ssh").mkdir()
+        (decoy / ".ssh" / "id").write_text("secret")
+        # A special file outside the scratch folder: never /dev/zero itself (a regression that
+        # renames over it as root replaces the machine's /dev/zero; this one caught it).
+        os.mkfifo(decoy / "pipe")
+        (scratch / "file").write_text("a file")
+        (scratch / "folder").mkdir()
+        os.mkfifo(scratch / "fifo")
+        (scratch / "symlink").symlink_to(decoy)
+        (scratch / "m.yaml").write_text(MANIFEST)
+        write_shard_folder(scratch / "results")
+        home = os.getcwd()
+        os.chdir(scratch)  # a relative value ("nan", "~") lands in the scratch folder
+        try:
+            yield {
+                "scratch": str(scratch),
+                "decoy": str(decoy),
+                "decoy_fifo": str(decoy / "pipe"),
+                "folder": str(scratch / "folder"),
+                "fifo": str(scratch / "fifo"),
+                "symlink": str(scratch / "symlink"),
+                "file": str(scratch / "file"),
+                "under_file": str(scratch / "file" / "x"),
+                "manifest": str(scratch / "m.yaml"),
+                "results": str(scratch / "results"),
+            }
+        finally:
+            os.chdir(home)
+
+
+def write_shard_folder(folder: Path) -> None:
+    """One finished shard's files, as ``search --out`` writes them."""
+    from pathways_chaos.harness.search.shard import FORMAT
+
+    folder.mkdir()
+    head = {"format": FORMAT, "shard": 0, "shards": 1}
+    episode = {
+        **head,
+        "property": "dataset",
+        "seed": 1,
+        "round": 0,
+        "schedule": "",
+        "fault_kinds": [],
+        "replay": None,
+        "ok": True,
+        "violation": None,
+        "seconds": 0.1,
+        "features": [],
+        "from_database": False,
+        "after_failure": False,
+    }
+    report = {
+        **head,
+        "properties": ["dataset"],
+        "seeds": [1],
+        "findings": [],
+        "flaky": [],
+        "errors": [],
+        "schedules": 1,
+        "wall_s": 1.0,
+        "budget_s": 1.0,
+        "subject": "trainer x",
+        "by_property": {},
+    }
+    (folder / "shard-0-of-1.jsonl").write_text(json.dumps(episode) + "\n")
+    (folder / "shard-0-of-1.json").write_text(json.dumps(report) + "\n")
+
+
+def _fill(text: str, places: dict[str, str]) -> str:
+    for name, value in places.items():
+        text = text.replace("{" + name + "}", value)
+    return text
+
+
+CASES: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _nothing_real_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pathways_chaos.fixtures import control_plane
+
+    def refuse_signal(pid: int, signum: int) -> None:
+        if signum != 0:
+            raise AssertionError(f"a bad input led to signal {signum} sent to pid {pid}")
+
+    monkeypatch.setattr(os, "kill", refuse_signal)
+    monkeypatch.setattr(os, "killpg", refuse_signal)
+    monkeypatch.setattr(control_plane, "find_kube_binaries", lambda: None)
+
+
+@settings(
+    max_examples=500,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    database=None,
+    derandomize=True,
+)
+@given(data=st.data())
+def test_generated_bad_values_are_one_line_with_the_documented_exit(data: st.DataObject) -> None:
+    command = data.draw(st.sampled_from(sorted(COMMANDS)), label="command")
+    base, codes = COMMANDS[command]
+    option = data.draw(st.sampled_from(options_of(command)), label="option")
+    value = data.draw(st.sampled_from(HOSTILE), label="value")
+    with _scratch() as places:
+        argv = [_fill(a, places) for a in base]
+        if option in argv:  # replace the base's own value of this option
+            argv[argv.index(option) + 1] = _fill(value, places)
+        else:
+            argv += [option, _fill(value, places)]
+        decoy = _digest(Path(places["decoy"]))
+        out, err = io.StringIO(), io.StringIO()
+        started = time.monotonic()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(argv)
+            except SystemExit as exit_:  # argparse's own refusal (a missing value)
+                code = exit_.code if isinstance(exit_.code, int) else 2
+        seconds = time.monotonic() - started
+        CASES.append(f"{command} {option}={value!r}: {code}")
+        text = err.getvalue()
+        why = f"{command} {option}={value!r} -> {code}\n{text[-2000:]}"
+        assert code in codes, why
+        assert "Traceback" not in text, why
+        assert len(text.strip().splitlines()) <= (3 if code == 2 else 1), why
+        assert seconds < 5, why
+        assert _digest(Path(places["decoy"])) == decoy, why
+        if command == "search --emit-job" and code == 0:
+            import yaml
+
+            job = yaml.safe_load(out.getvalue())
+            assert job["spec"]["activeDeadlineSeconds"] < 10**7, why
+            json.dumps(job)
+
+
+def test_every_command_has_its_options_found() -> None:
+    """The walk finds the options the issue names: a parser refactor cannot hide them."""
+    assert {"--manifest", "--spare-slices", "--timeout", "--state-dir", "--image"} <= set(
+        options_of("twin up")
+    )
+    assert {"--budget", "--memory", "--cpu", "--backoff-limit", "--shard"} <= set(
+        options_of("search --emit-job")
+    )
+    assert {"--html", "--json"} <= set(options_of("search merge"))

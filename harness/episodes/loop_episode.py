@@ -113,7 +113,8 @@ class LoopFaultController(FaultController):
                 seen = self._counts.get(counted, 0)
                 why = {
                     "batch": f"the loop drew {seen} batches the observer can see (from a grain "
-                    "ElasticIterator)"
+                    "iterator or DataLoader, or a generator of its own whose batches carry "
+                    "sample ids)"
                     + (
                         "; it draws none it can see: use a save=, attempt= or time= trigger"
                         if not seen
@@ -164,7 +165,7 @@ def load_loop(spec: str, flag: str = "--chaos-loop") -> Callable[..., Any]:
         loop = load_name(spec, "pathways_chaos_loop_")
     except Exception as error:  # anything the user's module does at import
         raise ChaosConfigError(
-            f"{flag}={shown!r} cannot be loaded ({_one_line(error)}): {how}"
+            f"{flag}={shown!r} cannot be loaded ({_one_line(error)}): {_fix(error, spec, how)}"
         ) from None
     if inspect.isclass(loop) or not callable(loop):
         what = "a class" if inspect.isclass(loop) else f"a {type(loop).__name__}"
@@ -173,6 +174,24 @@ def load_loop(spec: str, flag: str = "--chaos-loop") -> Callable[..., Any]:
             "the training (it takes keyword options and returns the final state)"
         )
     return loop
+
+
+def _fix(error: BaseException, spec: str, how: str) -> str:
+    """What to do about a loop that did not load: a module that was found and raised while
+    being imported is not a spelling problem."""
+    module = spec.rpartition(":")[0]
+    if isinstance(error, ValueError) and str(error) == "no colon":
+        return how
+    if isinstance(error, ModuleNotFoundError) and error.name and module.startswith(error.name):
+        return (
+            "no such module here: check its name and that its folder is importable "
+            "(or give FILE.py:FUNCTION)"
+        )
+    if isinstance(error, AttributeError):
+        return "name a function the module defines (MODULE:FUNCTION)"
+    if isinstance(error, FileNotFoundError) or str(error).startswith("no such file"):
+        return "check the file's path (relative to the folder pytest runs in)"
+    return "the module raised while it was imported: fix the line named, then run again"
 
 
 def _one_line(error: BaseException) -> str:

@@ -224,5 +224,5 @@ def follow(events: Sequence[Event] | None) -> Chain:
                 "no drawn batch reaches the final state through a placement the observer can "
                 "follow (the batches are rebuilt on the host before they are placed)",
             )
-        return Chain(graph, None, "the loop drew no batch from a grain ElasticIterator")
+        return Chain(graph, None, "the loop drew no batch the observer can see")
     return Chain(graph, walk)

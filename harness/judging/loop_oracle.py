@@ -191,10 +191,16 @@ def _exactly_once(
     carries them (a loop that builds a fresh iterator over ``data[position:]`` restarts its
     positions at 0), else global data positions."""
     if not lineage:
-        return "the loop drew no batch from a grain ElasticIterator"
+        return (
+            "the loop drew no batch the observer can see (from a grain iterator or DataLoader, "
+            "or a generator of its own whose batches carry sample ids)"
+        )
     by_ids = all(r.ids is not None for r in lineage)
     if not by_ids and any(r.position is None for r in lineage):
-        return "the loop's iterator does not report a global position (use ElasticIterator)"
+        return (
+            "the loop's batches carry no sample ids and its iterator reports no global data "
+            "position (give each record an id, or use grain's ElasticIterator)"
+        )
     what = "sample ids" if by_ids else "data positions"
 
     def samples(records: list[BatchRecord]) -> list[int]:

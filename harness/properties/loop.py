@@ -340,8 +340,9 @@ class LoopSearch:
             self.stats.baseline_s += seconds
             if self._shape.batches == 0:
                 raise PropertyFailure(
-                    f"{self.target.spec} drew no batch from a grain iterator in its fault-free "
-                    "run: the loop search triggers faults on batches (use ElasticIterator)"
+                    f"{self.target.spec} drew no batch the observer can see in its fault-free "
+                    "run: the loop search triggers faults on batches (draw them from a grain "
+                    "iterator or DataLoader, or a generator whose batches carry sample ids)"
                 )
             # A warm episode (executables and the compilation cache reused) prices the rest.
             _, self._episode_s = play_target(self.target, "", self._baseline)

@@ -4,7 +4,6 @@ one line on stderr naming the flag and the fix, nothing written, nothing started
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import json
 import os
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from pathways_chaos.harness.cli.main import main
+from tests.folder_state import tree
 
 EMIT = ["--emit-job", "2", "--image", "r/suite:1"]
 
@@ -23,19 +23,6 @@ def _run(*args: str) -> tuple[int, str, str]:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(["search", *args])
     return code, out.getvalue(), err.getvalue()
-
-
-def _tree(root: Path) -> dict[str, str]:
-    found: dict[str, str] = {}
-    for path in sorted([root, *root.rglob("*")]):
-        if path.is_symlink():
-            body = os.readlink(path)
-        elif path.is_file():
-            body = hashlib.sha256(path.read_bytes()).hexdigest()
-        else:
-            body = ""
-        found[str(path.relative_to(root))] = f"{path.lstat().st_mode:o} {body}"
-    return found
 
 
 def _search(*extra: str) -> list[str]:
@@ -78,11 +65,11 @@ def test_hostile_value_is_one_line_and_nothing_is_written(
     (tmp_path / "decoy" / "keep.txt").write_text("keep")
     if name == "--out is a symlink":
         (tmp_path / "out").symlink_to(tmp_path / "decoy")
-    before = _tree(tmp_path)
+    before = tree(tmp_path)
     code, out, err = _run(*(a.replace("{tmp}", str(tmp_path)) for a in argv))
     assert code == 2 and out == "", (name, code, out, err)
     assert err.strip().count("\n") == 0 and says in err, err
-    assert _tree(tmp_path) == before
+    assert tree(tmp_path) == before
 
 
 # -- search --out: a symlink planted in the folder is replaced, never written through -------
@@ -211,8 +198,8 @@ def test_merge_never_writes_over_its_own_input(
 ) -> None:
     folder = _shard_folder(tmp_path)
     args = argv(folder)
-    before = _tree(tmp_path)
+    before = tree(tmp_path)
     code, out, err = _run("merge", *args)
     assert code == 2 and out == "", (name, code, out, err)
     assert err.strip().count("\n") == 0 and says in err, err
-    assert _tree(tmp_path) == before
+    assert tree(tmp_path) == before

@@ -42,7 +42,7 @@ Wrap = Callable[[Any, str, Callable[..., Any]], None]
 #: ``drawn(batch, position, input_s)``: one batch reached the loop.
 Drawn = Callable[[Any, int | None, float], None]
 #: ``moved(position)``: the loop set a grain iterator's state.
-Moved = Callable[[int | None], None]
+Moved = Callable[[int | None], object]
 
 #: The exit witness takes 5 then 2, the catch watch 4 then 3.
 TOOL_IDS = (3, 0, 1)

@@ -149,7 +149,7 @@ def swap_tree(value: Any, change: Callable[[Any], Any]) -> Any:
         return type(value)(**{str(k): swap_tree(v, change) for k, v in value.items()})
     orbax_arg = type(value).__module__.startswith("orbax") and dataclasses.is_dataclass(value)
     if orbax_arg and hasattr(value, "item") and not isinstance(value, type):
-        return dataclasses.replace(value, item=swap_tree(value.item, change))  # type: ignore[call-arg]
+        return dataclasses.replace(value, item=swap_tree(value.item, change))
     return change(value)
 
 

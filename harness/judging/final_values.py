@@ -15,8 +15,9 @@ def leaf_array(leaf: dict[str, Any]) -> np.ndarray:
     """A final-state leaf: from its ``.npy`` file beside the log (memory-mapped, never
     unpickled: the child that wrote it ran the loop), or from the values in the event."""
     if "file" in leaf:
-        mmap = "r" if leaf["shape"] else None  # a 0-d array maps as shape (1,)
-        array = np.load(str(leaf["file"]), mmap_mode=mmap, allow_pickle=False)
+        # a 0-d array maps as shape (1,): read it whole
+        mapped = bool(leaf["shape"])
+        array = np.load(str(leaf["file"]), mmap_mode="r" if mapped else None, allow_pickle=False)
         if list(array.shape) != list(leaf["shape"]):
             raise ValueError(f"{leaf['file']} holds shape {array.shape}, the log {leaf['shape']}")
         return array

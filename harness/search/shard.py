@@ -92,6 +92,7 @@ class EpisodeLog(ExampleCounter):
         finally:
             line = self.shard.episode_line(
                 current,
+                fired=self._fired(),
                 ok=ok,
                 violation=violation,
                 seconds=time.perf_counter() - started,
@@ -104,6 +105,15 @@ class EpisodeLog(ExampleCounter):
                     self.first_failure_line = line
                 self.failing = True
                 self.last_failure = line
+
+    def _fired(self) -> list[str] | None:
+        """A loop episode's fault kinds that fired (one drawn and never fired is not
+        counted); None where the log cannot say (the trainer's faults fire or fail the run)."""
+        if not self.shard.loop or self._events is None:
+            return None
+        from pathways_chaos.harness.properties.loop import fired_kinds
+
+        return sorted(set(fired_kinds(self._events)))
 
 
 class ShardSearch:
@@ -172,7 +182,11 @@ class ShardSearch:
     def report_path(self) -> Path:
         return self.out_dir / f"{self.plan.name}.json"
 
-    def episode_line(self, current: Current, **fields: Any) -> dict[str, Any]:
+    def episode_line(
+        self, current: Current, fired: list[str] | None = None, **fields: Any
+    ) -> dict[str, Any]:
+        """One episode's line; ``fault_kinds`` are those that fired where the log says so,
+        ``scheduled_kinds`` those the schedule drew."""
         line = {
             "format": FORMAT,
             "shard": self.plan.index,
@@ -181,7 +195,8 @@ class ShardSearch:
             "seed": self._seed,
             "round": self._round,
             "schedule": current.schedule,
-            "fault_kinds": fault_kinds(current.schedule),
+            "fault_kinds": fault_kinds(current.schedule) if fired is None else fired,
+            "scheduled_kinds": fault_kinds(current.schedule),
             "replay": current.replay,
             **fields,
             "seconds": round(fields["seconds"], 3),

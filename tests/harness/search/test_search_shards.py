@@ -236,6 +236,26 @@ def test_a_loop_shard_writes_the_loop_search_episodes(tmp_path: Path) -> None:
     for e in lines:
         assert e["replay"].startswith(f"pathways-chaos replay --loop {loop} --schedule ")
         assert e["fault_kinds"] and "slice lost" in e["features"]
+        # the kinds that fired (the log says so), never more than the schedule drew
+        assert set(e["fault_kinds"]) <= set(e["scheduled_kinds"])
     report = json.loads((out / "shard-0-of-1.json").read_text())
     assert report["subject"] == f"loop {loop}" and report["errors"] == []
     assert f"on loop {loop}: 2 schedules" in stdout
+
+
+def test_a_loop_episode_line_counts_the_kinds_that_fired_not_those_drawn() -> None:
+    """A fault the schedule drew that never fired (its trigger never came) is not counted in
+    the line's ``fault_kinds``; ``scheduled_kinds`` keeps what was drawn."""
+    import types
+
+    from pathways_chaos.harness.search.shard import EpisodeLog
+
+    log = EpisodeLog.__new__(EpisodeLog)
+    log.shard = types.SimpleNamespace(loop="pkg.mod:main")  # type: ignore[assignment]
+    log._events = [
+        {"kind": "fault", "fault": {"kind": "data_loss"}, "touched": ["slice 1"]},
+        {"kind": "fault_unfired", "text": "fault never fired: preemption@batch=99"},
+    ]
+    assert log._fired() == ["data_loss"]
+    log.shard = types.SimpleNamespace(loop=None)  # type: ignore[assignment]
+    assert log._fired() is None  # a trainer's line keeps the schedule's kinds

@@ -236,14 +236,14 @@ def _retag(token: str) -> None:
     start, end = int(fields[47]), int(fields[48])  # env_start, env_end (fields 50, 51)
     block = ctypes.string_at(start, end - start)
     old = f"{process_tree.TOKEN_VAR}={PLACEHOLDER}".encode()
-    at = block.find(b"\0" + old + b"\0")
-    if at < 0 and block.startswith(old + b"\0"):
-        at = -1
-    elif at < 0:
+    # A whole entry, the first one included: its offset in the block is the separator's in
+    # the block with one more separator in front.
+    at = (b"\0" + block).find(b"\0" + old + b"\0")
+    if at < 0:
         raise OSError("no placeholder token in the environment block")
     new = f"{process_tree.TOKEN_VAR}={token}".encode()
     assert len(new) == len(old)
-    ctypes.memmove(start + at + 1, new, len(new))
+    ctypes.memmove(start + at, new, len(new))
 
 
 def _forked(request: dict[str, Any]) -> None:

@@ -159,6 +159,8 @@ def _one_run(spec: ChildSpec, recorder: Any, handoff: dict[str, Any] | None) -> 
             options=spec.options_shown,
             isolation="child",
         )
+    # Everything before this line is the toolkit's start-up; the loop's wall time starts here.
+    recorder.emit("child_ready", run=spec.run)
     loop = _load(spec, recorder)
     if loop is None:
         return "unloadable"

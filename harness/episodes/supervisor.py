@@ -65,6 +65,10 @@ class ChildLimits:
     exit_grace_s: float = 10.0
     #: Seconds given to faulthandler to write the stacks before the SIGKILL.
     stack_grace_s: float = 1.0
+    #: Seconds a child may take to import the toolkit and its libraries before it loads the
+    #: loop: ours, so never counted against the loop's wall deadline (a spawned child on a
+    #: busy CI machine takes tens of seconds), and past it the toolkit failed, not the loop.
+    startup_s: float = 600.0
 
     def __post_init__(self) -> None:
         if not self.memory_bytes > 0 or not self.output_bytes > 0:
@@ -119,6 +123,7 @@ class _Ending:
     where: str | None = None
     left: list[str] = dataclasses.field(default_factory=list)
     deadline: bool = False
+    toolkit: bool = False  # ended by the toolkit's own failure, before the loop was loaded
 
 
 class SupervisedLoopEpisode:
@@ -171,10 +176,10 @@ class SupervisedLoopEpisode:
         self.work.mkdir(mode=0o700, parents=True, exist_ok=True)
         tail = LogTail(self.log_path)
         events: list[Event] = []
-        started = time.monotonic()
+        self._loop_s = 0.0  # wall time the loop's runs have had, start-ups left out
         ending = _Ending(code=None)
         for run in range(1, self.max_runs + 1):
-            ending = self._child(run, tail, events, started)
+            ending = self._child(run, tail, events)
             status = _last_exit_status(events, run)
             self._log_child_end(events, run, ending, tail)
             if ending.cause is not None or status != "suspended":
@@ -190,7 +195,7 @@ class SupervisedLoopEpisode:
         return result
 
     # -- one child ---------------------------------------------------------------------------
-    def _child(self, run: int, tail: LogTail, events: list[Event], started: float) -> _Ending:
+    def _child(self, run: int, tail: LogTail, events: list[Event]) -> _Ending:
         spec = ChildSpec(
             probe=self.probe,
             loop=self.loop_spec,
@@ -234,9 +239,12 @@ class SupervisedLoopEpisode:
                     env=env,
                     start_new_session=True,
                 )
+        self._ready_at: float | None = None
         try:
-            ending = self._watch(child, run, tail, events, started, output, spec)
+            ending = self._watch(child, run, tail, events, output, spec)
         finally:
+            if self._ready_at is not None:
+                self._loop_s += time.monotonic() - self._ready_at
             left = process_tree.end_all(token, child.pid)
             with contextlib.suppress(Exception):
                 child.wait(timeout=5)
@@ -250,22 +258,31 @@ class SupervisedLoopEpisode:
         run: int,
         tail: LogTail,
         events: list[Event],
-        started: float,
         output: Path,
         spec: ChildSpec,
     ) -> _Ending:
         wall = self.deadline.wall_s
         marker_at: float | None = None
-        next_look = 0.0
+        launched, next_look = time.monotonic(), 0.0
         while True:
             code = child.poll()
             self._feed(tail.read(), events)
+            if self._ready_at is None and _child_ready(events, run):
+                self._ready_at = time.monotonic()
             if marker_at is None and _last_exit_status(events, run) is not None:
                 marker_at = time.monotonic()
             if code is not None:
                 self._feed(tail.read(), events)
                 if _last_exit_status(events, run) is not None:
                     return _Ending(code)
+                if self._ready_at is None:  # only the toolkit's code had run
+                    return _Ending(
+                        code,
+                        f"pathways-chaos's child process ended (code {code}) before it loaded "
+                        f"the loop (a bug in pathways-chaos; its output: "
+                        f"{self.work}/output-{spec.run}.txt)",
+                        toolkit=True,
+                    )
                 return self._died(code, spec, events, lost=getattr(child, "status_lost", False))
             now = time.monotonic()
             if marker_at is not None and now - marker_at > self.limits.exit_grace_s:
@@ -279,7 +296,18 @@ class SupervisedLoopEpisode:
                     "would hang instead of exiting: join it, or make it a daemon)",
                     where,
                 )
-            if wall is not None and now - started > wall and marker_at is None:
+            if self._ready_at is None and now - launched > self.limits.startup_s:
+                where = self._stacks_then_kill(child, spec)
+                return _Ending(
+                    None,
+                    f"pathways-chaos's child process was not ready to load the loop "
+                    f"{self.limits.startup_s:g} s after it started{_at(where)} (a bug in "
+                    "pathways-chaos, or a machine too loaded to import JAX)",
+                    where,
+                    toolkit=True,
+                )
+            ran = None if self._ready_at is None else self._loop_s + now - self._ready_at
+            if wall is not None and ran is not None and ran > wall and marker_at is None:
                 where = self._stacks_then_kill(child, spec) or exit_witness.read(spec.witness_file)
                 return _Ending(
                     None,
@@ -367,7 +395,9 @@ class SupervisedLoopEpisode:
         self._feed(tail.read(final=True), events)  # the child is gone: its last words
         new: list[tuple[str, dict[str, Any]]] = []
         ended = _last_exit_status(events, run) is not None
-        if ending.cause is not None and not ended:
+        if ending.toolkit and not ended:
+            new.append(("toolkit_error", {"run": run, "error": ending.cause}))
+        elif ending.cause is not None and not ended:
             error = (
                 f"EpisodeDeadlineExceeded: {ending.cause}"
                 if ending.deadline
@@ -465,6 +495,10 @@ def _threads_named(events: list[Event], run: int) -> list[str]:
         if event["kind"] == "child_exit" and event.get("run") == run:
             return [str(t) for t in event.get("threads") or []]
     return []
+
+
+def _child_ready(events: list[Event], run: int) -> bool:
+    return any(e["kind"] == "child_ready" and e.get("run") == run for e in reversed(events))
 
 
 def _error_of(events: list[Event]) -> BaseException | None:

@@ -25,30 +25,41 @@ from typing import Any
 STACK_SIGNAL = signal.SIGUSR1
 
 
-@dataclasses.dataclass
-class ChildSpec:
-    """What one child run needs; written by the parent, pickled (it may carry the test's own
-    callable, which the child imports to unpickle)."""
+@dataclasses.dataclass(kw_only=True)
+class ChildFiles:
+    """What every child needs whatever it runs: its devices, its log and run number, where its
+    stacks and fatal calls are written, and the parent's ``sys.path``."""
+
+    topology: str
+    log_path: str
+    run: int
+    stack_file: str
+    witness_file: str
+    sys_path: list[str]
+
+    def run_in_child(self) -> None:
+        """The child's work, once the process is set up (``main``)."""
+        raise NotImplementedError
+
+
+@dataclasses.dataclass(kw_only=True)
+class ChildSpec(ChildFiles):
+    """What one child run of a loop needs; written by the parent, pickled (it may carry the
+    test's own callable, which the child imports to unpickle)."""
 
     loop: str | None  # MODULE:FUNCTION or FILE.py:FUNCTION
     loop_pickle: bytes | None  # or the callable itself, pickled by reference
     name: str
     options_pickle: bytes
     schedule: str
-    topology: str
     clock: str
-    log_path: str
     values_dir: str
     checkpoint_dir: str | None
-    run: int
     max_runs: int
     step_seconds: float
     lineage: bool
     show_library_logs: bool
     fake_s: float | None
-    stack_file: str
-    witness_file: str
-    sys_path: list[str]
     #: Only load the loop and say whether it loads (a command's check of a spec, done where
     #: the loop's module may run).
     probe: bool = False
@@ -60,9 +71,12 @@ class ChildSpec:
     #: The options as the log shows them (``repr``, made by the parent).
     options_shown: dict[str, str] = dataclasses.field(default_factory=dict)
 
+    def run_in_child(self) -> None:
+        run_child(self)
+
 
 def main(argv: list[str]) -> None:
-    spec: ChildSpec = pickle.loads(Path(argv[0]).read_bytes())
+    spec: ChildFiles = pickle.loads(Path(argv[0]).read_bytes())
     for entry in reversed(spec.sys_path):
         if entry not in sys.path:
             sys.path.insert(0, entry)
@@ -78,7 +92,7 @@ def main(argv: list[str]) -> None:
     request_cpu_devices(SliceTopology.parse(spec.topology).device_count)
     with contextlib.suppress(Exception):  # a cache it may not use is only slower
         compilation_cache.enable()
-    run_child(spec)
+    spec.run_in_child()
     # A normal exit: atexit runs and non-daemon threads are joined; a thread the loop left
     # running keeps the process alive, which the parent sees and names.
     sys.exit(0)
@@ -101,11 +115,11 @@ def run_child(spec: ChildSpec) -> None:
             traceback="".join(traceback.format_exception(error))[-8000:],
         )
         status = "toolkit_error"
-    recorder.emit("child_exit", run=spec.run, status=status, threads=_threads_left())
+    recorder.emit("child_exit", run=spec.run, status=status, threads=threads_left())
     recorder.close()
 
 
-def _threads_left() -> list[str]:
+def threads_left() -> list[str]:
     """Non-daemon threads still running once the run is over: each keeps the process from
     exiting (named, with the innermost frame of the loop's own code where it has one)."""
     import threading
@@ -226,6 +240,20 @@ def _load_as(name: str, file: str) -> None:
     found.loader.exec_module(module)
 
 
+def load_pickled(
+    data: bytes, preload: list[tuple[str, str]], modules: list[tuple[str, str]]
+) -> Any:
+    """Unpickles what the parent sent by reference, after loading the files of the modules it
+    names that this process's ``sys.path`` would not find (``loop_reference``)."""
+    from pathways_chaos.harness.engine.user_modules import import_file
+
+    for prefix, file in preload:
+        import_file(Path(file), prefix)
+    for name, file in modules:
+        _load_as(name, file)
+    return pickle.loads(data)
+
+
 def _load(spec: ChildSpec, recorder: Any) -> Any:
     """The loop, or None after logging one line on why it cannot be loaded."""
     from pathways_chaos.harness.episodes.loop_episode import load_loop
@@ -233,13 +261,7 @@ def _load(spec: ChildSpec, recorder: Any) -> Any:
 
     try:
         if spec.loop_pickle is not None:
-            from pathways_chaos.harness.engine.user_modules import import_file
-
-            for prefix, file in spec.preload:
-                import_file(Path(file), prefix)
-            for name, file in spec.modules:
-                _load_as(name, file)
-            return pickle.loads(spec.loop_pickle)
+            return load_pickled(spec.loop_pickle, spec.preload, spec.modules)
         assert spec.loop is not None
         return load_loop(spec.loop)
     except ChaosConfigError as error:

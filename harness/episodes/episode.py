@@ -189,7 +189,9 @@ class EpisodeResult:
 
     @property
     def completed(self) -> bool:
-        return bool(self.results) and self.results[-1].status == "completed"
+        # From the log: a supervised episode's results stayed in its child process.
+        ends = [e for e in self.events if e["kind"] == "run_end"]
+        return bool(ends) and ends[-1].get("status") == "completed"
 
 
 def _trainer_class(factory: Any) -> Any:
@@ -293,6 +295,7 @@ def run_episode(
     max_runs: int = 3,
     listeners: Iterable[Callable[[Event], None]] = (),
     deadline: Deadline | None = None,
+    recorder: Recorder | None = None,
 ) -> EpisodeResult:
     """Runs the trainer under the schedule; a suspended run is resumed by a new run.
 
@@ -303,6 +306,12 @@ def run_episode(
     schedule = schedule or Schedule()
     workload = _TrainerWorkload(cluster, config, schedule, trainer_factory, step_seconds, deadline)
     runner = EpisodeRunner(
-        workload, cluster, schedule, log_path=log_path, max_runs=max_runs, listeners=listeners
+        workload,
+        cluster,
+        schedule,
+        log_path=log_path,
+        max_runs=max_runs,
+        listeners=listeners,
+        recorder=recorder,
     )
     return runner.run()

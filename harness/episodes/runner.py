@@ -78,7 +78,10 @@ class EpisodeRunner[R, T]:
         log_path: str | Path | None = None,
         max_runs: int = 1,
         listeners: Iterable[Callable[[Event], None]] = (),
+        recorder: Recorder | None = None,
     ) -> None:
+        #: ``recorder``: a log already begun (a supervised child's, after its ready marker).
+        self.recorder = recorder
         self.workload = workload
         self.cluster = cluster
         self.schedule = schedule
@@ -90,7 +93,7 @@ class EpisodeRunner[R, T]:
         """The episode: checks, ``episode_start``, the runs, the closing events, the result."""
         workload, cluster = self.workload, self.cluster
         workload.refuse()
-        recorder = Recorder(self.log_path, clock=cluster.clock)
+        recorder = self.recorder or Recorder(self.log_path, clock=cluster.clock)
         for listener in self.listeners:
             recorder.add_listener(listener)
         recorder.emit(

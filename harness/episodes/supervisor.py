@@ -1,129 +1,39 @@
-"""The parent side of a supervised episode: a user's loop runs in a child process per run.
+"""The parent side of a supervised loop episode: a user's loop runs in a child process per run.
 
 The parent never imports the loop's module. It starts ``child`` (one process per run: a
-preemption's next run is a new process, as a restarted Pod), follows the log as it is written
-(listeners see each event), and holds the limits: the wall deadline (a stack dump of every
-thread, then SIGKILL), memory and output caps. However the child ends (its end marker, an exit
-code, a signal, a limit, a thread that keeps it alive), the log ends with what happened, in one
-line naming the cause and, where there is one, the loop's own frame; the child's whole process
-tree is ended and anything left is named. The judges read only the log and the value files
-beside it.
+preemption's next run is a new process, as a restarted Pod) and watches it (``child_watch``:
+the wall deadline, memory and output caps, whatever ends it, named). The judges read only the
+log and the value files beside it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import os
 import pickle
-import re
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from pathways_chaos.faults.model import Schedule
-from pathways_chaos.harness.blackbox.values import is_plumbing
-from pathways_chaos.harness.engine import process_tree
-from pathways_chaos.harness.engine.deadline import (
-    Deadline,
-    EpisodeDeadlineExceeded,
-    UnsatisfiableWait,
-    default_deadline,
+from pathways_chaos.harness.engine.deadline import Deadline, default_deadline
+from pathways_chaos.harness.engine.recorder import Event, LogTail
+from pathways_chaos.harness.episodes import child_watch
+from pathways_chaos.harness.episodes.child import ChildSpec
+from pathways_chaos.harness.episodes.child_watch import (
+    ChildLimits,
+    ChildWatch,
+    error_of,
+    last_exit_status,
 )
-from pathways_chaos.harness.engine.recorder import Event, LogTail, Recorder
-from pathways_chaos.harness.episodes import exit_witness, fork_server
-from pathways_chaos.harness.episodes.child import STACK_SIGNAL, ChildSpec
-from pathways_chaos.harness.episodes.loop_episode import (
-    LoopResult,
-    refuse_loop_misfits,
-)
+from pathways_chaos.harness.episodes.loop_episode import LoopResult, refuse_loop_misfits
 from pathways_chaos.harness.episodes.loop_reference import (
     file_modules,
     loop_reference,
     named_modules,
 )
-from pathways_chaos.harness.errors import ChaosConfigError, ChaosError
-
-GIB = 1 << 30
-MIB = 1 << 20
-
-
-@dataclasses.dataclass(frozen=True)
-class ChildLimits:
-    """What one episode's children may use; past a limit the child is ended and named."""
-
-    #: Resident memory of the child and everything it started, together.
-    memory_bytes: int = 4 * GIB
-    #: What the child may write to its stdout and stderr (kept in a file beside the log).
-    output_bytes: int = 256 * MIB
-    #: Seconds a child may take to exit after its end marker (atexit, non-daemon threads).
-    exit_grace_s: float = 10.0
-    #: Seconds given to faulthandler to write the stacks before the SIGKILL.
-    stack_grace_s: float = 1.0
-    #: Seconds a child may take to import the toolkit and its libraries before it loads the
-    #: loop: ours, so never counted against the loop's wall deadline (a spawned child on a
-    #: busy CI machine takes tens of seconds), and past it the toolkit failed, not the loop.
-    startup_s: float = 600.0
-
-    def __post_init__(self) -> None:
-        if not self.memory_bytes > 0 or not self.output_bytes > 0:
-            raise ChaosConfigError("a child limit must be > 0")
-
-
-_default_limits = ChildLimits()
-
-
-def set_default_limits(limits: ChildLimits) -> ChildLimits:
-    """Sets the session's limits (the plugin's ``--chaos-memory-limit``); returns the old."""
-    global _default_limits
-    previous, _default_limits = _default_limits, limits
-    return previous
-
-
-def parse_bytes(raw: str, flag: str) -> int:
-    """``4GiB``, ``512MiB``, ``2G``, ``1000000`` -> bytes; anything else: one line."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)\s*", str(raw), re.IGNORECASE)
-    if match is None:
-        raise ChaosConfigError(f"{flag}={raw!r}: write a size such as 4GiB, 512MiB or 8G")
-    number = float(match.group(1))
-    scale = 1024 ** " KMGT".index(match.group(2).upper() or " ")
-    value = int(number * scale)
-    if value < 64 * MIB:
-        raise ChaosConfigError(f"{flag}={raw!r}: use at least 64MiB (JAX alone needs more)")
-    return value
-
-
-class LoopProcessEnded(ChaosError):
-    """The loop's process ended before its run did (an exit, a signal, a limit)."""
-
-
-class LoopUnloadable(ChaosConfigError):
-    """The child could not import the loop: one line, the user's to fix."""
-
-
-class ToolkitFailed(ChaosError):
-    """The toolkit itself failed in the child: a bug in pathways-chaos, not in the loop."""
-
-
-#: A running child: spawned with ``python -m`` or forked by the fork server.
-Child = subprocess.Popen[bytes] | fork_server.ForkedChild
-
-
-@dataclasses.dataclass
-class _Ending:
-    """How one child ended, as the parent saw it."""
-
-    code: int | None
-    cause: str | None = None  # None: it ended on its own after its end marker
-    where: str | None = None
-    left: list[str] = dataclasses.field(default_factory=list)
-    deadline: bool = False
-    toolkit: bool = False  # ended by the toolkit's own failure, before the loop was loaded
+from pathways_chaos.harness.errors import ChaosConfigError
 
 
 class SupervisedLoopEpisode:
@@ -155,7 +65,7 @@ class SupervisedLoopEpisode:
         self.listeners = list(listeners)
         self.lineage, self.show_library_logs = lineage, show_library_logs
         self.deadline = deadline or default_deadline()
-        self.limits = limits or _default_limits
+        self.limits = limits or child_watch.default_limits()
         self.loop_spec, self.loop_pickle, self.name = loop_reference(loop)
         try:
             self.options_pickle = pickle.dumps(self.options)
@@ -176,27 +86,31 @@ class SupervisedLoopEpisode:
         self.work.mkdir(mode=0o700, parents=True, exist_ok=True)
         tail = LogTail(self.log_path)
         events: list[Event] = []
-        self._loop_s = 0.0  # wall time the loop's runs have had, start-ups left out
-        ending = _Ending(code=None)
+        watch = ChildWatch(
+            self.log_path,
+            self.work,
+            deadline=self.deadline,
+            limits=self.limits,
+            listeners=self.listeners,
+        )
         for run in range(1, self.max_runs + 1):
-            ending = self._child(run, tail, events)
-            status = _last_exit_status(events, run)
-            self._log_child_end(events, run, ending, tail)
+            ending = watch.child(self._spec(run), tail, events)
+            status = last_exit_status(events, run)
+            watch.log_child_end(events, run, ending, tail)
             if ending.cause is not None or status != "suspended":
                 break
         result = LoopResult(
             events,
             [],
-            _error_of(events),
+            error_of(events),
             None if self.temporary else self.log_path,
             self.name,
             [e["text"] for e in events if e["kind"] == "fault_unfired"],
         )
         return result
 
-    # -- one child ---------------------------------------------------------------------------
-    def _child(self, run: int, tail: LogTail, events: list[Event]) -> _Ending:
-        spec = ChildSpec(
+    def _spec(self, run: int) -> ChildSpec:
+        return ChildSpec(
             probe=self.probe,
             loop=self.loop_spec,
             loop_pickle=self.loop_pickle,
@@ -222,217 +136,6 @@ class SupervisedLoopEpisode:
             modules=named_modules(self.loop_pickle or b"") + named_modules(self.options_pickle),
             options_shown={k: repr(v) for k, v in self.options.items()},
         )
-        spec_file = self.work / f"spec-{run}.pkl"
-        _write_private(spec_file, pickle.dumps(spec))
-        output = self.work / f"output-{run}.txt"
-        token = process_tree.new_token()
-        env = dict(os.environ, **{process_tree.TOKEN_VAR: token})
-        env.setdefault("JAX_PLATFORMS", "cpu")
-        with output.open("wb") as out:
-            child: Child | None = fork_server.start_child(str(spec_file), str(output), env, token)
-            if child is None:
-                child = subprocess.Popen(
-                    [sys.executable, "-m", "pathways_chaos.harness.episodes.child", str(spec_file)],
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    start_new_session=True,
-                )
-        self._ready_at: float | None = None
-        try:
-            ending = self._watch(child, run, tail, events, output, spec)
-        finally:
-            if self._ready_at is not None:
-                self._loop_s += time.monotonic() - self._ready_at
-            left = process_tree.end_all(token, child.pid)
-            with contextlib.suppress(Exception):
-                child.wait(timeout=5)
-        events += tail.read()
-        ending.left = left
-        return ending
-
-    def _watch(
-        self,
-        child: Child,
-        run: int,
-        tail: LogTail,
-        events: list[Event],
-        output: Path,
-        spec: ChildSpec,
-    ) -> _Ending:
-        wall = self.deadline.wall_s
-        marker_at: float | None = None
-        launched, next_look = time.monotonic(), 0.0
-        while True:
-            code = child.poll()
-            self._feed(tail.read(), events)
-            if self._ready_at is None and _child_ready(events, run):
-                self._ready_at = time.monotonic()
-            if marker_at is None and _last_exit_status(events, run) is not None:
-                marker_at = time.monotonic()
-            if code is not None:
-                self._feed(tail.read(), events)
-                if _last_exit_status(events, run) is not None:
-                    return _Ending(code)
-                if self._ready_at is None:  # only the toolkit's code had run
-                    return _Ending(
-                        code,
-                        f"pathways-chaos's child process ended (code {code}) before it loaded "
-                        f"the loop (a bug in pathways-chaos; its output: "
-                        f"{self.work}/output-{spec.run}.txt)",
-                        toolkit=True,
-                    )
-                return self._died(code, spec, events, lost=getattr(child, "status_lost", False))
-            now = time.monotonic()
-            if marker_at is not None and now - marker_at > self.limits.exit_grace_s:
-                where = self._stacks_then_kill(child, spec)
-                threads = _threads_named(events, run)
-                return _Ending(
-                    None,
-                    f"the loop's process did not exit {self.limits.exit_grace_s:g} s after the "
-                    f"run ended: a thread it started is still running"
-                    f"{': ' + '; '.join(threads[:3]) if threads else _at(where)} (a real job "
-                    "would hang instead of exiting: join it, or make it a daemon)",
-                    where,
-                )
-            if self._ready_at is None and now - launched > self.limits.startup_s:
-                where = self._stacks_then_kill(child, spec)
-                return _Ending(
-                    None,
-                    f"pathways-chaos's child process was not ready to load the loop "
-                    f"{self.limits.startup_s:g} s after it started{_at(where)} (a bug in "
-                    "pathways-chaos, or a machine too loaded to import JAX)",
-                    where,
-                    toolkit=True,
-                )
-            ran = None if self._ready_at is None else self._loop_s + now - self._ready_at
-            if wall is not None and ran is not None and ran > wall and marker_at is None:
-                where = self._stacks_then_kill(child, spec) or exit_witness.read(spec.witness_file)
-                return _Ending(
-                    None,
-                    f"the episode passed its wall-time deadline of {wall:g} s: the loop was "
-                    f"{_blocked(where)} (raise it with --chaos-wall-deadline=S)",
-                    where,
-                    deadline=True,
-                )
-            if now >= next_look:
-                next_look = now + 0.5
-                over = self._over_limit(child, output)
-                if over is not None:
-                    where = self._stacks_then_kill(child, spec)
-                    return _Ending(None, over + _at(where), where)
-            time.sleep(0.05)
-
-    def _feed(self, new: list[Event], events: list[Event]) -> None:
-        for event in new:
-            events.append(event)
-            for listener in self.listeners:
-                listener(event)
-
-    def _over_limit(self, child: Child, output: Path) -> str | None:
-        token_pids = [child.pid, *process_tree.descendants(child.pid)]
-        used = process_tree.rss_bytes(token_pids)
-        if used > self.limits.memory_bytes:
-            return (
-                f"the loop used more than {_size(self.limits.memory_bytes)} of memory "
-                f"({_size(used)}; raise the cap with --chaos-memory-limit)"
-            )
-        with contextlib.suppress(OSError):
-            if output.stat().st_size > self.limits.output_bytes:
-                return (
-                    f"the loop wrote more than {_size(self.limits.output_bytes)} to stdout and "
-                    f"stderr (kept, cut, in {output})"
-                )
-        return None
-
-    def _stacks_then_kill(self, child: Child, spec: ChildSpec) -> str | None:
-        """Asks the child for every thread's stack (faulthandler), then ends it; the loop's
-        innermost frame in its main thread."""
-        with contextlib.suppress(ProcessLookupError):
-            child.send_signal(STACK_SIGNAL)
-        deadline = time.monotonic() + self.limits.stack_grace_s
-        while time.monotonic() < deadline and not _has_dump(spec.stack_file):
-            time.sleep(0.05)
-        time.sleep(0.1)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(child.pid, signal.SIGKILL)
-        with contextlib.suppress(Exception):
-            child.wait(timeout=5)
-        return loop_frame(spec.stack_file)
-
-    def _died(self, code: int, spec: ChildSpec, events: list[Event], lost: bool) -> _Ending:
-        """The child ended without its end marker: the exit code or signal, named."""
-        witness = exit_witness.read(spec.witness_file)
-        if lost:
-            return _Ending(
-                code,
-                "the loop's process ended and how is unknown: the fork server that started it "
-                f"was killed (did the loop signal its parent?){_at(witness)}{_last_seen(events)}",
-            )
-        if code < 0:
-            name = _signal_name(-code)
-            where = loop_frame(spec.stack_file)
-            how = f"was killed by {name}"
-            if witness is not None:
-                how += f" the loop sent itself: {witness}"
-            elif where is not None:
-                how += f" at {where}"
-            return _Ending(code, f"the loop's process {how}{_last_seen(events)}", where)
-        if witness is not None and witness.startswith("os._exit"):
-            return _Ending(
-                code, f"the loop's process exited with code {code}: {witness}{_last_seen(events)}"
-            )
-        return _Ending(
-            code,
-            f"the loop's process exited with code {code} before its run ended"
-            f"{_at(witness)}{_last_seen(events)} (its output: {self.work}/output-{spec.run}.txt)",
-        )
-
-    def _log_child_end(self, events: list[Event], run: int, ending: _Ending, tail: LogTail) -> None:
-        """Appends the parent's own account: the run's end when the child could not write it,
-        and what ended the child, with anything it left behind."""
-        self._feed(tail.read(final=True), events)  # the child is gone: its last words
-        new: list[tuple[str, dict[str, Any]]] = []
-        ended = _last_exit_status(events, run) is not None
-        if ending.toolkit and not ended:
-            new.append(("toolkit_error", {"run": run, "error": ending.cause}))
-        elif ending.cause is not None and not ended:
-            error = (
-                f"EpisodeDeadlineExceeded: {ending.cause}"
-                if ending.deadline
-                else f"LoopProcessEnded: {ending.cause}"
-            )
-            new.append(
-                (
-                    "run_end",
-                    {
-                        "run": run,
-                        "status": "failed",
-                        "error": error,
-                        "where": ending.where,
-                        "process_end": not ending.deadline,
-                    },
-                )
-            )
-            new.append(("episode_end", {"error": error}))
-        new.append(
-            (
-                "child_end",
-                {
-                    "run": run,
-                    "exit_code": ending.code,
-                    "cause": ending.cause,
-                    "left_behind": ending.left,
-                    "after_end": ended,
-                },
-            )
-        )
-        recorder = Recorder(self.log_path, resume=list(events))
-        for kind, fields in new:
-            self._feed([recorder.emit(kind, **fields)], events)
-        recorder.close()
-        tail.read()  # what was just written, already in ``events``
 
 
 _scratch_dir: tempfile.TemporaryDirectory[str] | None = None
@@ -474,119 +177,3 @@ def run_supervised_loop_episode(
 ) -> LoopResult:
     """``SupervisedLoopEpisode(...).run()``: the user's loop, each run in its own process."""
     return SupervisedLoopEpisode(loop, schedule or Schedule(), **kwargs).run()
-
-
-# -- helpers -----------------------------------------------------------------------------------
-def _write_private(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-
-
-def _last_exit_status(events: list[Event], run: int) -> str | None:
-    for event in reversed(events):
-        if event["kind"] == "child_exit" and event.get("run") == run:
-            return str(event.get("status"))
-    return None
-
-
-def _threads_named(events: list[Event], run: int) -> list[str]:
-    for event in reversed(events):
-        if event["kind"] == "child_exit" and event.get("run") == run:
-            return [str(t) for t in event.get("threads") or []]
-    return []
-
-
-def _child_ready(events: list[Event], run: int) -> bool:
-    return any(e["kind"] == "child_ready" and e.get("run") == run for e in reversed(events))
-
-
-def _error_of(events: list[Event]) -> BaseException | None:
-    unloadable = next((e for e in events if e["kind"] == "loop_unloadable"), None)
-    if unloadable is not None:
-        return LoopUnloadable(str(unloadable.get("message", "")))
-    toolkit = next((e for e in events if e["kind"] == "toolkit_error"), None)
-    if toolkit is not None:
-        return ToolkitFailed(str(toolkit.get("error", "")))
-    ends = [e for e in events if e["kind"] == "run_end"]
-    failed = ends[-1] if ends and ends[-1].get("status") == "failed" else None
-    if failed is None:
-        return None
-    text = str(failed.get("error") or "")
-    kind, _, message = text.partition(": ")
-    types: dict[str, type[ChaosError]] = {
-        "UnsatisfiableWait": UnsatisfiableWait,
-        "EpisodeDeadlineExceeded": EpisodeDeadlineExceeded,
-        "LoopProcessEnded": LoopProcessEnded,
-    }
-    if kind in types:
-        return types[kind](message)
-    return LoopProcessEnded(text) if failed.get("process_end") else _LoopRaised(text)
-
-
-class _LoopRaised(ChaosError):
-    """What the loop raised, as its text (the exception object stayed in the child)."""
-
-
-_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<name>\S+)')
-
-
-def _has_dump(path: str) -> bool:
-    with contextlib.suppress(OSError):
-        return "most recent call first" in Path(path).read_text(errors="replace")
-    return False
-
-
-def loop_frame(stack_file: str) -> str | None:
-    """From a faulthandler dump: the main thread's innermost frame in the loop's own code,
-    with the innermost frame of all where that differs (``train.py:88 in main, in
-    threading.py:355 in wait``)."""
-    try:
-        text = Path(stack_file).read_text(errors="replace")[-200_000:]
-    except OSError:
-        return None
-    sections: list[list[tuple[str, str, str]]] = []
-    for line in text.splitlines():
-        if "most recent call first" in line:
-            sections.append([])
-            continue
-        match = _FRAME.match(line)
-        if match and sections:
-            sections[-1].append((match["file"], match["line"], match["name"]))
-    main = next((s for s in reversed(sections) if any("child.py" in f for f, _, _ in s)), None)
-    if not main:
-        return None
-    own = next(
-        ((f, ln, n) for f, ln, n in main if not is_plumbing(f) and "child.py" not in f), None
-    )
-    inner = main[0]
-    if own is None:
-        return f"{inner[0]}:{inner[1]} in {inner[2]}"
-    text_own = f"{own[0]}:{own[1]} in {own[2]}"
-    if own != inner:
-        text_own += f" (waiting in {Path(inner[0]).name}:{inner[1]} in {inner[2]})"
-    return text_own
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
-def _at(where: str | None) -> str:
-    return f" at {where}" if where else ""
-
-
-def _blocked(where: str | None) -> str:
-    return f"blocked at {where}" if where else "blocked (where is unknown: no stack came back)"
-
-
-def _last_seen(events: list[Event]) -> str:
-    batches = [e for e in events if e["kind"] == "batch"]
-    return f" (after batch {batches[-1]['batch']})" if batches else ""
-
-
-def _size(n: int) -> str:
-    return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n / MIB:.0f} MiB"

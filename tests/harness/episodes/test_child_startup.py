@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pathways_chaos.harness.engine.deadline import Deadline
-from pathways_chaos.harness.episodes import fork_server, supervisor
+from pathways_chaos.harness.episodes import child_watch, fork_server
 from pathways_chaos.harness.play import play_loop
 
 
@@ -47,11 +47,11 @@ def test_a_child_never_ready_is_the_toolkits_failure_not_the_loops(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(fork_server.START_VAR, "spawn")
-    previous = supervisor.set_default_limits(supervisor.ChildLimits(startup_s=0.2))
+    previous = child_watch.set_default_limits(child_watch.ChildLimits(startup_s=0.2))
     try:
         out = play_loop(_naps, checkpoint_dir=tmp_path)
     finally:
-        supervisor.set_default_limits(previous)
-    assert isinstance(out.result.error, supervisor.ToolkitFailed), out.result.error
+        child_watch.set_default_limits(previous)
+    assert isinstance(out.result.error, child_watch.ToolkitFailed), out.result.error
     assert "not ready to load the loop" in str(out.result.error)
     assert not [e for e in out.result.events if e["kind"] == "run_end"]

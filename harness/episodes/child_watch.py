@@ -1,0 +1,476 @@
+"""Watching one child process of a supervised episode: the parent's side of the boundary.
+
+A child (a loop's run, a trainer's episode, a replay) is started from a pickled spec by the fork
+server, or spawned; the parent follows the log it writes (listeners see each event), and holds
+the limits: the wall deadline, counted from the child's ``child_ready`` marker (a stack dump of
+every thread, then SIGKILL), memory and output caps. However the child ends (its end marker, an
+exit code, a signal, a limit, a thread that keeps it alive), the log ends with what happened, in
+one line naming the cause and, where there is one, the subject's own frame; the child's whole
+process tree is ended and anything left is named.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import pickle
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from pathways_chaos.harness.blackbox.values import is_plumbing
+from pathways_chaos.harness.engine import process_tree
+from pathways_chaos.harness.engine.deadline import (
+    Deadline,
+    EpisodeDeadlineExceeded,
+    UnsatisfiableWait,
+)
+from pathways_chaos.harness.engine.recorder import Event, LogTail, Recorder
+from pathways_chaos.harness.episodes import exit_witness, fork_server
+from pathways_chaos.harness.episodes.child import STACK_SIGNAL, ChildFiles
+from pathways_chaos.harness.errors import ChaosConfigError, ChaosError
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class ChildLimits:
+    """What one episode's children may use; past a limit the child is ended and named."""
+
+    #: Resident memory of the child and everything it started, together.
+    memory_bytes: int = 4 * GIB
+    #: What the child may write to its stdout and stderr (kept in a file beside the log).
+    output_bytes: int = 256 * MIB
+    #: Seconds a child may take to exit after its end marker (atexit, non-daemon threads).
+    exit_grace_s: float = 10.0
+    #: Seconds given to faulthandler to write the stacks before the SIGKILL.
+    stack_grace_s: float = 1.0
+    #: Seconds a child may take to import the toolkit and its libraries before it loads the
+    #: loop: ours, so never counted against the loop's wall deadline (a spawned child on a
+    #: busy CI machine takes tens of seconds), and past it the toolkit failed, not the loop.
+    startup_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if not self.memory_bytes > 0 or not self.output_bytes > 0:
+            raise ChaosConfigError("a child limit must be > 0")
+
+
+_default_limits = ChildLimits()
+
+
+def default_limits() -> ChildLimits:
+    """The session's limits (``set_default_limits``)."""
+    return _default_limits
+
+
+def set_default_limits(limits: ChildLimits) -> ChildLimits:
+    """Sets the session's limits (the plugin's ``--chaos-memory-limit``); returns the old."""
+    global _default_limits
+    previous, _default_limits = _default_limits, limits
+    return previous
+
+
+def parse_bytes(raw: str, flag: str) -> int:
+    """``4GiB``, ``512MiB``, ``2G``, ``1000000`` -> bytes; anything else: one line."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)\s*", str(raw), re.IGNORECASE)
+    if match is None:
+        raise ChaosConfigError(f"{flag}={raw!r}: write a size such as 4GiB, 512MiB or 8G")
+    number = float(match.group(1))
+    scale = 1024 ** " KMGT".index(match.group(2).upper() or " ")
+    value = int(number * scale)
+    if value < 64 * MIB:
+        raise ChaosConfigError(f"{flag}={raw!r}: use at least 64MiB (JAX alone needs more)")
+    return value
+
+
+class LoopProcessEnded(ChaosError):
+    """The loop's process ended before its run did (an exit, a signal, a limit)."""
+
+
+class LoopUnloadable(ChaosConfigError):
+    """The child could not import the loop (or trainer): one line, the user's to fix."""
+
+
+class ToolkitFailed(ChaosError):
+    """The toolkit itself failed in the child: a bug in pathways-chaos, not in the loop."""
+
+
+#: A running child: spawned with ``python -m`` or forked by the fork server.
+Child = subprocess.Popen[bytes] | fork_server.ForkedChild
+
+
+@dataclasses.dataclass
+class Ending:
+    """How one child ended, as the parent saw it."""
+
+    code: int | None
+    cause: str | None = None  # None: it ended on its own after its end marker
+    where: str | None = None
+    left: list[str] = dataclasses.field(default_factory=list)
+    deadline: bool = False
+    toolkit: bool = False  # ended by the toolkit's own failure, before the loop was loaded
+
+
+class ChildWatch:
+    """Runs an episode's children one after another and watches each; ``spent_s`` is the wall
+    time their subjects have had, start-ups left out (the wall deadline is over all of them)."""
+
+    def __init__(
+        self,
+        log_path: Path,
+        work: Path,
+        *,
+        deadline: Deadline,
+        limits: ChildLimits,
+        listeners: Iterable[Callable[[Event], None]] = (),
+        subject: str = "loop",
+    ) -> None:
+        self.log_path, self.work = log_path, work
+        self.deadline, self.limits = deadline, limits
+        self.listeners = list(listeners)
+        #: What the messages call the code under test ("the loop's process ...").
+        self.subject = subject
+        self.spent_s = 0.0
+        self._ready_at: float | None = None
+
+    def child(self, spec: ChildFiles, tail: LogTail, events: list[Event]) -> Ending:
+        """Runs one child from ``spec`` to its end, following the log; how it ended."""
+        run = spec.run
+        spec_file = self.work / f"spec-{run}.pkl"
+        write_private(spec_file, pickle.dumps(spec))
+        output = self.work / f"output-{run}.txt"
+        token = process_tree.new_token()
+        env = dict(os.environ, **{process_tree.TOKEN_VAR: token})
+        env.setdefault("JAX_PLATFORMS", "cpu")
+        with output.open("wb") as out:
+            child: Child | None = fork_server.start_child(str(spec_file), str(output), env, token)
+            if child is None:
+                child = subprocess.Popen(
+                    [sys.executable, "-m", "pathways_chaos.harness.episodes.child", str(spec_file)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
+        self._ready_at = None
+        try:
+            ending = self._watch(child, run, tail, events, output, spec)
+        finally:
+            if self._ready_at is not None:
+                self.spent_s += time.monotonic() - self._ready_at
+            left = process_tree.end_all(token, child.pid)
+            with contextlib.suppress(Exception):
+                child.wait(timeout=5)
+        events += tail.read()
+        ending.left = left
+        return ending
+
+    def _watch(
+        self,
+        child: Child,
+        run: int,
+        tail: LogTail,
+        events: list[Event],
+        output: Path,
+        spec: ChildFiles,
+    ) -> Ending:
+        wall = self.deadline.wall_s
+        marker_at: float | None = None
+        launched, next_look = time.monotonic(), 0.0
+        while True:
+            code = child.poll()
+            self._feed(tail.read(), events)
+            if self._ready_at is None and _child_ready(events, run):
+                self._ready_at = time.monotonic()
+            if marker_at is None and last_exit_status(events, run) is not None:
+                marker_at = time.monotonic()
+            if code is not None:
+                self._feed(tail.read(), events)
+                if last_exit_status(events, run) is not None:
+                    return Ending(code)
+                if self._ready_at is None:  # only the toolkit's code had run
+                    return Ending(
+                        code,
+                        f"pathways-chaos's child process ended (code {code}) before it loaded "
+                        f"the {self.subject} (a bug in pathways-chaos; its output: "
+                        f"{self.work}/output-{spec.run}.txt)",
+                        toolkit=True,
+                    )
+                return self._died(code, spec, events, lost=getattr(child, "status_lost", False))
+            now = time.monotonic()
+            if marker_at is not None and now - marker_at > self.limits.exit_grace_s:
+                where = self._stacks_then_kill(child, spec)
+                threads = _threads_named(events, run)
+                return Ending(
+                    None,
+                    f"the {self.subject}'s process did not exit "
+                    f"{self.limits.exit_grace_s:g} s after the run ended: a thread it started is "
+                    "still running"
+                    f"{': ' + '; '.join(threads[:3]) if threads else _at(where)} (a real job "
+                    "would hang instead of exiting: join it, or make it a daemon)",
+                    where,
+                )
+            if self._ready_at is None and now - launched > self.limits.startup_s:
+                where = self._stacks_then_kill(child, spec)
+                return Ending(
+                    None,
+                    f"pathways-chaos's child process was not ready to load the {self.subject} "
+                    f"{self.limits.startup_s:g} s after it started{_at(where)} (a bug in "
+                    "pathways-chaos, or a machine too loaded to import JAX)",
+                    where,
+                    toolkit=True,
+                )
+            ran = None if self._ready_at is None else self.spent_s + now - self._ready_at
+            if wall is not None and ran is not None and ran > wall and marker_at is None:
+                where = self._stacks_then_kill(child, spec) or exit_witness.read(spec.witness_file)
+                return Ending(
+                    None,
+                    f"the episode passed its wall-time deadline of {wall:g} s: the "
+                    f"{self.subject} was {_blocked(where)} (raise it with --chaos-wall-deadline=S)",
+                    where,
+                    deadline=True,
+                )
+            if now >= next_look:
+                next_look = now + 0.5
+                over = self._over_limit(child, output)
+                if over is not None:
+                    where = self._stacks_then_kill(child, spec)
+                    return Ending(None, over + _at(where), where)
+            time.sleep(0.05)
+
+    def _feed(self, new: list[Event], events: list[Event]) -> None:
+        for event in new:
+            events.append(event)
+            for listener in self.listeners:
+                listener(event)
+
+    def _over_limit(self, child: Child, output: Path) -> str | None:
+        token_pids = [child.pid, *process_tree.descendants(child.pid)]
+        used = process_tree.rss_bytes(token_pids)
+        if used > self.limits.memory_bytes:
+            return (
+                f"the {self.subject} used more than {_size(self.limits.memory_bytes)} of memory "
+                f"({_size(used)}; raise the cap with --chaos-memory-limit)"
+            )
+        with contextlib.suppress(OSError):
+            if output.stat().st_size > self.limits.output_bytes:
+                return (
+                    f"the {self.subject} wrote more than {_size(self.limits.output_bytes)} to "
+                    f"stdout and stderr (kept, cut, in {output})"
+                )
+        return None
+
+    def _stacks_then_kill(self, child: Child, spec: ChildFiles) -> str | None:
+        """Asks the child for every thread's stack (faulthandler), then ends it; the loop's
+        innermost frame in its main thread."""
+        with contextlib.suppress(ProcessLookupError):
+            child.send_signal(STACK_SIGNAL)
+        deadline = time.monotonic() + self.limits.stack_grace_s
+        while time.monotonic() < deadline and not _has_dump(spec.stack_file):
+            time.sleep(0.05)
+        time.sleep(0.1)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            child.wait(timeout=5)
+        return loop_frame(spec.stack_file)
+
+    def _died(self, code: int, spec: ChildFiles, events: list[Event], lost: bool) -> Ending:
+        """The child ended without its end marker: the exit code or signal, named."""
+        witness = exit_witness.read(spec.witness_file)
+        if lost:
+            return Ending(
+                code,
+                f"the {self.subject}'s process ended and how is unknown: the fork server that "
+                f"started it was killed (did the {self.subject} signal its parent?)"
+                f"{_at(witness)}{_last_seen(events)}",
+            )
+        if code < 0:
+            name = _signal_name(-code)
+            where = loop_frame(spec.stack_file)
+            how = f"was killed by {name}"
+            if witness is not None:
+                how += f" the {self.subject} sent itself: {witness}"
+            elif where is not None:
+                how += f" at {where}"
+            return Ending(code, f"the {self.subject}'s process {how}{_last_seen(events)}", where)
+        if witness is not None and witness.startswith("os._exit"):
+            return Ending(
+                code,
+                f"the {self.subject}'s process exited with code {code}: "
+                f"{witness}{_last_seen(events)}",
+            )
+        return Ending(
+            code,
+            f"the {self.subject}'s process exited with code {code} before its run ended"
+            f"{_at(witness)}{_last_seen(events)} (its output: {self.work}/output-{spec.run}.txt)",
+        )
+
+    def log_child_end(self, events: list[Event], run: int, ending: Ending, tail: LogTail) -> None:
+        """Appends the parent's own account: the run's end when the child could not write it,
+        and what ended the child, with anything it left behind."""
+        self._feed(tail.read(final=True), events)  # the child is gone: its last words
+        new: list[tuple[str, dict[str, Any]]] = []
+        ended = last_exit_status(events, run) is not None
+        if ending.toolkit and not ended:
+            new.append(("toolkit_error", {"run": run, "error": ending.cause}))
+        elif ending.cause is not None and not ended:
+            error = (
+                f"EpisodeDeadlineExceeded: {ending.cause}"
+                if ending.deadline
+                else f"LoopProcessEnded: {ending.cause}"
+            )
+            new.append(
+                (
+                    "run_end",
+                    {
+                        "run": run,
+                        "status": "failed",
+                        "error": error,
+                        "where": ending.where,
+                        "process_end": not ending.deadline,
+                    },
+                )
+            )
+            new.append(("episode_end", {"error": error}))
+        new.append(
+            (
+                "child_end",
+                {
+                    "run": run,
+                    "exit_code": ending.code,
+                    "cause": ending.cause,
+                    "left_behind": ending.left,
+                    "after_end": ended,
+                },
+            )
+        )
+        recorder = Recorder(self.log_path, resume=list(events))
+        for kind, fields in new:
+            self._feed([recorder.emit(kind, **fields)], events)
+        recorder.close()
+        tail.read()  # what was just written, already in ``events``
+
+
+# -- helpers -----------------------------------------------------------------------------------
+def write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def last_exit_status(events: list[Event], run: int) -> str | None:
+    for event in reversed(events):
+        if event["kind"] == "child_exit" and event.get("run") == run:
+            return str(event.get("status"))
+    return None
+
+
+def _threads_named(events: list[Event], run: int) -> list[str]:
+    for event in reversed(events):
+        if event["kind"] == "child_exit" and event.get("run") == run:
+            return [str(t) for t in event.get("threads") or []]
+    return []
+
+
+def _child_ready(events: list[Event], run: int) -> bool:
+    return any(e["kind"] == "child_ready" and e.get("run") == run for e in reversed(events))
+
+
+def error_of(events: list[Event]) -> BaseException | None:
+    unloadable = next((e for e in events if e["kind"] == "loop_unloadable"), None)
+    if unloadable is not None:
+        return LoopUnloadable(str(unloadable.get("message", "")))
+    toolkit = next((e for e in events if e["kind"] == "toolkit_error"), None)
+    if toolkit is not None:
+        return ToolkitFailed(str(toolkit.get("error", "")))
+    ends = [e for e in events if e["kind"] == "run_end"]
+    failed = ends[-1] if ends and ends[-1].get("status") == "failed" else None
+    if failed is None:
+        return None
+    text = str(failed.get("error") or "")
+    kind, _, message = text.partition(": ")
+    types: dict[str, type[ChaosError]] = {
+        "UnsatisfiableWait": UnsatisfiableWait,
+        "EpisodeDeadlineExceeded": EpisodeDeadlineExceeded,
+        "LoopProcessEnded": LoopProcessEnded,
+    }
+    if kind in types:
+        return types[kind](message)
+    return LoopProcessEnded(text) if failed.get("process_end") else _LoopRaised(text)
+
+
+class _LoopRaised(ChaosError):
+    """What the loop raised, as its text (the exception object stayed in the child)."""
+
+
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<name>\S+)')
+
+
+def _has_dump(path: str) -> bool:
+    with contextlib.suppress(OSError):
+        return "most recent call first" in Path(path).read_text(errors="replace")
+    return False
+
+
+def loop_frame(stack_file: str) -> str | None:
+    """From a faulthandler dump: the main thread's innermost frame in the loop's own code,
+    with the innermost frame of all where that differs (``train.py:88 in main, in
+    threading.py:355 in wait``)."""
+    try:
+        text = Path(stack_file).read_text(errors="replace")[-200_000:]
+    except OSError:
+        return None
+    sections: list[list[tuple[str, str, str]]] = []
+    for line in text.splitlines():
+        if "most recent call first" in line:
+            sections.append([])
+            continue
+        match = _FRAME.match(line)
+        if match and sections:
+            sections[-1].append((match["file"], match["line"], match["name"]))
+    main = next((s for s in reversed(sections) if any("child.py" in f for f, _, _ in s)), None)
+    if not main:
+        return None
+    own = next(
+        ((f, ln, n) for f, ln, n in main if not is_plumbing(f) and "child.py" not in f), None
+    )
+    inner = main[0]
+    if own is None:
+        return f"{inner[0]}:{inner[1]} in {inner[2]}"
+    text_own = f"{own[0]}:{own[1]} in {own[2]}"
+    if own != inner:
+        text_own += f" (waiting in {Path(inner[0]).name}:{inner[1]} in {inner[2]})"
+    return text_own
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _at(where: str | None) -> str:
+    return f" at {where}" if where else ""
+
+
+def _blocked(where: str | None) -> str:
+    return f"blocked at {where}" if where else "blocked (where is unknown: no stack came back)"
+
+
+def _last_seen(events: list[Event]) -> str:
+    batches = [e for e in events if e["kind"] == "batch"]
+    return f" (after batch {batches[-1]['batch']})" if batches else ""
+
+
+def _size(n: int) -> str:
+    return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n / MIB:.0f} MiB"

@@ -79,11 +79,14 @@ def play(
     listeners: Iterable[Callable[[dict[str, Any]], None]] = (),
     expect_completed: bool = True,
     replay: bool = True,
+    isolate: bool | None = None,
 ) -> Outcome[EpisodeResult, Verdict]:
     """Runs ``trainer`` (the reference trainer by default) under ``schedule`` and judges it.
 
     Without ``cluster``, a fake cluster of ``topology`` (default 4x2) is made for this episode
-    and undone after it.
+    and undone after it. A trainer the toolkit did not write runs, and is replayed, in child
+    processes on a fake cluster of the same shape (``isolate``: None decides so, True insists,
+    False keeps it here: the toolkit's own tests of in-process behaviour).
     """
     from pathways_chaos.faults.model import parse_schedule
     from pathways_chaos.harness.episodes.episode import run_episode
@@ -92,6 +95,19 @@ def play(
 
     plan = parse_schedule(schedule) if isinstance(schedule, str) else schedule
     factory = load_object(trainer, "trainer") if isinstance(trainer, str) else trainer
+    if _isolated(factory, cluster, isolate):
+        return _play_in_child(
+            plan,
+            factory,
+            config or TrainerConfig(),
+            cluster,
+            topology,
+            clock,
+            log_path,
+            listeners,
+            expect_completed=expect_completed,
+            replay=replay,
+        )
     with contextlib.ExitStack() as stack:
         if cluster is None:
             cluster = stack.enter_context(_fake_cluster(topology, clock))
@@ -109,6 +125,77 @@ def play(
             result.events, replay=replay, expect_completed=expect_completed, trainer=factory
         )
     return Outcome(result, verdict)
+
+
+def _isolated(factory: Any, cluster: ClusterBackend | None, isolate: bool | None) -> bool:
+    """Whether a trainer episode runs in a child: one the toolkit did not write, on a fake."""
+    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
+    from pathways_chaos.harness.episodes.supervised_trainer import is_toolkits_own
+
+    if isolate is False or not (cluster is None or type(cluster) is FakeCluster):
+        return False
+    return bool(isolate) or not is_toolkits_own(factory)
+
+
+def _play_in_child(
+    plan: Schedule,
+    factory: Callable[..., Any],
+    config: TrainerConfig,
+    cluster: ClusterBackend | None,
+    topology: SliceTopology | str | None,
+    clock: str,
+    log_path: str | Path | None,
+    listeners: Iterable[Callable[[dict[str, Any]], None]],
+    *,
+    expect_completed: bool,
+    replay: bool,
+) -> Outcome[EpisodeResult, Verdict]:
+    """``play`` for a trainer the toolkit did not write: its episode and its replay each in a
+    child process on a fake cluster of the same shape; judged here from the log."""
+    from pathways_chaos.faults.model import check_schedule_fits
+    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
+    from pathways_chaos.harness.engine.topology import SliceTopology
+    from pathways_chaos.harness.episodes.supervised_trainer import SupervisedTrainerEpisode
+    from pathways_chaos.harness.judging import oracle
+
+    down: list[int] = []
+    if isinstance(cluster, FakeCluster):
+        shape, clock = cluster.topology, "fake" if cluster.clock.fake else "real"
+        down = sorted(cluster.down_slices())
+    elif isinstance(topology, str):
+        shape = SliceTopology.parse(topology)
+    else:
+        shape = topology or SliceTopology.DEFAULT
+    # The one-line refusals, before any child starts.
+    check_schedule_fits(plan, shape.num_slices, kubernetes=False)
+    config.check_fits(shape.num_slices)
+    episode = SupervisedTrainerEpisode(
+        factory,
+        config,
+        plan,
+        topology=str(shape),
+        clock=clock,
+        down=down,
+        log_path=log_path,
+        listeners=listeners,
+    )
+    result = episode.run()
+    verdict = oracle.check(
+        result.events,
+        replay=replay,
+        expect_completed=expect_completed,
+        trainer=factory,
+        # A trainer class replays in a child; anything else falls back to the reference
+        # model's step here (the toolkit's own code), as in this process.
+        replayed=episode.replay if _replayable(factory) else None,
+    )
+    return Outcome(result, verdict)
+
+
+def _replayable(factory: Any) -> bool:
+    from pathways_chaos.harness.reference.trainer import ReferenceTrainer
+
+    return isinstance(factory, type) and issubclass(factory, ReferenceTrainer)
 
 
 def play_loop(

@@ -64,6 +64,14 @@ class TrainingAdapter:
     params: float | None = None
     steps: int = 12
     snapshot_interval: int = 3
+    #: ``MODULE:NAME`` or ``FILE.py:NAME`` it was loaded from (``load_adapter``): a child
+    #: process loads it again from there, so an adapter of lambdas and closures travels too.
+    source: str | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        if self.source is not None:
+            return (load_adapter, (self.source,))
+        return super().__reduce_ex__(protocol)
 
     def __post_init__(self) -> None:
         if self.recovery_mode not in RECOVERY_MODES:
@@ -142,7 +150,7 @@ def load_adapter(spec: str) -> TrainingAdapter:
             f"--acceptance-adapter={spec!r} is a {type(adapter).__name__}, not a TrainingAdapter: "
             "wrap your trainer in pathways_chaos.harness.acceptance.adapter.TrainingAdapter"
         )
-    return adapter
+    return adapter if adapter.source is not None else dataclasses.replace(adapter, source=spec)
 
 
 # -- the reference trainer, shipped as an adapter ------------------------------------------
@@ -160,6 +168,10 @@ def _reference_iterator(global_batch: int, data: Any) -> DataIterator:
         data.map_dataset(), global_batch, grain.sharding.NoSharding()
     )
     return iterator
+
+
+def _reference_ids(batch: Batch) -> Any:
+    return batch["id"].tolist()
 
 
 def _reference_mesh(manager: Any) -> Any:
@@ -182,7 +194,7 @@ def reference_adapter(mode: str = "resize") -> TrainingAdapter:
         init_state=functools.partial(model.init_state, config.seed),
         train_step=functools.partial(_reference_step, lr=config.lr, beta=config.beta),
         make_iterator=functools.partial(_reference_iterator, data=data),
-        batch_ids=lambda batch: batch["id"].tolist(),
+        batch_ids=_reference_ids,
         build_mesh=_reference_mesh,
         recovery_mode=mode,
         global_batch=16,

@@ -90,12 +90,25 @@ def main(argv: list[str]) -> None:
     from pathways_chaos.harness.engine.topology import SliceTopology, request_cpu_devices
 
     request_cpu_devices(SliceTopology.parse(spec.topology).device_count)
+    _preload()
     with contextlib.suppress(Exception):  # a cache it may not use is only slower
         compilation_cache.enable()
     spec.run_in_child()
     # A normal exit: atexit runs and non-daemon threads are joined; a thread the loop left
     # running keeps the process alive, which the parent sees and names.
     sys.exit(0)
+
+
+def _preload() -> None:
+    """What a forked child has from its server: a spawned one imports it before its ready
+    marker, so the loop's wall time is the same however the child started."""
+    import importlib
+
+    from pathways_chaos.harness.episodes.fork_server import PRELOAD
+
+    for name in PRELOAD:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
 
 
 def run_child(spec: ChildSpec) -> None:

@@ -118,7 +118,8 @@ class EpisodeRunner[R, T]:
         recorder.emit(
             "episode_end", error=None if error is None else f"{type(error).__name__}: {error}"
         )
-        recorder.close()
+        if self.recorder is None:  # a log it was given goes on after the episode
+            recorder.close()
         return workload.result(recorder, results, error, unfired)
 
     def _runs(self, results: list[R]) -> BaseException | None:

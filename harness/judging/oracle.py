@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pathways_chaos.harness.engine.recorder import Event
 from pathways_chaos.harness.errors import ChaosError
 from pathways_chaos.harness.judging.committed import StepRecord, committed_lineage, run_start, who
-from pathways_chaos.harness.judging.replay import check_replay
+from pathways_chaos.harness.judging.replay import Replayed, check_replay
 
 
 class OracleViolation(ChaosError, AssertionError):
@@ -64,8 +64,10 @@ def check(
     replay: bool = True,
     expect_completed: bool = True,
     trainer: Any = None,
+    replayed: Replayed | Callable[[], Replayed] | None = None,
 ) -> Verdict:
-    """Runs every oracle check over a log; ``trainer`` (a class) overrides the log's for replay."""
+    """Runs every oracle check over a log; ``trainer`` (a class) overrides the log's for replay,
+    ``replayed`` gives (or makes, when asked) a replay run in the trainer's own process."""
     violations: list[str] = []
     errors: dict[str, str] = {}
     ran: list[str] = []
@@ -95,7 +97,12 @@ def check(
 
     violations += judged("exactly-once", check_exactly_once, events, lineage, completed)
     if replay and completed:
-        violations += judged("replay", check_replay, events, lineage, trainer)
+
+        def replay_check() -> list[str]:
+            elsewhere = replayed() if callable(replayed) else replayed
+            return check_replay(events, lineage, trainer, elsewhere)
+
+        violations += judged("replay", replay_check)
     violations += judged("snapshot-round-trip", check_snapshot_round_trips, events)
     violations += judged("mesh-rebuild", check_meshes, events)
     violations += judged("scale-up-joins", check_scale_up_joins, events)

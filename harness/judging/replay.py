@@ -27,24 +27,47 @@ LOSS_RTOL = 1e-4
 LOSS_ATOL = 1e-6
 
 
+#: A replay run elsewhere (a child process, for a trainer the toolkit did not write): the state
+#: it reached, its losses and where it ran; or why it failed.
+Replayed = tuple[dict[str, np.ndarray], list[float], str] | str
+
+
 def check_replay(
-    events: Sequence[Event], lineage: Sequence[StepRecord], trainer: Any = None
+    events: Sequence[Event],
+    lineage: Sequence[StepRecord],
+    trainer: Any = None,
+    replayed_elsewhere: Replayed | None = None,
 ) -> list[str]:
-    """Replays the committed batches on one device, with no faults, and compares."""
+    """Replays the committed batches on one device, with no faults, and compares.
+
+    ``replayed_elsewhere``: the trainer's replay, already run in its own process (code the
+    toolkit did not write never runs in the judging one)."""
     final = next((e for e in reversed(events) if e["kind"] == "run_end"), None)
     start = run_start(events)
     if final is None or start is None or "final_state" not in final:
         return ["replay impossible: the log has no final state"]
-    cls, why = replay_trainer(start, trainer)
-    if cls is not None:
-        name = start.get("trainer") or f"{cls.__module__}:{cls.__qualname__}"
-        replayed, losses, where = replay_with_trainer(
-            cls, start["config"], lineage, start.get("slices")
-        )
-        judge = f"a fault-free run of the same trainer ({name}) {where} over the committed batches"
+    name = start.get("trainer")
+    same = "a fault-free run of the same trainer ({}) {} over the committed batches"
+    if isinstance(replayed_elsewhere, tuple):  # run by the trainer's class, never imported here
+        replayed, losses, where = replayed_elsewhere
+        judge = same.format(name or "the episode's", where)
+    elif isinstance(replayed_elsewhere, str) and not replayed_elsewhere.startswith(
+        "LoopUnloadable"
+    ):
+        raise RuntimeError(f"the replay's process failed: {replayed_elsewhere}")
     else:
-        judge = f"a one-device replay of the reference model's step ({why})"
-        replayed, losses = replay_state(start["config"], lineage)
+        if replayed_elsewhere is None:
+            cls, why = replay_trainer(start, trainer)
+        else:
+            cls, why = None, f"trainer {name} cannot be imported: {replayed_elsewhere}"
+        if cls is not None:
+            replayed, losses, where = replay_with_trainer(
+                cls, start["config"], lineage, start.get("slices")
+            )
+            judge = same.format(name or f"{cls.__module__}:{cls.__qualname__}", where)
+        else:
+            judge = f"a one-device replay of the reference model's step ({why})"
+            replayed, losses = replay_state(start["config"], lineage)
     problems = compare_state(final["final_state"], replayed, judge)
     if problems:
         problems[0] += _first_divergence(lineage, losses)

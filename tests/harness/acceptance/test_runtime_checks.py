@@ -7,6 +7,7 @@ that asks one check pays only for the runs that check reads.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import subprocess
 import sys
 import time
@@ -70,11 +71,17 @@ class Loader:
             self.position, self.count = int(state["position"]), int(state["count"])
 
 
+def _loader(batch: int, **habit: Any) -> Loader:
+    return Loader(batch, **habit)
+
+
 def with_loader(name: str, mode: str = "resize", **habit: Any) -> TrainingAdapter:
+    # A partial of module-level code, not a lambda: the adapter travels to its episode's
+    # process by reference (as one loaded with --acceptance-adapter travels by its spec).
     return dataclasses.replace(
         reference_adapter(mode),
         name=name,
-        make_iterator=lambda batch: Loader(batch, **habit),
+        make_iterator=functools.partial(_loader, **habit),
     )
 
 

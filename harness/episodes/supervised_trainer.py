@@ -1,0 +1,245 @@
+"""A trainer class the toolkit did not write, run and replayed in child processes: the parent.
+
+``play`` sends here a trainer that is not the toolkit's own (a ``--chaos-trainer`` subclass, an
+acceptance adapter's trainer): its whole episode runs in one child on a fake cluster made there
+(``trainer_child``), and the replay of its committed batches in another; this process follows
+the log, holds the limits (``child_watch``) and judges. Whatever the trainer does (exit, hang,
+fork, leak, patch a library) ends as a failed run that names it, and nothing of it outlives its
+child.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import pickle
+import sys
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pathways_chaos.faults.model import Schedule
+from pathways_chaos.harness.engine.deadline import Deadline, default_deadline
+from pathways_chaos.harness.engine.recorder import Event, LogTail
+from pathways_chaos.harness.episodes.child_watch import (
+    ChildLimits,
+    ChildWatch,
+    default_limits,
+    error_of,
+)
+from pathways_chaos.harness.episodes.episode import EpisodeResult
+from pathways_chaos.harness.episodes.loop_reference import file_modules, named_modules
+from pathways_chaos.harness.episodes.trainer_child import ReplayChildSpec, TrainerChildSpec
+from pathways_chaos.harness.errors import ChaosConfigError
+from pathways_chaos.harness.judging.replay import Replayed
+
+
+def is_toolkits_own(factory: Any) -> bool:
+    """Whether a trainer factory is only the toolkit's code (run in this process, as ours):
+    a class, or a partial of one, every part of which pickles by reference to
+    ``pathways_chaos`` modules alone."""
+    if factory is None:
+        return True
+    try:
+        data = pickle.dumps(factory)
+    except Exception:
+        return False
+    return not named_modules(data) and not file_modules(data) and _only_ours(factory)
+
+
+def _only_ours(factory: Any) -> bool:
+    """Every callable in the factory (through partials and dataclass fields, an acceptance
+    adapter's among them) is the toolkit's, and nothing was loaded from a user's source."""
+    pending, seen = [factory], 0
+    while pending and seen < 1000:
+        part, seen = pending.pop(), seen + 1
+        if isinstance(part, functools.partial):
+            pending += [part.func, *part.args, *part.keywords.values()]
+            continue
+        if dataclasses.is_dataclass(part) and not isinstance(part, type):
+            source = getattr(part, "source", None)
+            if isinstance(source, str) and not source.startswith("pathways_chaos."):
+                return False
+            pending += [getattr(part, f.name) for f in dataclasses.fields(part)]
+            continue
+        module = str(getattr(part, "__module__", None) or "pathways_chaos.")
+        if callable(part) and not module.startswith("pathways_chaos."):
+            return False
+    return not pending
+
+
+def _sendable(factory: Any, name: str) -> bytes:
+    try:
+        return pickle.dumps(factory)
+    except Exception as error:
+        raise ChaosConfigError(
+            f"the trainer {name} cannot be sent to its episode's process "
+            f"({type(error).__name__}: {error}): define it at module level (or pass "
+            "'MODULE:CLASS'), or pass isolate=False to run it in the judging process"
+        ) from None
+
+
+def _name(factory: Any) -> str:
+    inner = factory
+    while isinstance(inner, functools.partial):
+        inner = inner.func
+    return f"{getattr(inner, '__module__', '?')}:{getattr(inner, '__qualname__', inner)}"
+
+
+class SupervisedTrainerEpisode:
+    """One episode of a trainer the toolkit did not write, in a child process."""
+
+    def __init__(
+        self,
+        factory: Callable[..., Any],
+        config: Any,
+        schedule: Schedule,
+        *,
+        topology: str,
+        clock: str = "fake",
+        down: Iterable[int] = (),
+        log_path: str | Path | None = None,
+        step_seconds: float = 1.0,
+        max_runs: int = 3,
+        listeners: Iterable[Callable[[Event], None]] = (),
+        deadline: Deadline | None = None,
+        limits: ChildLimits | None = None,
+    ) -> None:
+        self.name = _name(factory)
+        self.factory_pickle = _sendable(factory, self.name)
+        self.config_pickle = pickle.dumps(config)
+        self.schedule, self.topology, self.clock = schedule, topology, clock
+        self.down = sorted(down)
+        self.step_seconds, self.max_runs = step_seconds, max_runs
+        self.listeners = list(listeners)
+        self.deadline = deadline or default_deadline()
+        self.limits = limits or default_limits()
+        self.temporary = log_path is None
+        if log_path is None:
+            log_path = Path(tempfile.mkdtemp(prefix="trainer-episode-")) / "episode.jsonl"
+        self.log_path = Path(log_path)
+        self.work = self.log_path.with_name(self.log_path.stem + ".child")
+
+    def _watch(self, log_path: Path, listeners: Iterable[Callable[[Event], None]]) -> ChildWatch:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.work.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return ChildWatch(
+            log_path,
+            self.work,
+            deadline=self.deadline,
+            limits=self.limits,
+            listeners=listeners,
+            subject="trainer",
+        )
+
+    def _files(self, log_path: Path, tag: str) -> dict[str, Any]:
+        data = self.factory_pickle
+        return {
+            "topology": self.topology,
+            "log_path": str(log_path),
+            "run": 1,
+            "stack_file": str(self.work / f"stacks-{tag}.txt"),
+            "witness_file": str(self.work / f"exits-{tag}.txt"),
+            "sys_path": [os.path.abspath(p or os.curdir) for p in sys.path],
+            "preload": file_modules(data),
+            "modules": named_modules(data),
+        }
+
+    def run(self) -> EpisodeResult:
+        watch = self._watch(self.log_path, self.listeners)
+        spec = TrainerChildSpec(
+            **self._files(self.log_path, "episode"),
+            factory_pickle=self.factory_pickle,
+            name=self.name,
+            config_pickle=self.config_pickle,
+            schedule=self.schedule.to_text(),
+            clock=self.clock,
+            down=self.down,
+            max_runs=self.max_runs,
+            step_seconds=self.step_seconds,
+            fake_s=self.deadline.fake_s,
+        )
+        tail = LogTail(self.log_path)
+        events: list[Event] = []
+        ending = watch.child(spec, tail, events)
+        watch.log_child_end(events, 1, ending, tail)
+        unfired = [str(e["text"]) for e in events if e["kind"] == "fault_unfired"]
+        return EpisodeResult(
+            events, [], error_of(events), None if self.temporary else self.log_path, unfired
+        )
+
+    def replay(self) -> Replayed:
+        """The trainer's fault-free replay of this episode's committed batches, in a child of
+        its own: the state it reached, its losses and where it ran, or why there is none."""
+        return replay_in_child(
+            self.log_path,
+            self.work,
+            self._files(self.work / "replay.jsonl", "replay"),
+            factory_pickle=self.factory_pickle,
+            deadline=self.deadline,
+            limits=self.limits,
+        )
+
+
+def replay_logged_trainer(episode_log: Path, spec: str, topology: str) -> Replayed:
+    """The replay of a logged episode by the trainer its log names (``MODULE:CLASS``), in a
+    child: ``pathways-chaos check`` never imports a trainer it did not write."""
+    work = Path(tempfile.mkdtemp(prefix="trainer-replay-"))
+    files = {
+        "topology": topology,
+        "log_path": str(work / "replay.jsonl"),
+        "run": 1,
+        "stack_file": str(work / "stacks-replay.txt"),
+        "witness_file": str(work / "exits-replay.txt"),
+        "sys_path": [os.path.abspath(p or os.curdir) for p in sys.path],
+    }
+    return replay_in_child(
+        episode_log,
+        work,
+        files,
+        factory_spec=spec,
+        deadline=default_deadline(),
+        limits=default_limits(),
+    )
+
+
+def replay_in_child(
+    episode_log: Path,
+    work: Path,
+    files: dict[str, Any],
+    *,
+    deadline: Deadline,
+    limits: ChildLimits,
+    factory_pickle: bytes | None = None,
+    factory_spec: str | None = None,
+) -> Replayed:
+    """Runs ``ReplayChildSpec`` and reads what it wrote (memory-mapped ``.npy`` files)."""
+    log = Path(files["log_path"])
+    out = work / "replay"
+    work.mkdir(mode=0o700, parents=True, exist_ok=True)
+    watch = ChildWatch(log, work, deadline=deadline, limits=limits, subject="trainer")
+    spec = ReplayChildSpec(
+        **files,
+        factory_pickle=factory_pickle,
+        factory_spec=factory_spec,
+        episode_log=str(episode_log),
+        out_dir=str(out),
+    )
+    tail = LogTail(log)
+    events: list[Event] = []
+    ending = watch.child(spec, tail, events)
+    watch.log_child_end(events, 1, ending, tail)
+    error = error_of(events)
+    if error is not None:
+        return f"{type(error).__name__}: {error}"
+    index = json.loads((out / "replay.json").read_text())
+    state = {
+        path: np.load(out / file, mmap_mode="r", allow_pickle=False)
+        for path, file in index["leaves"].items()
+    }
+    return state, [float(x) for x in index["losses"]], str(index["where"])

@@ -1,0 +1,175 @@
+"""A trainer class the toolkit did not write, in a child process of its own: the child side.
+
+A ``--chaos-trainer`` subclass or an acceptance adapter's trainer runs here, on a fake cluster
+made in this process, and writes the episode's log; the parent (``supervised_trainer``) follows
+the log, holds the limits and judges. The replay of the committed batches runs the same trainer
+class, so it runs in a child too (``ReplayChildSpec``): it writes the state it reached as one
+``.npy`` per leaf, and the parent compares.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pickle
+import traceback
+from pathlib import Path
+from typing import Any
+
+from pathways_chaos.harness.episodes.child import ChildFiles, load_pickled, threads_left
+
+
+@dataclasses.dataclass(kw_only=True)
+class TrainerChildSpec(ChildFiles):
+    """One trainer episode: every run of it, in this one child."""
+
+    factory_pickle: bytes  # the trainer factory (a class, or a partial of one), by reference
+    name: str
+    config_pickle: bytes
+    schedule: str
+    clock: str
+    down: list[int]  # slices down before the episode starts (the fixture's initially_down)
+    max_runs: int
+    step_seconds: float
+    fake_s: float | None
+    preload: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    modules: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+
+    def run_in_child(self) -> None:
+        from pathways_chaos.harness.engine.clock import FakeClock, make_clock
+        from pathways_chaos.harness.engine.recorder import Recorder
+
+        clock = FakeClock() if self.clock == "fake" else make_clock(self.clock)
+        recorder = Recorder(self.log_path, clock=clock)
+        status = "ended"
+        try:
+            _episode(self, recorder)
+        except BaseException as error:  # ours: the trainer's errors end its runs inside
+            _toolkit_error(recorder, self.run, error)
+            status = "toolkit_error"
+        recorder.emit("child_exit", run=self.run, status=status, threads=threads_left())
+        recorder.close()
+
+
+def _episode(spec: TrainerChildSpec, recorder: Any) -> None:
+    from pathways_chaos.faults.model import parse_schedule
+    from pathways_chaos.harness.engine.deadline import Deadline
+    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
+    from pathways_chaos.harness.engine.topology import SliceTopology
+    from pathways_chaos.harness.episodes.episode import run_episode
+
+    schedule = parse_schedule(spec.schedule)
+    cluster = FakeCluster(SliceTopology.parse(spec.topology), clock=recorder.clock)
+    config = pickle.loads(spec.config_pickle)
+    # Everything before this line is the toolkit's start-up; the trainer's wall time starts here.
+    recorder.emit("child_ready", run=spec.run)
+    try:
+        factory = load_pickled(spec.factory_pickle, spec.preload, spec.modules)
+    except BaseException as error:  # unpickling imports the trainer's module: anything goes
+        recorder.emit("loop_unloadable", message=f"{type(error).__name__}: {error}"[:500])
+        return
+    with cluster:
+        for index in spec.down:
+            cluster.lose_slice(index)
+        try:
+            run_episode(
+                cluster,
+                config,
+                schedule,
+                trainer_factory=factory,
+                step_seconds=spec.step_seconds,
+                max_runs=spec.max_runs,
+                deadline=Deadline(fake_s=spec.fake_s, wall_s=None),
+                recorder=recorder,
+            )
+        except (SystemExit, KeyboardInterrupt, GeneratorExit) as error:  # the trainer's own
+            text = f"{type(error).__name__}: {error}"
+            recorder.emit("run_end", run=None, status="failed", error=text[:2000])
+            recorder.emit("episode_end", error=text[:2000])
+
+
+@dataclasses.dataclass(kw_only=True)
+class ReplayChildSpec(ChildFiles):
+    """The committed batches of an episode's log, replayed by the same trainer class with no
+    faults; the state reached is written to ``out_dir`` (one ``.npy`` per leaf, an index)."""
+
+    factory_pickle: bytes | None = None  # the trainer, by reference; or
+    factory_spec: str | None = None  # MODULE:CLASS, as the episode's log names it
+    episode_log: str
+    out_dir: str
+    preload: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    modules: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+
+    def run_in_child(self) -> None:
+        from pathways_chaos.harness.engine.recorder import LogTail, Recorder
+
+        recorder = Recorder(self.log_path)
+        status = "ended"
+        try:
+            from pathways_chaos.harness.judging.committed import committed_lineage, run_start
+
+            events = LogTail(self.episode_log).read(final=True)
+            lineage, _ = committed_lineage(events)
+            start = run_start(events)
+            assert start is not None, "the episode's log has no run_start"
+            recorder.emit("child_ready", run=self.run)
+            try:
+                cls = _trainer_class(self._factory())
+            except BaseException as error:  # importing the trainer's module: anything goes
+                recorder.emit("loop_unloadable", message=f"{type(error).__name__}: {error}"[:500])
+            else:
+                _replay(self, cls, start, lineage, recorder)
+        except BaseException as error:
+            _toolkit_error(recorder, self.run, error)
+            status = "toolkit_error"
+        recorder.emit("child_exit", run=self.run, status=status, threads=threads_left())
+        recorder.close()
+
+    def _factory(self) -> Any:
+        if self.factory_spec is not None:
+            from pathways_chaos.harness.engine.user_modules import load_name
+
+            return load_name(self.factory_spec)
+        assert self.factory_pickle is not None
+        return load_pickled(self.factory_pickle, self.preload, self.modules)
+
+
+def _replay(spec: ReplayChildSpec, cls: Any, start: Any, lineage: Any, recorder: Any) -> None:
+    import numpy as np
+
+    from pathways_chaos.harness.judging.replay import replay_with_trainer
+
+    try:
+        state, losses, where = replay_with_trainer(
+            cls, start["config"], lineage, start.get("slices")
+        )
+    except Exception as error:  # the trainer's code raised while replaying: its failure
+        text = f"{type(error).__name__}: {error}"[:2000]
+        recorder.emit("run_end", run=spec.run, status="failed", error=text)
+        return
+    out = Path(spec.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for number, (path, value) in enumerate(state.items()):
+        np.save(out / f"leaf-{number}.npy", np.asarray(value), allow_pickle=False)
+        files[path] = f"leaf-{number}.npy"
+    index = {"leaves": files, "losses": losses, "where": where}
+    (out / "replay.json").write_text(json.dumps(index))
+    recorder.emit("run_end", run=spec.run, status="completed", leaves=len(files))
+
+
+def _trainer_class(factory: Any) -> Any:
+    import functools
+
+    while isinstance(factory, functools.partial):
+        factory = factory.func
+    return factory
+
+
+def _toolkit_error(recorder: Any, run: int, error: BaseException) -> None:
+    recorder.emit(
+        "toolkit_error",
+        run=run,
+        error=f"{type(error).__name__}: {error}"[:500],
+        traceback="".join(traceback.format_exception(error))[-8000:],
+    )

@@ -1,0 +1,71 @@
+"""Trainer subclasses a team might write, carelessly or worse: each must end as a verdict that
+names what it did, in a child process, and leave pytest and the session untouched."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+from pathways_chaos.harness.reference.trainer import ReferenceTrainer
+from pathways_chaos.harness.reference.variants import WeightDecayTrainer
+
+
+class ExitsInStep(ReferenceTrainer):
+    """``os._exit`` at step 7: a data loader that gives up, say."""
+
+    def before_step(self, step: int, batch: Any) -> Any:
+        if step == 7:
+            os._exit(0)
+        return batch
+
+
+class BlocksForever(ReferenceTrainer):
+    """Waits on an event nobody sets, at step 3."""
+
+    def before_step(self, step: int, batch: Any) -> Any:
+        if step == 3:
+            threading.Event().wait()
+        return batch
+
+
+class ChangesTheWorkingFolder(ReferenceTrainer):
+    """``chdir('/')`` and an environment variable: must not leak into the judging process."""
+
+    def before_step(self, step: int, batch: Any) -> Any:
+        os.chdir("/")
+        os.environ["HOSTILE_TRAINER_WAS_HERE"] = "1"
+        return batch
+
+
+class ForksAndLeaves(ReferenceTrainer):
+    """Forks a child that sleeps on, at step 2: must be found and ended."""
+
+    def before_step(self, step: int, batch: Any) -> Any:
+        if step == 2 and os.fork() == 0:
+            time.sleep(600)
+            os._exit(0)
+        return batch
+
+
+class PidRecordingWeightDecay(WeightDecayTrainer):
+    """A correct trainer (another optimizer) that writes down the process it ran in."""
+
+    def before_step(self, step: int, batch: Any) -> Any:
+        path = os.environ.get("TRAINER_PID_FILE")
+        if path and step == 1:
+            with open(path, "a") as f:
+                f.write(f"{os.getpid()}\n")
+        return batch
+
+
+class IgnoresRestoredState(ReferenceTrainer):
+    """Restores the step but trains on from fresh parameters: only a replay can tell."""
+
+    def restore_snapshot(self, snapshotter: Any, abstract: Any, iterator: Any) -> tuple[Any, int]:
+        import jax
+
+        state, step = super().restore_snapshot(snapshotter, abstract, iterator)
+        fresh = self.init_state()
+        return jax.tree.map(lambda old, new: jax.device_put(new, old.sharding), state, fresh), step

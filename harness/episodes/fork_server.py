@@ -164,8 +164,11 @@ class _Server:
             self.process.kill()
 
 
-_server: _Server | None = None
+#: This process's servers: one serves one child at a time, so children run side by side (a
+#: loop's scenarios in parallel) each need one; at most ``MAX_SERVERS``.
+_servers: list[_Server] = []
 _lock = threading.Lock()
+MAX_SERVERS = max(1, os.cpu_count() or 1)
 
 
 def _key(env: dict[str, str]) -> tuple[Any, ...]:
@@ -179,26 +182,37 @@ def _key(env: dict[str, str]) -> tuple[Any, ...]:
     return (sys.executable, tuple(sys.path), tuple(relevant))
 
 
+def _free_server(key: tuple[Any, ...]) -> _Server | None:
+    """An idle server for ``key``, held (its ``busy`` lock taken); a new one if there is room."""
+    with _lock:
+        for server in list(_servers):
+            if server.owner != os.getpid():  # inherited through a fork: not ours to use
+                _servers.remove(server)
+            elif (
+                server.key != key or server.process.poll() is not None
+            ) and server.busy.acquire(blocking=False):  # idle and stale: closed
+                _servers.remove(server)
+                server.close()
+        for server in _servers:
+            if server.key == key and server.busy.acquire(blocking=False):
+                return server
+        if len(_servers) >= MAX_SERVERS:
+            return None
+        try:
+            server = _Server(key)
+        except OSError:
+            return None
+        server.busy.acquire()
+        _servers.append(server)
+        return server
+
+
 def start_child(spec_file: str, output: str, env: dict[str, str], token: str) -> ForkedChild | None:
-    """A child forked from this process's server, or None: the caller spawns instead."""
-    global _server
+    """A child forked from one of this process's servers, or None: the caller spawns instead."""
     if os.environ.get(START_VAR, "fork-server") == "spawn" or not hasattr(os, "fork"):
         return None
-    with _lock:
-        key = _key(env)
-        if _server is not None and (
-            _server.owner != os.getpid() or _server.key != key or _server.process.poll() is not None
-        ):
-            if _server.owner == os.getpid():
-                _server.close()
-            _server = None
-        if _server is None:
-            try:
-                _server = _Server(key)
-            except OSError:
-                return None
-        server = _server
-    if not server.busy.acquire(blocking=False):  # another thread's episode holds it
+    server = _free_server(_key(env))
+    if server is None:
         return None
     try:
         return server.fork(spec_file, output, env, token)
@@ -208,17 +222,26 @@ def start_child(spec_file: str, output: str, env: dict[str, str], token: str) ->
 
 
 def server_pid() -> int | None:
-    """This process's fork server, if it has one: the one child of ours that outlives
-    episodes (its own children, the episodes' processes, do not)."""
-    if _server is None or _server.owner != os.getpid() or _server.process.poll() is not None:
-        return None
-    return _server.process.pid
+    """This process's (first live) fork server, if it has one: the one child of ours that
+    outlives episodes (its own children, the episodes' processes, do not)."""
+    for server in _servers:
+        if server.owner == os.getpid() and server.process.poll() is None:
+            return server.process.pid
+    return None
+
+
+def server_pids() -> list[int]:
+    """Every live fork server of this process."""
+    return [
+        s.process.pid for s in _servers if s.owner == os.getpid() and s.process.poll() is None
+    ]
 
 
 @atexit.register
 def _stop() -> None:
-    if _server is not None and _server.owner == os.getpid():
-        _server.close()
+    for server in _servers:
+        if server.owner == os.getpid():
+            server.close()
 
 
 # -- the server process ------------------------------------------------------------------------

@@ -23,6 +23,24 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.chaos
 
 BACK = "repair_after_polls=3"
+SLICE_DOWN = ("data_loss", "deadline_exceeded", "not_found", "internal")
+
+#: Every scenario below, by name: the tests read their schedule here, and the first of them
+#: starts them all side by side in child processes (``chaos.prefetch_loop``), one per core.
+SCENARIOS = {
+    **{kind: f"{kind}@batch=10:slice=1:{BACK}" for kind in SLICE_DOWN},
+    "rejoin": "data_loss@batch=6:slice=2,repair@time=15:slice=2",
+    "during-save": f"data_loss@save=3:slice=2:{BACK}",
+    "during-restore": f"data_loss@batch=10:slice=2:{BACK},data_loss@restore=1:slice=1:{BACK}",
+    "flapping": "flapping@batch=3:slice=1:times=3:up_accesses=4",
+    "all-but-one": ",".join(f"data_loss@batch=10:slice={s}:{BACK}" for s in (1, 2, 3)),
+    "preemption": "preemption@batch=10",
+}
+
+
+@pytest.fixture(autouse=True)
+def _scenarios_side_by_side(chaos: Chaos, chaos_loop: str) -> None:
+    chaos.prefetch_loop(chaos_loop, SCENARIOS.values())
 
 
 def _survived(out: Outcome[LoopResult, LoopVerdict]) -> None:
@@ -32,9 +50,9 @@ def _survived(out: Outcome[LoopResult, LoopVerdict]) -> None:
     assert any(e["slice_down"] for e in out.of_kind("error")), "the loop never met the fault"
 
 
-@pytest.mark.parametrize("kind", ["data_loss", "deadline_exceeded", "not_found", "internal"])
+@pytest.mark.parametrize("kind", SLICE_DOWN)
 def test_every_slice_down_code(chaos: Chaos, chaos_loop: str, kind: str) -> None:
-    out = chaos.run_loop(chaos_loop, f"{kind}@batch=10:slice=1:{BACK}")
+    out = chaos.run_loop(chaos_loop, SCENARIOS[kind])
 
     _survived(out)
     (error, *_) = [e for e in out.of_kind("error") if e["slice_down"]]
@@ -44,7 +62,7 @@ def test_every_slice_down_code(chaos: Chaos, chaos_loop: str, kind: str) -> None
 def test_repaired_slice_rejoins(chaos: Chaos, chaos_loop: str) -> None:
     # Lost at batch 6, repaired at 15 s on the episode clock (one batch a second), while the
     # loop trains on without it (resize) or waits for it (pause and resume).
-    out = chaos.run_loop(chaos_loop, "data_loss@batch=6:slice=2,repair@time=15:slice=2")
+    out = chaos.run_loop(chaos_loop, SCENARIOS["rejoin"])
 
     _survived(out)
     # A loop that takes the slice back must train on it (the verdict's scale-up judge); one
@@ -55,35 +73,32 @@ def test_repaired_slice_rejoins(chaos: Chaos, chaos_loop: str) -> None:
 
 
 def test_slice_lost_during_a_save(chaos: Chaos, chaos_loop: str) -> None:
-    out = chaos.run_loop(chaos_loop, f"data_loss@save=3:slice=2:{BACK}")
+    out = chaos.run_loop(chaos_loop, SCENARIOS["during-save"])
 
     _survived(out)
 
 
 def test_slice_lost_during_a_restore(chaos: Chaos, chaos_loop: str) -> None:
-    out = chaos.run_loop(
-        chaos_loop, f"data_loss@batch=10:slice=2:{BACK},data_loss@restore=1:slice=1:{BACK}"
-    )
+    out = chaos.run_loop(chaos_loop, SCENARIOS["during-restore"])
 
     _survived(out)
     assert len(out.of_kind("attempt_start")) >= 3
 
 
 def test_flapping_slice(chaos: Chaos, chaos_loop: str) -> None:
-    out = chaos.run_loop(chaos_loop, "flapping@batch=3:slice=1:times=3:up_accesses=4")
+    out = chaos.run_loop(chaos_loop, SCENARIOS["flapping"])
 
     _survived(out)
 
 
 def test_all_replicas_but_one(chaos: Chaos, chaos_loop: str) -> None:
-    schedule = ",".join(f"data_loss@batch=10:slice={s}:{BACK}" for s in (1, 2, 3))
-    out = chaos.run_loop(chaos_loop, schedule)
+    out = chaos.run_loop(chaos_loop, SCENARIOS["all-but-one"])
 
     _survived(out)
 
 
 def test_preemption_suspends_and_resumes(chaos: Chaos, chaos_loop: str) -> None:
-    out = chaos.run_loop(chaos_loop, "preemption@batch=10")
+    out = chaos.run_loop(chaos_loop, SCENARIOS["preemption"])
 
     out.verdict.raise_if_failed()
     faults = out.of_kind("fault")

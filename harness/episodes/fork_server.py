@@ -188,9 +188,9 @@ def _free_server(key: tuple[Any, ...]) -> _Server | None:
         for server in list(_servers):
             if server.owner != os.getpid():  # inherited through a fork: not ours to use
                 _servers.remove(server)
-            elif (
-                server.key != key or server.process.poll() is not None
-            ) and server.busy.acquire(blocking=False):  # idle and stale: closed
+            elif (server.key != key or server.process.poll() is not None) and server.busy.acquire(
+                blocking=False
+            ):  # idle and stale: closed
                 _servers.remove(server)
                 server.close()
         for server in _servers:
@@ -232,9 +232,7 @@ def server_pid() -> int | None:
 
 def server_pids() -> list[int]:
     """Every live fork server of this process."""
-    return [
-        s.process.pid for s in _servers if s.owner == os.getpid() and s.process.poll() is None
-    ]
+    return [s.process.pid for s in _servers if s.owner == os.getpid() and s.process.poll() is None]
 
 
 @atexit.register

@@ -8,12 +8,16 @@ scenario, the totals and their ratios to in-process, the time to the first verdi
 baseline plus the first scenario), and a child's bare start (load-only probe of the loop) both
 ways.
 
+And a fourth way, the loop suite's without xdist (``fixtures/scenario_pool.py``): the fork-server
+baseline, then the ten scenarios side by side, one child per core (``side_by_side``).
+
 Usage: python bench/bench_isolation.py [--out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import tempfile
@@ -101,8 +105,35 @@ def main() -> None:
             for mode in isolated:
                 row[f"{mode}_ratio"] = round(row[f"{mode}_s"] / row["in_process_s"], 2)
             out["scenarios"][name] = row
+        # The suite's way without xdist (fixtures/scenario_pool.py): the ten scenarios side by
+        # side, one forked child per core, after the fork-server baseline.
+        os.environ[fork_server.START_VAR] = "fork-server"
+        t0 = time.perf_counter()
+        with concurrent.futures.ThreadPoolExecutor(fork_server.MAX_SERVERS) as pool:
+            jobs = [
+                pool.submit(
+                    play_loop,
+                    LOOP,
+                    schedule,
+                    baseline=base_iso["fork_server"],
+                    checkpoint_dir=root / f"{name}-side",
+                )
+                for name, schedule in SCENARIOS.items()
+            ]
+            side_ok = all(job.result().verdict.ok for job in jobs)
+        side_s = time.perf_counter() - t0
     modes = ("in_process", *isolated)
     total = {m: sum(r[f"{m}_s"] for r in out["scenarios"].values()) + base_s[m] for m in modes}
+    total["side_by_side"] = base_s["fork_server"] + side_s
+    out["side_by_side"] = {
+        "children_at_once": fork_server.MAX_SERVERS,
+        "scenarios_s": round(side_s, 1),
+        "all_ok": side_ok,
+    }
+    isolated = {**isolated, "side_by_side": "fork-server"}
+    modes = ("in_process", *isolated)
+    base_s["side_by_side"] = base_s["fork_server"]
+    first["side_by_side"] = first["fork_server"]  # the first test waits as long either way
     out["baseline_s"] = {m: round(base_s[m], 2) for m in modes}
     out["total_s"] = {m: round(total[m], 1) for m in modes}
     out["ratio_total"] = {m: round(total[m] / total["in_process"], 2) for m in isolated}

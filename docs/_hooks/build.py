@@ -21,8 +21,6 @@ from typing import Any
 from mkdocs.plugins import event_priority
 
 ROOT = Path(__file__).resolve().parents[2]
-#: Nav entries whose page another branch writes; dropped while the file is absent.
-OPTIONAL_PAGES = ("architecture.md", "twin.md", "search.md")
 #: The marker a page writes where the generated pytest options table goes.
 OPTIONS_MARKER = "<!-- generated: pytest-options -->"
 
@@ -53,8 +51,6 @@ def on_config(config: Any) -> Any:
         installed_layout(Path(_layout.name))
     python = config["plugins"]["mkdocstrings"].config["handlers"].setdefault("python", {})
     python["paths"] = [_layout.name]
-    docs = Path(config["docs_dir"])
-    config["nav"] = _present(config["nav"], docs)
     return config
 
 
@@ -63,19 +59,6 @@ def on_shutdown() -> None:
     if _layout is not None:
         _layout.cleanup()
         _layout = None
-
-
-def _present(nav: Any, docs: Path) -> Any:
-    """The nav without optional pages whose file is not there yet."""
-    if isinstance(nav, list):
-        kept = [_present(item, docs) for item in nav]
-        return [item for item in kept if item is not None]
-    if isinstance(nav, dict):
-        (title, value), *_ = nav.items()
-        if isinstance(value, str) and value in OPTIONAL_PAGES and not (docs / value).exists():
-            return None
-        return {title: _present(value, docs)}
-    return nav
 
 
 class _Group:

@@ -24,6 +24,23 @@ from typing import Any
 #: the loop blocks in a system call).
 STACK_SIGNAL = signal.SIGUSR1
 
+#: Modules every child imports before its ready marker, and the fork server once for all
+#: (none initialises a backend).
+PRELOAD = (
+    "numpy",
+    "jax",
+    "jax.numpy",
+    "jax.sharding",
+    "orbax.checkpoint",
+    "grain",
+    "pathwaysutils",
+    "pathwaysutils.elastic.manager",
+    "pathways_chaos.harness.episodes.child",
+    "pathways_chaos.harness.episodes.loop_episode",
+    "pathways_chaos.harness.engine.fake_cluster",
+    "pathways_chaos.harness.blackbox.observer",
+)
+
 
 @dataclasses.dataclass(kw_only=True)
 class ChildFiles:
@@ -103,8 +120,6 @@ def _preload() -> None:
     """What a forked child has from its server: a spawned one imports it before its ready
     marker, so the loop's wall time is the same however the child started."""
     import importlib
-
-    from pathways_chaos.harness.episodes.fork_server import PRELOAD
 
     for name in PRELOAD:
         with contextlib.suppress(ImportError):

@@ -45,21 +45,6 @@ from pathways_chaos.harness.engine import process_tree
 START_VAR = "PATHWAYS_CHAOS_CHILD_START"
 #: What the server's environment block holds until a child writes its own token there.
 PLACEHOLDER = "0" * len(process_tree.new_token())
-#: Modules the children would import anyway (none initialises a backend).
-PRELOAD = (
-    "numpy",
-    "jax",
-    "jax.numpy",
-    "jax.sharding",
-    "orbax.checkpoint",
-    "grain",
-    "pathwaysutils",
-    "pathwaysutils.elastic.manager",
-    "pathways_chaos.harness.episodes.child",
-    "pathways_chaos.harness.episodes.loop_episode",
-    "pathways_chaos.harness.engine.fake_cluster",
-    "pathways_chaos.harness.blackbox.observer",
-)
 _PR_SET_PDEATHSIG = 1
 
 
@@ -314,6 +299,8 @@ def _forked(request: dict[str, Any]) -> None:
 def serve() -> None:
     _die_with_parent()
     import importlib
+
+    from pathways_chaos.harness.episodes.child import PRELOAD
 
     for name in PRELOAD:
         with contextlib.suppress(ImportError):

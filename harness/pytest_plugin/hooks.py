@@ -5,9 +5,5 @@ from __future__ import annotations
 from typing import Any
 
 
-def pytest_chaos_fault_injected(fault: Any, touched: list[str], event: dict[str, Any]) -> None:
-    """Called after a fault was injected; ``touched`` says what it changed."""
-
-
 def pytest_chaos_episode_finished(node: Any, result: Any, verdict: Any) -> None:
     """Called after an episode ran in test ``node`` and the oracle judged it."""

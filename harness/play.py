@@ -94,8 +94,17 @@ def play(
     from pathways_chaos.harness.reference.trainer import ReferenceTrainer, TrainerConfig
 
     plan = parse_schedule(schedule) if isinstance(schedule, str) else schedule
-    factory = load_object(trainer, "trainer") if isinstance(trainer, str) else trainer
-    if _isolated(factory, cluster, isolate):
+    if isinstance(trainer, str) and _by_name_in_child(trainer, cluster, isolate):
+        from pathways_chaos.harness.episodes.supervised_trainer import check_trainer
+        from pathways_chaos.harness.errors import ChaosConfigError
+
+        problem = check_trainer(trainer, "trainer")  # in a child: one line, before the episode
+        if problem is not None:
+            raise ChaosConfigError(problem)
+        factory: Any = trainer  # imported only in the episode's child
+    else:
+        factory = load_object(trainer, "trainer") if isinstance(trainer, str) else trainer
+    if isinstance(factory, str) or _isolated(factory, cluster, isolate):
         return _play_in_child(
             plan,
             factory,
@@ -127,6 +136,14 @@ def play(
     return Outcome(result, verdict)
 
 
+def _by_name_in_child(spec: str, cluster: ClusterBackend | None, isolate: bool | None) -> bool:
+    """A trainer named by a spec that is not the toolkit's, on a fake: loaded by its child."""
+    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
+
+    on_fake = cluster is None or type(cluster) is FakeCluster
+    return on_fake and isolate is not False and not spec.startswith("pathways_chaos.")
+
+
 def _isolated(factory: Any, cluster: ClusterBackend | None, isolate: bool | None) -> bool:
     """Whether a trainer episode runs in a child: one the toolkit did not write, on a fake."""
     from pathways_chaos.harness.engine.fake_cluster import FakeCluster
@@ -139,7 +156,7 @@ def _isolated(factory: Any, cluster: ClusterBackend | None, isolate: bool | None
 
 def _play_in_child(
     plan: Schedule,
-    factory: Callable[..., Any],
+    factory: Callable[..., Any] | str,
     config: TrainerConfig,
     cluster: ClusterBackend | None,
     topology: SliceTopology | str | None,
@@ -184,9 +201,9 @@ def _play_in_child(
         result.events,
         replay=replay,
         expect_completed=expect_completed,
-        trainer=factory,
-        # A trainer class replays in a child; anything else falls back to the reference
-        # model's step here (the toolkit's own code), as in this process.
+        trainer=None if isinstance(factory, str) else factory,
+        # A trainer class replays in a child (one named by a spec: its child checks it is one);
+        # anything else falls back to the reference model's step here, as in this process.
         replayed=episode.replay if _replayable(factory) else None,
     )
     return Outcome(result, verdict)
@@ -195,6 +212,8 @@ def _play_in_child(
 def _replayable(factory: Any) -> bool:
     from pathways_chaos.harness.reference.trainer import ReferenceTrainer
 
+    if isinstance(factory, str):
+        return True
     return isinstance(factory, type) and issubclass(factory, ReferenceTrainer)
 
 

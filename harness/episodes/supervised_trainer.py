@@ -96,7 +96,7 @@ class SupervisedTrainerEpisode:
 
     def __init__(
         self,
-        factory: Callable[..., Any],
+        factory: Callable[..., Any] | str,
         config: Any,
         schedule: Schedule,
         *,
@@ -110,8 +110,11 @@ class SupervisedTrainerEpisode:
         deadline: Deadline | None = None,
         limits: ChildLimits | None = None,
     ) -> None:
-        self.name = _name(factory)
-        self.factory_pickle = _sendable(factory, self.name)
+        #: A spec string travels as it is: this process never imports the trainer's module.
+        self.factory_spec = factory if isinstance(factory, str) else None
+        self.name = factory if isinstance(factory, str) else _name(factory)
+        self.factory_pickle = None if isinstance(factory, str) else _sendable(factory, self.name)
+        self.probe = False
         self.config_pickle = pickle.dumps(config)
         self.schedule, self.topology, self.clock = schedule, topology, clock
         self.down = sorted(down)
@@ -138,7 +141,7 @@ class SupervisedTrainerEpisode:
         )
 
     def _files(self, log_path: Path, tag: str) -> dict[str, Any]:
-        data = self.factory_pickle
+        data = self.factory_pickle or b""
         return {
             "topology": self.topology,
             "log_path": str(log_path),
@@ -155,6 +158,8 @@ class SupervisedTrainerEpisode:
         spec = TrainerChildSpec(
             **self._files(self.log_path, "episode"),
             factory_pickle=self.factory_pickle,
+            factory_spec=self.factory_spec,
+            probe=self.probe,
             name=self.name,
             config_pickle=self.config_pickle,
             schedule=self.schedule.to_text(),
@@ -181,9 +186,29 @@ class SupervisedTrainerEpisode:
             self.work,
             self._files(self.work / "replay.jsonl", "replay"),
             factory_pickle=self.factory_pickle,
+            factory_spec=self.factory_spec,
             deadline=self.deadline,
             limits=self.limits,
         )
+
+
+_checked: dict[str, str | None] = {}
+
+
+def check_trainer(spec: str, flag: str = "--chaos-trainer") -> str | None:
+    """Whether ``spec`` names a ReferenceTrainer class that loads: None, or one line saying
+    why not. Imported in a child (never here); the answer is kept for this process."""
+    if spec not in _checked:
+        from pathways_chaos.harness.reference.trainer import TrainerConfig
+
+        if not spec.strip():
+            _checked[spec] = f"{flag} is empty: write MODULE:CLASS or FILE.py:CLASS"
+        else:
+            episode = SupervisedTrainerEpisode(spec, TrainerConfig(), Schedule(), topology="1x1")
+            episode.probe = True
+            error = episode.run().error
+            _checked[spec] = None if error is None else f"{flag}={error}"
+    return _checked[spec]
 
 
 def replay_logged_trainer(episode_log: Path, spec: str, topology: str) -> Replayed:

@@ -23,7 +23,10 @@ from pathways_chaos.harness.episodes.child import ChildFiles, load_pickled, thre
 class TrainerChildSpec(ChildFiles):
     """One trainer episode: every run of it, in this one child."""
 
-    factory_pickle: bytes  # the trainer factory (a class, or a partial of one), by reference
+    factory_pickle: bytes | None = None  # the trainer factory (a class, a partial), pickled
+    factory_spec: str | None = None  # or MODULE:CLASS / FILE.py:CLASS, never imported by the parent
+    #: Only load the trainer and say whether it is a ReferenceTrainer class (a command's check).
+    probe: bool = False
     name: str
     config_pickle: bytes
     schedule: str
@@ -63,10 +66,8 @@ def _episode(spec: TrainerChildSpec, recorder: Any) -> None:
     config = pickle.loads(spec.config_pickle)
     # Everything before this line is the toolkit's start-up; the trainer's wall time starts here.
     recorder.emit("child_ready", run=spec.run)
-    try:
-        factory = load_pickled(spec.factory_pickle, spec.preload, spec.modules)
-    except BaseException as error:  # unpickling imports the trainer's module: anything goes
-        recorder.emit("loop_unloadable", message=f"{type(error).__name__}: {error}"[:500])
+    factory = _load_factory(spec, recorder)
+    if factory is None or spec.probe:
         return
     with cluster:
         for index in spec.down:
@@ -113,25 +114,15 @@ class ReplayChildSpec(ChildFiles):
             start = run_start(events)
             assert start is not None, "the episode's log has no run_start"
             recorder.emit("child_ready", run=self.run)
-            try:
-                cls = _trainer_class(self._factory())
-            except BaseException as error:  # importing the trainer's module: anything goes
-                recorder.emit("loop_unloadable", message=f"{type(error).__name__}: {error}"[:500])
-            else:
-                _replay(self, cls, start, lineage, recorder)
+            factory = _load_factory(self, recorder)
+            if factory is not None:
+                _replay(self, _trainer_class(factory), start, lineage, recorder)
         except BaseException as error:
             _toolkit_error(recorder, self.run, error)
             status = "toolkit_error"
         recorder.emit("child_exit", run=self.run, status=status, threads=threads_left())
         recorder.close()
 
-    def _factory(self) -> Any:
-        if self.factory_spec is not None:
-            from pathways_chaos.harness.engine.user_modules import load_name
-
-            return load_name(self.factory_spec)
-        assert self.factory_pickle is not None
-        return load_pickled(self.factory_pickle, self.preload, self.modules)
 
 
 def _replay(spec: ReplayChildSpec, cls: Any, start: Any, lineage: Any, recorder: Any) -> None:
@@ -156,6 +147,42 @@ def _replay(spec: ReplayChildSpec, cls: Any, start: Any, lineage: Any, recorder:
     index = {"leaves": files, "losses": losses, "where": where}
     (out / "replay.json").write_text(json.dumps(index))
     recorder.emit("run_end", run=spec.run, status="completed", leaves=len(files))
+
+
+def _load_factory(spec: TrainerChildSpec | ReplayChildSpec, recorder: Any) -> Any:
+    """The trainer factory the parent sent (by reference, or by name), or None after logging
+    one line on why it cannot be had: not importable, or not a ReferenceTrainer class."""
+    from pathways_chaos.harness.reference.trainer import ReferenceTrainer
+
+    try:
+        if spec.factory_spec is not None:
+            from pathways_chaos.harness.engine.user_modules import load_name
+
+            try:
+                factory = load_name(spec.factory_spec)
+            except (ValueError, ImportError, AttributeError) as error:
+                recorder.emit(
+                    "loop_unloadable",
+                    message=f"{spec.factory_spec!r} cannot be loaded ({error}): write "
+                    "MODULE:NAME, for example "
+                    "pathways_chaos.harness.reference.trainer:ReferenceTrainer",
+                )
+                return None
+        else:
+            assert spec.factory_pickle is not None
+            factory = load_pickled(spec.factory_pickle, spec.preload, spec.modules)
+    except BaseException as error:  # importing the trainer's module: anything goes
+        recorder.emit("loop_unloadable", message=f"{type(error).__name__}: {error}"[:500])
+        return None
+    cls = _trainer_class(factory)
+    if not (isinstance(cls, type) and issubclass(cls, ReferenceTrainer)):
+        recorder.emit(
+            "loop_unloadable",
+            message=f"{spec.factory_spec or cls!r} is not a ReferenceTrainer subclass: "
+            "subclass pathways_chaos.ReferenceTrainer",
+        )
+        return None
+    return factory
 
 
 def _trainer_class(factory: Any) -> Any:

@@ -98,7 +98,17 @@ def trainer_under_test(config: Any) -> str:
             "is searched by suites/properties/test_loop_properties.py"
         )
     spec = str(config.getoption("chaos_trainer", None) or REFERENCE_TRAINER)
-    load_object(spec, "--chaos-trainer")  # a bad spec is a one-line error now, not in every example
+    # A bad spec is a one-line error now, not in every example; a trainer the toolkit did not
+    # write is checked in a child process, never imported here.
+    if spec.startswith("pathways_chaos."):
+        load_object(spec, "--chaos-trainer")
+        return spec
+    from pathways_chaos.harness.episodes.supervised_trainer import check_trainer
+    from pathways_chaos.harness.errors import ChaosConfigError
+
+    problem = check_trainer(spec)
+    if problem is not None:
+        raise ChaosConfigError(problem)
     return spec
 
 

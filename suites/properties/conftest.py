@@ -83,14 +83,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _start_loop_search(config: pytest.Config, loop: str, profile: str) -> None:
     from pathways_chaos.fixtures.cluster import fake_topology
-    from pathways_chaos.harness.episodes.loop_episode import load_loop
-    from pathways_chaos.harness.errors import ChaosConfigError
+    from pathways_chaos.harness.episodes.supervisor import check_loop
     from pathways_chaos.harness.properties.loop import LoopSearch, LoopTarget
 
-    try:
-        load_loop(loop)  # a bad spec: one line now, not one per test
-    except ChaosConfigError as error:
-        raise pytest.UsageError(str(error)) from None
+    problem = check_loop(loop)  # a bad spec: one line now (loaded in a child, never here)
+    if problem is not None:
+        raise pytest.UsageError(problem)
     budget = config.getoption("chaos_budget", None)
     seed = config.getoption("hypothesis_seed", None)
     topology = fake_topology(config)

@@ -140,3 +140,52 @@ def test_check_replays_a_logged_trainer_in_a_child_never_importing_it(
     assert check.returncode == 0, output
     imported_in = {int(p) for p in marks.read_text().split()}
     assert imported_in and check.pid not in imported_in, (check.pid, imported_in)
+
+
+def test_a_chaos_trainer_option_is_never_imported_by_pytest(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).parents[3]
+    (tmp_path / "marker_trainer.py").write_text(
+        "import os\n"
+        "from pathways_chaos.harness.reference.trainer import ReferenceTrainer\n"
+        "open(os.environ['MARK'], 'a').write(f'{os.getpid()}\\n')\n"
+        "class MarkerTrainer(ReferenceTrainer):\n    pass\n"
+        "class NotATrainer:\n    pass\n"
+    )
+    marks = tmp_path / "marks.txt"
+    env = dict(os.environ, MARK=str(marks))
+    suite = root / "suites" / "chaos" / "test_elastic_recovery.py"
+
+    def run(trainer: str) -> tuple[subprocess.Popen[str], str]:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                str(suite),
+                "-m",
+                "chaos",
+                "-k",
+                "replica_resize",
+                f"--chaos-trainer={trainer}",
+                "-p",
+                "no:cacheprovider",
+                "-q",
+            ],
+            env=env,
+            cwd=root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        return proc, proc.communicate(timeout=600)[0]
+
+    proc, output = run(f"{tmp_path / 'marker_trainer.py'}:MarkerTrainer")
+    assert proc.returncode == 0, output[-2000:]
+    imported_in = {int(p) for p in marks.read_text().split()}
+    assert imported_in and proc.pid not in imported_in, (proc.pid, imported_in)
+    proc, output = run(f"{tmp_path / 'marker_trainer.py'}:NotATrainer")
+    assert proc.returncode != 0
+    assert "is not a ReferenceTrainer subclass" in output, output[-2000:]

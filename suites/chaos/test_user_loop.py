@@ -10,7 +10,8 @@ the observer sees: ``batch=N`` the Nth batch drawn from the loop's grain iterato
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from pathways_chaos.harness.play import Outcome
 
 pytestmark = pytest.mark.chaos
+F = TypeVar("F", bound=Callable[..., Any])
 
 BACK = "repair_after_polls=3"
 SLICE_DOWN = ("data_loss", "deadline_exceeded", "not_found", "internal")
@@ -38,9 +40,28 @@ SCENARIOS = {
 }
 
 
+def uses(*names: str) -> Callable[[F], F]:
+    """Names the scenarios a test plays (its ``kind`` parameter picks one of several)."""
+
+    def mark(test: F) -> F:
+        test.scenarios = names  # type: ignore[attr-defined]
+        return test
+
+    return mark
+
+
 @pytest.fixture(autouse=True)
-def _scenarios_side_by_side(chaos: Chaos, chaos_loop: str) -> None:
-    chaos.prefetch_loop(chaos_loop, SCENARIOS.values())
+def _scenarios_side_by_side(request: pytest.FixtureRequest, chaos: Chaos, chaos_loop: str) -> None:
+    """The scenarios of the tests this session selected here, started side by side."""
+    chosen: list[str] = []
+    for item in request.session.items:
+        if getattr(item, "module", None) is not request.module:
+            continue
+        names = getattr(getattr(item, "function", None), "scenarios", ())
+        kind = getattr(getattr(item, "callspec", None), "params", {}).get("kind")
+        chosen += [kind] if kind in names else [] if kind is not None else list(names)
+    if len(chosen) > 1:  # one alone gains nothing from running ahead
+        chaos.prefetch_loop(chaos_loop, [SCENARIOS[name] for name in chosen])
 
 
 def _survived(out: Outcome[LoopResult, LoopVerdict]) -> None:
@@ -50,6 +71,7 @@ def _survived(out: Outcome[LoopResult, LoopVerdict]) -> None:
     assert any(e["slice_down"] for e in out.of_kind("error")), "the loop never met the fault"
 
 
+@uses(*SLICE_DOWN)
 @pytest.mark.parametrize("kind", SLICE_DOWN)
 def test_every_slice_down_code(chaos: Chaos, chaos_loop: str, kind: str) -> None:
     out = chaos.run_loop(chaos_loop, SCENARIOS[kind])
@@ -59,6 +81,7 @@ def test_every_slice_down_code(chaos: Chaos, chaos_loop: str, kind: str) -> None
     assert error["message"].startswith(kind.upper())
 
 
+@uses("rejoin")
 def test_repaired_slice_rejoins(chaos: Chaos, chaos_loop: str) -> None:
     # Lost at batch 6, repaired at 15 s on the episode clock (one batch a second), while the
     # loop trains on without it (resize) or waits for it (pause and resume).
@@ -72,12 +95,14 @@ def test_repaired_slice_rejoins(chaos: Chaos, chaos_loop: str) -> None:
     assert 2 in last_mesh["slices"] or "never took the repaired slice 2 back" in said, said
 
 
+@uses("during-save")
 def test_slice_lost_during_a_save(chaos: Chaos, chaos_loop: str) -> None:
     out = chaos.run_loop(chaos_loop, SCENARIOS["during-save"])
 
     _survived(out)
 
 
+@uses("during-restore")
 def test_slice_lost_during_a_restore(chaos: Chaos, chaos_loop: str) -> None:
     out = chaos.run_loop(chaos_loop, SCENARIOS["during-restore"])
 
@@ -85,18 +110,21 @@ def test_slice_lost_during_a_restore(chaos: Chaos, chaos_loop: str) -> None:
     assert len(out.of_kind("attempt_start")) >= 3
 
 
+@uses("flapping")
 def test_flapping_slice(chaos: Chaos, chaos_loop: str) -> None:
     out = chaos.run_loop(chaos_loop, SCENARIOS["flapping"])
 
     _survived(out)
 
 
+@uses("all-but-one")
 def test_all_replicas_but_one(chaos: Chaos, chaos_loop: str) -> None:
     out = chaos.run_loop(chaos_loop, SCENARIOS["all-but-one"])
 
     _survived(out)
 
 
+@uses("preemption")
 def test_preemption_suspends_and_resumes(chaos: Chaos, chaos_loop: str) -> None:
     out = chaos.run_loop(chaos_loop, SCENARIOS["preemption"])
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -36,12 +37,17 @@ class UnreadableFile(ChaosConfigError):
     """A file or folder the current user may not read: an error, never "nothing there"."""
 
 
+#: Characters that would break a one-line message (a newline) or a terminal (an escape).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def shown(value: object, limit: int = SHOWN_CHARS) -> str:
     """A user's value for a message, cut to ``limit`` characters (a 120k value stays short).
 
     A path keeps its end (the file's name is what a person needs to find it): the middle goes.
+    A newline or other control character is shown escaped (``a\\nb``): a message stays one line.
     """
-    text = str(value)
+    text = _CONTROL.sub(lambda m: repr(m[0])[1:-1], str(value))
     if len(text) <= limit:
         return text
     if isinstance(value, os.PathLike) or (text.startswith("/") and "\n" not in text):

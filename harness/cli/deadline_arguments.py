@@ -1,4 +1,4 @@
-"""``--deadline`` and ``--wall-deadline``, and the ranges of the episode's numbers, shared by
+"""``--deadline`` and ``--wall-deadline``, and the range of an episode's steps, shared by
 every ``pathways-chaos`` command that plays an episode (``demo``, ``replay``)."""
 
 from __future__ import annotations
@@ -6,11 +6,7 @@ from __future__ import annotations
 import argparse
 
 from pathways_chaos.harness.engine.option_values import Range
-from pathways_chaos.harness.engine.topology import MAX_CPU_DEVICES
 
-#: An episode's shape: what one process can make (SliceTopology checks the product).
-SLICES = Range(1, MAX_CPU_DEVICES, whole=True, unit="slices")
-DEVICES_PER_SLICE = Range(1, MAX_CPU_DEVICES, whole=True, unit="devices")
 #: Training steps of one episode: ten million is days of the fake cluster's time.
 STEPS = Range(1, 10_000_000, whole=True, unit="steps")
 

@@ -14,14 +14,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pathways_chaos.harness.cli.deadline_arguments import (
-    DEVICES_PER_SLICE,
-    SLICES,
     STEPS,
     add_deadline_arguments,
     apply_deadline_arguments,
 )
 from pathways_chaos.harness.cli.quiet import quiet_libraries, restores_library_logging
 from pathways_chaos.harness.engine.option_values import OneLineArgumentParser
+from pathways_chaos.harness.engine.topology import DEVICES_PER_SLICE, SLICES
 
 DEMO_SCHEDULE = "data_loss@step=12:slice=2,data_loss@step=25:slice=1,repair@step=30:slice=2"
 

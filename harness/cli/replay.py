@@ -13,15 +13,13 @@ import dataclasses
 import sys
 
 from pathways_chaos.harness.cli.deadline_arguments import (
-    DEVICES_PER_SLICE,
-    SLICES,
     STEPS,
     add_deadline_arguments,
     apply_deadline_arguments,
 )
 from pathways_chaos.harness.cli.quiet import quiet_libraries, restores_library_logging
 from pathways_chaos.harness.engine.option_values import OneLineArgumentParser, Range
-from pathways_chaos.harness.engine.topology import SliceTopology
+from pathways_chaos.harness.engine.topology import DEVICES_PER_SLICE, SLICES, SliceTopology
 from pathways_chaos.harness.properties.episode_spec import EpisodeSpec
 
 #: The range of each whole-number field of an episode (EpisodeSpec checks how they combine).

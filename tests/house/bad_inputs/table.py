@@ -597,21 +597,21 @@ def rows() -> list[Row]:
             "--fake-slices -1",
             (*pytest_fake, "--fake-slices", "-1"),
             4,
-            "--fake-slices=-1: use a whole number >= 1",
+            "--fake-slices '-1': use a whole number of slices from 1 to 1024",
             pytest_session=True,
         ),
         Row(
             "--fake-slices 0",
             (*pytest_fake, "--fake-slices", "0"),
             4,
-            "--fake-slices=0",
+            "--fake-slices '0': use",
             pytest_session=True,
         ),
         Row(
             "--fake-slices 5000",
             (*pytest_fake, "--fake-slices", "5000"),
             4,
-            "more than the 1024",
+            "--fake-slices '5000': use a whole number of slices from 1 to 1024",
             pytest_session=True,
         ),
         Row(
@@ -648,7 +648,7 @@ def rows() -> list[Row]:
             "--chaos-progress-every 0",
             (*pytest_fake, "--chaos-progress-every", "0"),
             4,
-            "--chaos-progress-every=0",
+            "--chaos-progress-every '0': use",
             pytest_session=True,
         ),
         Row(
@@ -700,7 +700,7 @@ def rows() -> list[Row]:
             "--chaos-lease-seconds beyond int32",
             (*pytest_fake, "--chaos-lease-seconds", "2147483648"),
             4,
-            "beyond the Lease API's int32 range",
+            "(the Lease API's int32) from 1 to 2147483647",
             pytest_session=True,
         ),
         Row(

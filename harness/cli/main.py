@@ -140,10 +140,10 @@ def _demo(args: argparse.Namespace) -> int:
         check_schedule_fits(parse_schedule(args.schedule), topology.num_slices, kubernetes=False)
     if schedule is not None:
         check_schedule_fits(schedule, topology.num_slices, kubernetes=False)
-    if args.log is not None and args.log.is_dir():
-        raise ChaosConfigError(
-            f"--log {args.log} is a folder: name a file, e.g. {args.log}/demo.jsonl"
-        )
+    if args.log is not None:
+        from pathways_chaos.harness.engine.owned_paths import check_appendable
+
+        check_appendable(args.log, what="--log")
     request_cpu_devices(topology.device_count)  # before anything starts JAX
     quiet_libraries()
     if args.loop:

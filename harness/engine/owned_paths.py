@@ -28,6 +28,15 @@ from pathways_chaos.harness.errors import ChaosError
 #: The file that says "pathways-chaos made this folder and may delete it".
 MARKER = ".pathways-chaos-owned"
 MARKER_TEXT = b"made by pathways-chaos; this folder is deleted by the command that made it\n"
+#: Appending to a log: made if missing, never through a symlink, never blocking on a FIFO.
+_APPEND = (
+    os.O_WRONLY
+    | os.O_APPEND
+    | os.O_CREAT
+    | os.O_NOFOLLOW
+    | os.O_NONBLOCK
+    | getattr(os, "O_CLOEXEC", 0)
+)
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -193,6 +202,52 @@ def open_new(path: Path, *, what: str = "file", mode: int = 0o600) -> int:
         raise RefusedPath(f"{what} {shown(path)} cannot be written: {error.strerror}") from None
 
 
+def open_append(path: Path, *, what: str = "file", mode: int = 0o644) -> int:
+    """A descriptor appending to the regular file ``path`` (made when missing): a symlink
+    there (planted in a shared folder) is refused, never written through, and a FIFO or
+    device is refused without blocking."""
+    try:
+        fd = os.open(path, _APPEND, mode)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise RefusedPath(
+                f"{what} {shown(path)} is a symlink (to {shown(os.readlink(path))}), refused: "
+                "name the real file"
+            ) from None
+        if error.errno == errno.ENXIO:  # a FIFO nobody reads
+            raise RefusedPath(f"{what} {shown(path)} is a FIFO (named pipe): name a file") from None
+        raise RefusedPath(f"{what} {shown(path)} cannot be written: {error.strerror}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        kind = "a folder" if stat.S_ISDIR(info.st_mode) else "a FIFO, device or socket"
+        if stat.S_ISFIFO(info.st_mode):
+            kind = "a FIFO (named pipe)"
+        raise RefusedPath(f"{what} {shown(path)} is {kind}, not a file: name a file")
+    return fd
+
+
+def check_appendable(path: Path, *, what: str = "file") -> Path:
+    """What :func:`open_append` would refuse, said before anything starts (nothing is made)."""
+    info = lstat_or_none(path, what)
+    if info is None:
+        check_folder_target(path.parent, what=what)
+    elif stat.S_ISLNK(info.st_mode):
+        raise RefusedPath(
+            f"{what} {shown(path)} is a symlink (to {shown(os.readlink(path))}), refused: name "
+            "the real file"
+        )
+    elif stat.S_ISDIR(info.st_mode):
+        raise RefusedPath(
+            f"{what} {shown(path)} is a folder: name a file, e.g. {shown(path)}/demo.jsonl"
+        )
+    elif stat.S_ISFIFO(info.st_mode):
+        raise RefusedPath(f"{what} {shown(path)} is a FIFO (named pipe): name a file")
+    elif not stat.S_ISREG(info.st_mode):
+        raise RefusedPath(f"{what} {shown(path)} is a device or socket: name a file")
+    return path
+
+
 def open_fresh(path: Path, *, what: str = "file", mode: int = 0o644) -> int:
     """``open(path, "w")`` that never writes through what is there: an old file or a planted
     symlink is unlinked (a symlink's target is untouched), then the file is made anew."""
@@ -257,6 +312,7 @@ def check_not_an_input(output: Path, inputs: Iterable[Path], *, what: str = "out
 __all__ = [
     "MARKER",
     "RefusedPath",
+    "check_appendable",
     "check_not_an_input",
     "check_owned",
     "check_real_folder",
@@ -265,6 +321,7 @@ __all__ = [
     "lstat_or_none",
     "make_owned_folder",
     "not_private",
+    "open_append",
     "open_fresh",
     "open_new",
     "remove_owned_folder",

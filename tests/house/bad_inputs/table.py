@@ -361,6 +361,27 @@ def rows() -> list[Row]:
         ),
         # -- demo, replay, check ------------------------------------------------------------
         Row("demo --log DIR", (*demo, "--log", "."), 2, "is a folder"),
+        # a log planted as a symlink (a shared folder) was appended to through it; a FIFO hung
+        Row(
+            "demo --log a planted symlink",
+            (*demo, "--log", "log.jsonl"),
+            2,
+            "--log log.jsonl is a symlink",
+            setup=_all(_write("decoy.txt", "keep"), _symlink("log.jsonl", "decoy.txt")),
+        ),
+        Row(
+            "demo --log a FIFO",
+            (*demo, "--log", "log.jsonl"),
+            2,
+            "--log log.jsonl is a FIFO (named pipe)",
+            setup=_fifo("log.jsonl"),
+        ),
+        Row(
+            "demo --log name too long",
+            (*demo, "--log", "L" * 300),
+            2,
+            "File name too long",
+        ),
         Row("demo --slices -1", (*demo, "--slices", "-1"), 2, "--slices '-1': use a whole number"),
         Row("demo --slices 5000", (*demo, "--slices", "5000"), 2, "slices from 1 to 1024"),
         Row("demo --steps 0", (*CLI, "demo", "--steps", "0"), 2, "--steps '0': use"),

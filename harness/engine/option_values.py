@@ -56,6 +56,8 @@ def parse_number(raw: object, flag: str, allowed: Range) -> float:
     else:
         text = str(raw).strip()
         try:
+            if not text.isascii():  # int() takes any script's digits: "١٢" is 12
+                raise ValueError(text)
             value = float(int(text)) if allowed.whole and re.fullmatch(r"[+-]?\d+", text) else None
             if value is None:
                 value = float(text)

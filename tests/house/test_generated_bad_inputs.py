@@ -38,6 +38,7 @@ HOSTILE = (
     "nan", "inf", "-inf", "-1", "0", "1", "1e308", "-5", "abc", "", " ", "\n", "a\nb",
     "9" * 400, "4x", "0/0", "1/0", "-1/4", "\x00", "../..", "/proc/self/mem",
     "{folder}", "{fifo}", "{symlink}", "{file}", "{under_file}", "{decoy}", "{decoy_fifo}", "~",
+    "-0", "1e-400", "Infinity", "NaN", "0x10", "1_000", "\u0661\u0662", "+inf", "2e9",
 )  # fmt: skip
 #: Options that take no user value worth drawing (the subcommand itself, help).
 SKIP = {"help"}
@@ -58,7 +59,9 @@ COMMANDS: dict[str, tuple[list[str], set[int]]] = {
     "ramdisk": (["ramdisk", "--params", "8e9", "--hosts-per-slice", "2"], {0, 1, 2}),
 }
 #: What no number option may accept: not a number, not finite, or past any sane maximum.
-NEVER_A_NUMBER = {"nan", "inf", "-inf", "1e308", "9" * 400, "abc", "", " ", "4x", "0/0"}
+NEVER_A_NUMBER = {"nan", "inf", "-inf", "1e308", "9" * 400, "abc", "", " ", "4x", "0/0"} | {
+    "Infinity", "NaN", "+inf", "0x10", "\u0661\u0662",  # the last: Arabic-Indic "12"
+}  # fmt: skip
 #: Lines on stderr allowed beyond one: a manifest's problems, one line each.
 MAX_LINES = {"twin up": 3}
 #: A command's positional argument, drawn like an option (the value goes in alone).

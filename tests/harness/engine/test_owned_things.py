@@ -123,7 +123,11 @@ def test_files_are_never_written_through_a_symlink_or_over_a_special_file(tmp_pa
         check_not_an_input(tmp_path / "." / "victim", [victim])
 
 
-@pytest.mark.parametrize("raw", ["nan", "inf", "-inf", "1e308", "-1", "abc", "", "9" * 5000])
+#: The last two: Arabic-Indic "12" (int() takes it) and a newline (the refusal stays one line).
+BAD_NUMBERS = ["nan", "inf", "-inf", "1e308", "-1", "abc", "", "9" * 5000, "Infinity", "1e-400"]
+
+
+@pytest.mark.parametrize("raw", [*BAD_NUMBERS, "-0", "\u0661\u0662", "a\nb"])
 def test_the_numeric_parser_refuses_in_one_line_naming_the_flag(raw: str) -> None:
     with pytest.raises(ChaosConfigError, match=r"^--budget .*: use a number") as caught:
         parse_number(raw, "--budget", Range(0, 604800, unit="seconds", inclusive=False))

@@ -248,10 +248,11 @@ def _expanded_size(node: Any, memo: dict[int, int], stack: set[int], limit: int)
 
 
 def check_output_file(path: str | os.PathLike[str], *, what: str = "output file") -> Path:
-    """A path a report or log may be written to: not a folder, not a device or FIFO."""
+    """A path a report or log may be written to: not a folder, not a device or FIFO, and not a
+    symlink (one planted in a shared folder would have the report written over its target)."""
     target = Path(path)
     try:
-        info = os.stat(target)
+        info = os.lstat(target)
     except FileNotFoundError:
         parent = target.parent
         if parent.exists() and not parent.is_dir():
@@ -263,6 +264,13 @@ def check_output_file(path: str | os.PathLike[str], *, what: str = "output file"
         raise UntrustedFileError(
             f"{what} {shown(target)}: a part of the path is not a folder"
         ) from None
+    except OSError as error:  # a name too long, permission denied...
+        raise UntrustedFileError(f"{what} {shown(target)}: {error.strerror or error}") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise UntrustedFileError(
+            f"{what} {shown(target)} is a symlink (to {shown(os.readlink(target))}), refused: "
+            "name the real file"
+        )
     if stat.S_ISDIR(info.st_mode):
         raise UntrustedFileError(
             f"{what} {shown(target)} is a folder: name a file, e.g. {shown(target)}/report.html"

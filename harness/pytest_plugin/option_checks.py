@@ -179,17 +179,20 @@ def first_problem(config: pytest.Config) -> str | None:
                 _check_input_files(flag, Path(str(raw)))
             except ChaosError as error:
                 return str(error)
-    report = _opt(config, "acceptance_report")
-    if report is not None:
+    for flag, dest in (
+        ("--acceptance-report", "acceptance_report"),
+        ("--chaos-report", "chaos_report"),
+        ("--chaos-search-report", "chaos_search_report"),
+    ):
+        report = _opt(config, dest)
+        if report is None:
+            continue
         if not str(report).strip():
-            return "--acceptance-report is empty: name a file (report.html or report.json)"
+            return f"{flag} is empty: name a file (e.g. report.html), or leave the option out"
         try:
-            check_output_file(str(report), what="--acceptance-report")
+            check_output_file(str(report), what=flag)
         except ChaosError as error:
             return str(error)
-    search_report = _opt(config, "chaos_search_report")
-    if search_report is not None and Path(str(search_report)).is_dir():
-        return f"--chaos-search-report={search_report} is a folder: name a file, e.g. search.json"
     for name, flag in (
         ("chaos_deadline", "--chaos-deadline"),
         ("chaos_wall_deadline", "--chaos-wall-deadline"),

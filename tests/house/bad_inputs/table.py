@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[3]
 CLI = [sys.executable, "-m", "pathways_chaos.harness.cli.main"]
 PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q"]
 
+PLAIN_TEST = "def test_plain():\n    pass\n"
 CHAOS_TEST = """
 def test_it(chaos):
     chaos.run({schedule!r}, final_step=6, snapshot_interval=2)
@@ -736,6 +737,28 @@ def rows() -> list[Row]:
             (*pytest_fake, "--acceptance-params=0"),
             4,
             "0 is not a parameter count between",
+            pytest_session=True,
+        ),
+        # a report path planted as a symlink was written through at the session's end; a FIFO
+        # there hung the finished session for ever
+        Row(
+            "--chaos-report a planted symlink",
+            (*PYTEST, "test_plain.py", "--chaos-report", "r.html"),
+            4,
+            "--chaos-report r.html is a symlink",
+            setup=_all(
+                _write("test_plain.py", PLAIN_TEST),
+                _write("decoy.txt", "keep"),
+                _symlink("r.html", "decoy.txt"),
+            ),
+            pytest_session=True,
+        ),
+        Row(
+            "--chaos-report a FIFO",
+            (*PYTEST, "test_plain.py", "--chaos-report", "r.html"),
+            4,
+            "--chaos-report r.html is a FIFO (named pipe)",
+            setup=_all(_write("test_plain.py", PLAIN_TEST), _fifo("r.html")),
             pytest_session=True,
         ),
         Row(

@@ -57,11 +57,13 @@ def lstat_or_none(path: Path, what: str) -> os.stat_result | None:
         raise RefusedPath(f"{what} {shown(path)}: {error.strerror or error}") from None
 
 
-def _check_not_symlink(path: Path, info: os.stat_result | None, what: str) -> None:
+def _check_not_symlink(
+    path: Path, info: os.stat_result | None, what: str, noun: str = "folder"
+) -> None:
     if info is not None and stat.S_ISLNK(info.st_mode):
         raise RefusedPath(
             f"{what} {shown(path)} is a symlink (to {shown(os.readlink(path))}), refused: name "
-            "the real folder"
+            f"the real {noun}"
         )
 
 
@@ -209,43 +211,33 @@ def open_append(path: Path, *, what: str = "file", mode: int = 0o644) -> int:
     try:
         fd = os.open(path, _APPEND, mode)
     except OSError as error:
-        if error.errno == errno.ELOOP:
-            raise RefusedPath(
-                f"{what} {shown(path)} is a symlink (to {shown(os.readlink(path))}), refused: "
-                "name the real file"
-            ) from None
-        if error.errno == errno.ENXIO:  # a FIFO nobody reads
-            raise RefusedPath(f"{what} {shown(path)} is a FIFO (named pipe): name a file") from None
+        if error.errno in (errno.ELOOP, errno.ENXIO):  # a symlink; a FIFO nobody reads
+            check_appendable(path, what=what)
         raise RefusedPath(f"{what} {shown(path)} cannot be written: {error.strerror}") from None
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
         os.close(fd)
-        kind = "a folder" if stat.S_ISDIR(info.st_mode) else "a FIFO, device or socket"
-        if stat.S_ISFIFO(info.st_mode):
-            kind = "a FIFO (named pipe)"
-        raise RefusedPath(f"{what} {shown(path)} is {kind}, not a file: name a file")
+        raise _not_a_file(path, info, what)
     return fd
 
 
 def check_appendable(path: Path, *, what: str = "file") -> Path:
-    """What :func:`open_append` would refuse, said before anything starts (nothing is made)."""
+    """What :func:`open_append` refuses, said before anything starts (nothing is made)."""
     info = lstat_or_none(path, what)
     if info is None:
         check_folder_target(path.parent, what=what)
-    elif stat.S_ISLNK(info.st_mode):
-        raise RefusedPath(
-            f"{what} {shown(path)} is a symlink (to {shown(os.readlink(path))}), refused: name "
-            "the real file"
-        )
-    elif stat.S_ISDIR(info.st_mode):
-        raise RefusedPath(
-            f"{what} {shown(path)} is a folder: name a file, e.g. {shown(path)}/demo.jsonl"
-        )
-    elif stat.S_ISFIFO(info.st_mode):
-        raise RefusedPath(f"{what} {shown(path)} is a FIFO (named pipe): name a file")
-    elif not stat.S_ISREG(info.st_mode):
-        raise RefusedPath(f"{what} {shown(path)} is a device or socket: name a file")
+        return path
+    _check_not_symlink(path, info, what, noun="file")
+    if not stat.S_ISREG(info.st_mode):
+        raise _not_a_file(path, info, what)
     return path
+
+
+def _not_a_file(path: Path, info: os.stat_result, what: str) -> RefusedPath:
+    if stat.S_ISDIR(info.st_mode):
+        return RefusedPath(f"{what} {shown(path)} is a folder: name a file in it")
+    kind = "a FIFO (named pipe)" if stat.S_ISFIFO(info.st_mode) else "a device or socket"
+    return RefusedPath(f"{what} {shown(path)} is {kind}: name a file")
 
 
 def open_fresh(path: Path, *, what: str = "file", mode: int = 0o644) -> int:

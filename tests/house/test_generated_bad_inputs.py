@@ -21,6 +21,7 @@ import hashlib
 import io
 import json
 import os
+import signal
 import tempfile
 import time
 from collections.abc import Iterator
@@ -231,6 +232,26 @@ def _fill(text: str, places: dict[str, str]) -> str:
 CASES: list[str] = []
 
 
+class Hung(Exception):
+    """A case still running after its limit (a FIFO opened for writing waits for ever)."""
+
+
+@contextlib.contextmanager
+def _hang_limit(seconds: int) -> Iterator[None]:
+    """Ends the case with ``Hung`` after ``seconds`` (SIGALRM: a blocked open is interrupted)."""
+
+    def ring(signum: int, frame: object) -> None:
+        raise Hung(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, ring)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 class WouldStart(Exception):
     """Every input was accepted: the episode (or the cluster call) would start here."""
 
@@ -296,7 +317,7 @@ def test_generated_bad_values_are_one_line_with_the_documented_exit(data: st.Dat
         decoy = _digest(Path(places["decoy"]))
         out, err = io.StringIO(), io.StringIO()
         started = time.monotonic()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), _hang_limit(20):
             try:
                 code = main(argv)
             except SystemExit as exit_:  # argparse's own refusal (a missing value)

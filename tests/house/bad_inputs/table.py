@@ -684,7 +684,7 @@ def rows() -> list[Row]:
             "--chaos-journal-dir a file",
             (*pytest_fake, "--chaos-journal-dir", "afile"),
             4,
-            "is not a folder",
+            "afile is a file, not a folder",
             setup=_write("afile", "x"),
             pytest_session=True,
         ),
@@ -782,6 +782,28 @@ def rows() -> list[Row]:
             4,
             "m.yaml is not UTF-8 text",
             setup=_write("m.yaml", b"kind: JobSet\n\x89PNG\r\n\x1a\n"),
+            pytest_session=True,
+        ),
+        # a name longer than the file system allows was an INTERNALERROR traceback (OSError)
+        Row(
+            "--acceptance-manifest name too long",
+            (*pytest_fake, "--acceptance-manifest", "9" * 400),
+            4,
+            "File name too long",
+            pytest_session=True,
+        ),
+        Row(
+            "--chaos-log-dir name too long",
+            (*pytest_fake, "--chaos-log-dir", "9" * 400),
+            4,
+            "File name too long",
+            pytest_session=True,
+        ),
+        Row(
+            "--chaos-journal-dir name too long",
+            (*pytest_fake, "--chaos-journal-dir", "9" * 400),
+            4,
+            "File name too long",
             pytest_session=True,
         ),
         Row(

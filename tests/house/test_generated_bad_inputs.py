@@ -293,13 +293,18 @@ def _nothing_real_starts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Non
     monkeypatch.setenv("PATHWAYS_CHAOS_JOURNAL_DIR", str(tmp_path / "journals"))
 
 
-@settings(
-    max_examples=1000,
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-    database=None,
-    derandomize=True,
-)
+def generated(cases: int) -> settings:
+    """The generated tests' hypothesis settings: the same cases every run (CI can compare)."""
+    return settings(
+        max_examples=cases,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        database=None,
+        derandomize=True,
+    )
+
+
+@generated(1000)
 @given(data=st.data())
 def test_generated_bad_values_are_one_line_with_the_documented_exit(data: st.DataObject) -> None:
     command = data.draw(st.sampled_from(sorted(COMMANDS)), label="command")

@@ -16,10 +16,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.house.test_generated_bad_inputs import HOSTILE, NEVER_A_NUMBER, _digest, _fill, _scratch
+from tests.house.test_generated_bad_inputs import (
+    HOSTILE,
+    NEVER_A_NUMBER,
+    _digest,
+    _fill,
+    _scratch,
+    generated,
+)
 
 #: A NUL cannot reach a process's argv at all (exec refuses it): the rest of HOSTILE can.
 TYPABLE = tuple(value for value in HOSTILE if "\x00" not in value)
@@ -87,13 +94,7 @@ def run_case(option: str, value: str) -> tuple[subprocess.CompletedProcess[str],
         return out, why
 
 
-@settings(
-    max_examples=int(os.environ.get("PATHWAYS_CHAOS_PLUGIN_CASES", "80")),
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-    database=None,
-    derandomize=True,
-)
+@generated(int(os.environ.get("PATHWAYS_CHAOS_PLUGIN_CASES", "80")))
 @given(data=st.data())
 def test_generated_bad_plugin_values_are_one_usage_line(data: st.DataObject) -> None:
     option = data.draw(st.sampled_from(sorted(plugin_options())), label="option")

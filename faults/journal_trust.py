@@ -28,7 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from pathways_chaos.faults.safety import ChaosRefused
+from pathways_chaos.harness.engine.owned_paths import (
+    RefusedPath,
+    existing_folder,
+    not_private,
+    open_new,
+)
 from pathways_chaos.harness.engine.owned_processes import boot_id, process_start
+from pathways_chaos.harness.engine.untrusted_files import shown
 from pathways_chaos.harness.errors import ChaosError
 
 KEY_FILE = "journal.key"
@@ -61,9 +68,9 @@ def journal_key(create: bool = True, folder: Path | None = None) -> bytes:
         try:
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
             _create_key(folder, path)
-        except OSError as error:
+        except (OSError, RefusedPath) as error:
             raise JournalUnreadable(
-                f"cannot make the journal key {path}: {error.strerror or error}: "
+                f"cannot make the journal key {path}: {getattr(error, 'strerror', None) or error}: "
                 f"set {STATE_DIR_ENV} to a folder you own"
             ) from None
     try:
@@ -100,7 +107,7 @@ def journal_key(create: bool = True, folder: Path | None = None) -> bytes:
 def _create_key(folder: Path, path: Path) -> None:
     """Writes a fresh key under a temporary name and links it in: two racing makers agree."""
     temp = folder / f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    fd = open_new(temp, what="journal key", mode=0o600)
     try:
         os.write(fd, secrets.token_bytes(KEY_BYTES))
         os.fsync(fd)
@@ -142,27 +149,15 @@ def mac_ok(key: bytes, previous: str, record: dict[str, Any]) -> bool:
 
 def check_folder(folder: Path, *, what: str = "journal folder") -> None:
     """Refuses a folder another user could write (plant or swap a journal in)."""
-    try:
-        info = os.stat(folder)
-    except PermissionError:
-        raise JournalUnreadable(f"{what} {folder} cannot be read (permission denied)") from None
-    except FileNotFoundError:
+    info = existing_folder(folder, what=what, unreadable=JournalUnreadable)
+    problem = None if info is None else not_private(info, root_may_own=True)
+    if problem is None:
         return
-    except NotADirectoryError:
-        raise JournalUnreadable(f"{what} {folder}: a part of the path is not a folder") from None
-    if not stat.S_ISDIR(info.st_mode):
-        raise JournalUnreadable(f"{what} {folder} is not a folder")
-    if info.st_uid not in (os.geteuid(), 0):
-        raise JournalRefused(
-            f"refused: {what} {folder} belongs to uid {info.st_uid}, not you: a journal there "
-            "could be anyone's; use a folder of your own (--journal-dir)"
-        )
-    if info.st_mode & 0o022:
-        raise JournalRefused(
-            f"refused: {what} {folder} can be written by other users "
-            f"(mode {stat.S_IMODE(info.st_mode):o}): anyone could plant a journal there; "
-            f"chmod go-w {folder} or use a folder of your own"
-        )
+    fix = f"chmod go-w {shown(folder)} or use" if "written" in problem else "use"
+    raise JournalRefused(
+        f"refused: {what} {shown(folder)} {problem}: anyone could plant a journal there; "
+        f"{fix} a folder of your own (--journal-dir)"
+    )
 
 
 def check_journal_file(path: Path, info: os.stat_result) -> None:

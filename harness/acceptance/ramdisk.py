@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pathways_chaos.harness.acceptance.table import CheckResult, Finding
+from pathways_chaos.harness.engine.option_values import OneLineArgumentParser, Range
 from pathways_chaos.harness.errors import ChaosConfigError
 
 BYTES_PER_PARAM = 12
@@ -192,16 +193,20 @@ def check_ramdisk(
     return CheckResult("ramdisk-size", title, fix, tuple(findings), "; ".join(notes))
 
 
-def ramdisk_main(argv: Sequence[str] | None = None) -> int:
-    """``pathways-chaos ramdisk``: prints the calculation; 1 if the configured size is short."""
-    parser = argparse.ArgumentParser(
+#: Hosts (pods) of one slice: the largest TPU slices have a few thousand.
+HOSTS_PER_SLICE = Range(1, 65_536, whole=True, unit="hosts")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """``pathways-chaos ramdisk``'s options (the generated bad-input test walks them)."""
+    parser = OneLineArgumentParser(
         prog="pathways-chaos ramdisk",
         description="Multi-Tier Checkpointing ramdisk size per pod (params x 12 B x 2 / hosts "
         "per slice, plus a buffer).",
     )
     parser.add_argument("--params", required=True, help="parameter count, e.g. 8e9 or 70B")
-    parser.add_argument(
-        "--hosts-per-slice", required=True, type=int, help="hosts (pods) in one slice"
+    parser.add_number(
+        "--hosts-per-slice", HOSTS_PER_SLICE, required=True, help="hosts (pods) in one slice"
     )
     parser.add_argument(
         "--buffer", default=str(DEFAULT_BUFFER), help="safety buffer, e.g. 0.15 or 15%%"
@@ -211,6 +216,12 @@ def ramdisk_main(argv: Sequence[str] | None = None) -> int:
         metavar="FILE",
         help="YAML holding a CheckpointConfiguration: compare its inMemoryVolumeSize",
     )
+    return parser
+
+
+def ramdisk_main(argv: Sequence[str] | None = None) -> int:
+    """``pathways-chaos ramdisk``: prints the calculation; 1 if the configured size is short."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     try:
         sizing = RamdiskSizing(

@@ -1,9 +1,14 @@
-"""``--deadline`` and ``--wall-deadline``, shared by every ``pathways-chaos`` command that plays
-an episode (``demo``, ``replay``)."""
+"""``--deadline`` and ``--wall-deadline``, and the range of an episode's steps, shared by
+every ``pathways-chaos`` command that plays an episode (``demo``, ``replay``)."""
 
 from __future__ import annotations
 
 import argparse
+
+from pathways_chaos.harness.engine.option_values import Range
+
+#: Training steps of one episode: ten million is days of the fake cluster's time.
+STEPS = Range(1, 10_000_000, whole=True, unit="steps")
 
 
 def add_deadline_arguments(parser: argparse.ArgumentParser) -> None:

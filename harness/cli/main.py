@@ -15,10 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from pathways_chaos.harness.cli.deadline_arguments import (
+    STEPS,
     add_deadline_arguments,
     apply_deadline_arguments,
 )
 from pathways_chaos.harness.cli.quiet import quiet_libraries, restores_library_logging
+from pathways_chaos.harness.engine.option_values import OneLineArgumentParser
+from pathways_chaos.harness.engine.topology import DEVICES_PER_SLICE, SLICES
 
 DEMO_SCHEDULE = "data_loss@step=12:slice=2,data_loss@step=25:slice=1,repair@step=30:slice=2"
 
@@ -44,25 +47,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pathways_chaos.harness.acceptance.ramdisk import ramdisk_main
 
         return ramdisk_main(args_list[1:])
-    parser = argparse.ArgumentParser(prog="pathways-chaos", description=__doc__)
+    parser = OneLineArgumentParser(prog="pathways-chaos", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    demo = sub.add_parser("demo", help="run one episode on the fake cluster and summarise it")
-    demo.add_argument("--slices", type=int, default=4)
-    demo.add_argument("--devices-per-slice", type=int, default=2)
-    demo.add_argument("--mode", default="resize", help="pause_resume or resize")
-    demo.add_argument("--scale-up", default="in_loop", help="in_loop, signal or off")
-    demo.add_argument("--steps", type=int, default=50)
-    demo.add_argument("--schedule", default=None, help="faults, e.g. data_loss@step=12:slice=2")
-    demo.add_argument(
-        "--loop",
-        default=None,
-        metavar="MODULE:FUNC",
-        help="run your own elastic loop (unchanged) instead of the reference trainer",
-    )
-    demo.add_argument("--clock", default="fake", choices=("fake", "real"))
-    demo.add_argument("--log", type=Path, default=None, help="write the JSONL event log here")
-    add_deadline_arguments(demo)
+    sub.add_parser("demo", help="run one episode on the fake cluster and summarise it")
 
     check = sub.add_parser("check", help="run the oracle over an event log")
     check.add_argument("log", type=Path)
@@ -82,7 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     sub.add_parser("twin", help="a local twin of Pathways on GKE: twin up --manifest F / down")
 
-    args = parser.parse_args(args_list)
+    if args_list[:1] == ["demo"]:
+        args = build_demo_parser().parse_args(args_list[1:])
+        args.command = "demo"
+    else:
+        args = parser.parse_args(args_list)
     from pathways_chaos.faults.model import FaultSpecError
     from pathways_chaos.harness.errors import ChaosError
 
@@ -100,6 +92,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f" {error.filename}" if error.filename else ""
         print(f"pathways-chaos: error:{where}: {error.strerror or error}", file=sys.stderr)
         return 2
+
+
+def build_demo_parser() -> argparse.ArgumentParser:
+    """``pathways-chaos demo``'s options (the generated bad-input test walks them)."""
+    demo = OneLineArgumentParser(
+        prog="pathways-chaos demo", description="run one episode on the fake cluster"
+    )
+    demo.add_number("--slices", SLICES, default=4)
+    demo.add_number("--devices-per-slice", DEVICES_PER_SLICE, default=2)
+    demo.add_argument("--mode", default="resize", help="pause_resume or resize")
+    demo.add_argument("--scale-up", default="in_loop", help="in_loop, signal or off")
+    demo.add_number("--steps", STEPS, default=50)
+    demo.add_argument("--schedule", default=None, help="faults, e.g. data_loss@step=12:slice=2")
+    demo.add_argument(
+        "--loop",
+        default=None,
+        metavar="MODULE:FUNC",
+        help="run your own elastic loop (unchanged) instead of the reference trainer",
+    )
+    demo.add_argument("--clock", default="fake", choices=("fake", "real"))
+    demo.add_argument("--log", type=Path, default=None, help="write the JSONL event log here")
+    add_deadline_arguments(demo)
+    return demo
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -121,17 +136,15 @@ def _demo(args: argparse.Namespace) -> int:
             "pathways_chaos.harness.reference.user_loop:main), or leave --loop out for the "
             "reference trainer"
         )
-    if args.steps < 1:
-        raise ChaosConfigError(f"--steps {args.steps}: use a whole number of steps >= 1")
     schedule = None if args.loop else parse_schedule(args.schedule or DEMO_SCHEDULE)
     if args.loop and args.schedule is not None:
         check_schedule_fits(parse_schedule(args.schedule), topology.num_slices, kubernetes=False)
     if schedule is not None:
         check_schedule_fits(schedule, topology.num_slices, kubernetes=False)
-    if args.log is not None and args.log.is_dir():
-        raise ChaosConfigError(
-            f"--log {args.log} is a folder: name a file, e.g. {args.log}/demo.jsonl"
-        )
+    if args.log is not None:
+        from pathways_chaos.harness.engine.owned_paths import check_appendable
+
+        check_appendable(args.log, what="--log")
     request_cpu_devices(topology.device_count)  # before anything starts JAX
     quiet_libraries()
     if args.loop:

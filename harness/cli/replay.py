@@ -13,16 +13,30 @@ import dataclasses
 import sys
 
 from pathways_chaos.harness.cli.deadline_arguments import (
+    STEPS,
     add_deadline_arguments,
     apply_deadline_arguments,
 )
 from pathways_chaos.harness.cli.quiet import quiet_libraries, restores_library_logging
-from pathways_chaos.harness.engine.topology import SliceTopology
+from pathways_chaos.harness.engine.option_values import OneLineArgumentParser, Range
+from pathways_chaos.harness.engine.topology import DEVICES_PER_SLICE, SLICES, SliceTopology
 from pathways_chaos.harness.properties.episode_spec import EpisodeSpec
+
+#: The range of each whole-number field of an episode (EpisodeSpec checks how they combine).
+FIELD_RANGES = {
+    "slices": SLICES,
+    "devices_per_slice": DEVICES_PER_SLICE,
+    "steps": STEPS,
+    "snapshot_interval": Range(1, STEPS.maximum, whole=True, unit="steps"),
+    "global_batch": Range(1, 2**20, whole=True, unit="samples"),
+    "max_attempts": Range(0, 10_000, whole=True, unit="attempts"),
+    "poll_interval": Range(0, 24 * 3600, whole=True, unit="seconds"),
+    "data_size": Range(0, 2**40, whole=True, unit="samples"),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         prog="pathways-chaos replay", description="replay one episode and print the verdict"
     )
     for field in dataclasses.fields(EpisodeSpec):
@@ -30,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         if field.type in ("bool", bool):
             parser.add_argument(flag, action="store_true", default=field.default)
         elif field.type in ("int", int):
-            parser.add_argument(flag, type=int, default=field.default)
+            parser.add_number(flag, FIELD_RANGES[field.name], default=field.default)
         else:
             parser.add_argument(flag, default=field.default)
     add_deadline_arguments(parser)
@@ -80,7 +94,7 @@ def replay_main(argv: list[str]) -> int:
 
 
 def build_loop_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         prog="pathways-chaos replay --loop",
         description="replay a user's loop under one schedule and print the loop judge's verdict",
     )

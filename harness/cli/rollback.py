@@ -30,6 +30,9 @@ from pathways_chaos.faults.journal import (
     short_error,
 )
 from pathways_chaos.faults.journal_trust import holder_state
+from pathways_chaos.harness.engine.option_values import OneLineArgumentParser
+from pathways_chaos.harness.engine.owned_paths import existing_folder, lstat_or_none
+from pathways_chaos.harness.engine.untrusted_files import shown
 from pathways_chaos.harness.errors import ChaosError
 
 if TYPE_CHECKING:
@@ -47,9 +50,9 @@ folder others can write; a live session's journal); 4 the kubeconfig or the clus
 reached."""
 
 
-def rollback_main(argv: list[str]) -> int:
-    """``pathways-chaos rollback JOURNAL | --pending``: undo what a crashed run left behind."""
-    parser = argparse.ArgumentParser(
+def build_parser() -> argparse.ArgumentParser:
+    """``pathways-chaos rollback``'s options (the generated bad-input test walks them)."""
+    parser = OneLineArgumentParser(
         prog="pathways-chaos rollback",
         description="Undo every change recorded in a rollback journal (safe to run twice).",
         epilog=ROLLBACK_EPILOG,
@@ -84,6 +87,12 @@ def rollback_main(argv: list[str]) -> int:
         action="store_true",
         help="undo a journal written on another host: you checked its session has ended",
     )
+    return parser
+
+
+def rollback_main(argv: list[str]) -> int:
+    """``pathways-chaos rollback JOURNAL | --pending``: undo what a crashed run left behind."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     if bool(args.journal) == bool(args.pending):
         parser.error("name one JOURNAL, or pass --pending (not both)")
@@ -133,8 +142,8 @@ def _identity(api: ApiClient) -> ClusterIdentity:
 
 
 def _rollback_one(args: argparse.Namespace, path: Path, *, holder_checked: bool = False) -> int:
-    if not path.exists() and not path.is_symlink():
-        raise JournalError(f"no journal at {path}")
+    if lstat_or_none(path, "journal") is None:
+        raise JournalError(f"no journal at {shown(path)}")
     contents = read_journal(path)
     for note in contents.notes:
         print(f"{path}: {note}")
@@ -169,22 +178,8 @@ def _rollback_one(args: argparse.Namespace, path: Path, *, holder_checked: bool 
 
 def _rollback_pending(args: argparse.Namespace) -> int:
     directory = args.journal_dir or default_journal_dir()
-    if directory.exists() and not directory.is_dir():
-        raise JournalError(f"journal folder {directory} is not a folder: name a folder")
-    if not directory.exists():
-        try:
-            directory.stat()
-        except NotADirectoryError:
-            raise JournalError(
-                f"journal folder {directory}: a part of the path is not a folder"
-            ) from None
-        except PermissionError:
-            raise _Unreadable(
-                f"journal folder {directory} cannot be reached (permission denied)"
-            ) from None
-        except FileNotFoundError:
-            pass
-        print(f"{directory}: no journal folder, nothing to undo")
+    if existing_folder(directory, what="journal folder", unreadable=_Unreadable) is None:
+        print(f"{shown(directory)}: no journal folder, nothing to undo")
         return EXIT_OK
     scanned = scan_journal_folder(directory)  # before connecting: a bad journal is said anyway
     code = EXIT_OK

@@ -14,7 +14,7 @@ import dataclasses
 import math
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from pathways_chaos.harness.engine.untrusted_files import shown
@@ -56,6 +56,8 @@ def parse_number(raw: object, flag: str, allowed: Range) -> float:
     else:
         text = str(raw).strip()
         try:
+            if not text.isascii():  # int() takes any script's digits: "١٢" is 12
+                raise ValueError(text)
             value = float(int(text)) if allowed.whole and re.fullmatch(r"[+-]?\d+", text) else None
             if value is None:
                 value = float(text)
@@ -126,12 +128,37 @@ def parse_memory(raw: str, flag: str = "--memory") -> str:
     return str(raw).strip()
 
 
+def number_option(flag: str, allowed: Range) -> Callable[[str], float | int]:
+    """An argparse ``type=`` checking a value against ``allowed`` (an ``int`` when whole): its
+    refusal is :func:`parse_number`'s one line. The range is kept on it as ``allowed``."""
+
+    def parse(raw: str) -> float | int:
+        try:
+            if allowed.whole:
+                return parse_whole(raw, flag, allowed)
+            return parse_number(raw, flag, allowed)
+        except ChaosConfigError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    parse.allowed = allowed  # type: ignore[attr-defined]
+    parse.__name__ = "whole number" if allowed.whole else "number"
+    return parse
+
+
 class OneLineArgumentParser(argparse.ArgumentParser):
     """argparse, whose refusal (an unknown option, a value that starts with '-', a missing
-    one) is one line and exit 2, not a 15-line usage block; ``--help`` is unchanged."""
+    one, a number out of its range) is one line and exit 2, not a 15-line usage block;
+    ``--help`` is unchanged."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message.splitlines()[0]} (see {self.prog} --help)\n")
+        first = message.splitlines()[0] if message.strip() else "bad arguments"
+        # "argument --steps: --steps 'abc': use ...": the flag once
+        first = re.sub(r"^argument (\S+): (?=\1 )", "", first)
+        self.exit(2, f"{self.prog}: error: {first} (see {self.prog} --help)\n")
+
+    def add_number(self, flag: str, allowed: Range, **kwargs: Any) -> argparse.Action:
+        """``add_argument(flag, ...)`` of a number checked against ``allowed`` at parse time."""
+        return self.add_argument(flag, type=number_option(flag, allowed), **kwargs)
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: Any = None
@@ -146,6 +173,7 @@ class OneLineArgumentParser(argparse.ArgumentParser):
 __all__ = [
     "OneLineArgumentParser",
     "Range",
+    "number_option",
     "parse_cpu",
     "parse_memory",
     "parse_number",

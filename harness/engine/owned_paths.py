@@ -23,10 +23,20 @@ from pathways_chaos.harness.engine.untrusted_files import (
     check_folder_target,
     shown,
 )
+from pathways_chaos.harness.errors import ChaosError
 
 #: The file that says "pathways-chaos made this folder and may delete it".
 MARKER = ".pathways-chaos-owned"
 MARKER_TEXT = b"made by pathways-chaos; this folder is deleted by the command that made it\n"
+#: Appending to a log: made if missing, never through a symlink, never blocking on a FIFO.
+_APPEND = (
+    os.O_WRONLY
+    | os.O_APPEND
+    | os.O_CREAT
+    | os.O_NOFOLLOW
+    | os.O_NONBLOCK
+    | getattr(os, "O_CLOEXEC", 0)
+)
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -34,7 +44,9 @@ class RefusedPath(UntrustedFileError):
     """A path the project did not make, or cannot write safely: nothing was changed; exit 2."""
 
 
-def _lstat(path: Path, what: str) -> os.stat_result | None:
+def lstat_or_none(path: Path, what: str) -> os.stat_result | None:
+    """``os.lstat(path)``; None when nothing is there; any other failure (a name too long, a
+    part that is a file, no permission) is one line naming ``what``."""
     try:
         return os.lstat(path)
     except FileNotFoundError:
@@ -45,20 +57,58 @@ def _lstat(path: Path, what: str) -> os.stat_result | None:
         raise RefusedPath(f"{what} {shown(path)}: {error.strerror or error}") from None
 
 
-def _check_not_symlink(path: Path, info: os.stat_result | None, what: str) -> None:
+def _check_not_symlink(
+    path: Path, info: os.stat_result | None, what: str, noun: str = "folder"
+) -> None:
     if info is not None and stat.S_ISLNK(info.st_mode):
         raise RefusedPath(
             f"{what} {shown(path)} is a symlink (to {shown(os.readlink(path))}), refused: name "
-            "the real folder"
+            f"the real {noun}"
         )
+
+
+def existing_folder(
+    path: str | os.PathLike[str],
+    *,
+    what: str = "folder",
+    unreadable: type[ChaosError] = RefusedPath,
+) -> os.stat_result | None:
+    """The folder at ``path`` (a symlink to a folder is followed), None when nothing is there.
+    A file, or a path under a file, is refused (``RefusedPath``, exit 2); a folder that cannot
+    be reached (no permission, a name too long) is ``unreadable``'s one line."""
+    target = Path(path)
+    try:
+        info = os.stat(target)
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        raise RefusedPath(f"{what} {shown(target)}: a part of the path is not a folder") from None
+    except PermissionError:
+        raise unreadable(f"{what} {shown(target)} cannot be read (permission denied)") from None
+    except OSError as error:
+        raise unreadable(f"{what} {shown(target)}: {error.strerror or error}") from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise RefusedPath(f"{what} {shown(target)} is not a folder: name a folder")
+    return info
+
+
+def not_private(info: os.stat_result, *, root_may_own: bool = False) -> str | None:
+    """Why a folder is not the current user's alone, so a file in it may have been planted: it
+    belongs to another user (root too, unless ``root_may_own``), or others may write it."""
+    owners = (os.geteuid(), 0) if root_may_own else (os.geteuid(),)
+    if info.st_uid not in owners:
+        return f"belongs to uid {info.st_uid}, not you"
+    if info.st_mode & 0o022:
+        return f"can be written by other users (mode {stat.S_IMODE(info.st_mode):o})"
+    return None
 
 
 def is_owned(path: Path) -> bool:
     """Whether ``path`` is a real folder of the current user holding our marker file."""
-    info = _lstat(path, "folder")
+    info = lstat_or_none(path, "folder")
     if info is None or not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
         return False
-    marker = _lstat(path / MARKER, "folder")
+    marker = lstat_or_none(path / MARKER, "folder")
     return marker is not None and stat.S_ISREG(marker.st_mode) and marker.st_uid == os.geteuid()
 
 
@@ -67,7 +117,7 @@ def check_real_folder(path: str | os.PathLike[str], *, what: str = "folder") -> 
     file, not under a file; it need not exist yet."""
     target = Path(path)
     check_folder_target(target, what=what)
-    info = _lstat(target, what)
+    info = lstat_or_none(target, what)
     _check_not_symlink(target, info, what)
     if info is not None and not stat.S_ISDIR(info.st_mode):
         raise RefusedPath(f"{what} {shown(target)} is not a folder: name a folder")
@@ -78,7 +128,7 @@ def check_owned(path: str | os.PathLike[str], *, what: str = "folder") -> bool:
     """False when ``path`` does not exist; True when it is a folder we made; else refused."""
     target = Path(path)
     check_folder_target(target, what=what)
-    info = _lstat(target, what)
+    info = lstat_or_none(target, what)
     if info is None:
         return False
     _check_not_symlink(target, info, what)
@@ -97,7 +147,7 @@ def make_owned_folder(path: str | os.PathLike[str], *, what: str = "folder") -> 
     (or an empty one, then marked); a folder holding anything else is refused."""
     target = Path(path)
     check_folder_target(target, what=what)
-    info = _lstat(target, what)
+    info = lstat_or_none(target, what)
     _check_not_symlink(target, info, what)
     if info is None:
         try:
@@ -111,7 +161,7 @@ def make_owned_folder(path: str | os.PathLike[str], *, what: str = "folder") -> 
         raise RefusedPath(f"{what} {shown(target)} is not a folder: name a folder")
     elif is_owned(target):
         return target
-    elif info.st_uid != os.geteuid() or info.st_mode & 0o022 or any(target.iterdir()):
+    elif not_private(info) or any(target.iterdir()):
         raise RefusedPath(
             f"{what} {shown(target)} already holds files pathways-chaos did not make (no "
             f"{MARKER} marker), so it is left as it is: name a new or empty folder"
@@ -154,6 +204,42 @@ def open_new(path: Path, *, what: str = "file", mode: int = 0o600) -> int:
         raise RefusedPath(f"{what} {shown(path)} cannot be written: {error.strerror}") from None
 
 
+def open_append(path: Path, *, what: str = "file", mode: int = 0o644) -> int:
+    """A descriptor appending to the regular file ``path`` (made when missing): a symlink
+    there (planted in a shared folder) is refused, never written through, and a FIFO or
+    device is refused without blocking."""
+    try:
+        fd = os.open(path, _APPEND, mode)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENXIO):  # a symlink; a FIFO nobody reads
+            check_appendable(path, what=what)
+        raise RefusedPath(f"{what} {shown(path)} cannot be written: {error.strerror}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise _not_a_file(path, info, what)
+    return fd
+
+
+def check_appendable(path: Path, *, what: str = "file") -> Path:
+    """What :func:`open_append` refuses, said before anything starts (nothing is made)."""
+    info = lstat_or_none(path, what)
+    if info is None:
+        check_folder_target(path.parent, what=what)
+        return path
+    _check_not_symlink(path, info, what, noun="file")
+    if not stat.S_ISREG(info.st_mode):
+        raise _not_a_file(path, info, what)
+    return path
+
+
+def _not_a_file(path: Path, info: os.stat_result, what: str) -> RefusedPath:
+    if stat.S_ISDIR(info.st_mode):
+        return RefusedPath(f"{what} {shown(path)} is a folder: name a file in it")
+    kind = "a FIFO (named pipe)" if stat.S_ISFIFO(info.st_mode) else "a device or socket"
+    return RefusedPath(f"{what} {shown(path)} is {kind}: name a file")
+
+
 def open_fresh(path: Path, *, what: str = "file", mode: int = 0o644) -> int:
     """``open(path, "w")`` that never writes through what is there: an old file or a planted
     symlink is unlinked (a symlink's target is untouched), then the file is made anew."""
@@ -166,7 +252,7 @@ def _replaceable(path: Path, what: str) -> bool:
     """Whether something is at ``path`` that a new file may replace: a regular file or a
     symlink (the link goes, its target stays). A folder, device, FIFO or socket is refused:
     renaming over ``/dev/zero`` as root would replace the device for every process."""
-    info = _lstat(path, what)
+    info = lstat_or_none(path, what)
     if info is None:
         return False
     if stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode):
@@ -218,11 +304,16 @@ def check_not_an_input(output: Path, inputs: Iterable[Path], *, what: str = "out
 __all__ = [
     "MARKER",
     "RefusedPath",
+    "check_appendable",
     "check_not_an_input",
     "check_owned",
     "check_real_folder",
+    "existing_folder",
     "is_owned",
+    "lstat_or_none",
     "make_owned_folder",
+    "not_private",
+    "open_append",
     "open_fresh",
     "open_new",
     "remove_owned_folder",

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from pathways_chaos.harness.engine.clock import Clock, RealClock
+from pathways_chaos.harness.engine.owned_paths import open_append
 
 Event = dict[str, Any]
 Listener = Callable[[Event], None]
@@ -47,7 +48,9 @@ class Recorder:
         self._wall0 = time.perf_counter()
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.path.open("a", encoding="utf-8")
+            # never through a symlink planted where the log goes, never blocked on a FIFO
+            fd = open_append(self.path, what="event log")
+            self._file = os.fdopen(fd, "a", encoding="utf-8")
             if resume is not None and self._file.tell() > 0:
                 with self.path.open("rb") as f:  # a torn last line stays apart from ours
                     f.seek(-1, 2)

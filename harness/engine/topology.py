@@ -7,11 +7,15 @@ import os
 import sys
 from typing import Any, ClassVar
 
+from pathways_chaos.harness.engine.option_values import Range
 from pathways_chaos.harness.errors import ChaosConfigError
 
 #: Beyond this many CPU devices start-up cost grows fast (4096 take 17 s and 1.4 GB here) and,
 #: further on, XLA aborts the whole process in pthread_create; refuse before that happens.
 MAX_CPU_DEVICES = 1024
+#: A fake cluster's shape, as options take it (SliceTopology checks the product).
+SLICES = Range(1, MAX_CPU_DEVICES, whole=True, unit="slices")
+DEVICES_PER_SLICE = Range(1, MAX_CPU_DEVICES, whole=True, unit="devices")
 
 
 @dataclasses.dataclass(frozen=True)

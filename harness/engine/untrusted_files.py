@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -36,12 +37,17 @@ class UnreadableFile(ChaosConfigError):
     """A file or folder the current user may not read: an error, never "nothing there"."""
 
 
+#: Characters that would break a one-line message (a newline) or a terminal (an escape).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def shown(value: object, limit: int = SHOWN_CHARS) -> str:
     """A user's value for a message, cut to ``limit`` characters (a 120k value stays short).
 
     A path keeps its end (the file's name is what a person needs to find it): the middle goes.
+    A newline or other control character is shown escaped (``a\\nb``): a message stays one line.
     """
-    text = str(value)
+    text = _CONTROL.sub(lambda m: repr(m[0])[1:-1], str(value))
     if len(text) <= limit:
         return text
     if isinstance(value, os.PathLike) or (text.startswith("/") and "\n" not in text):
@@ -242,10 +248,11 @@ def _expanded_size(node: Any, memo: dict[int, int], stack: set[int], limit: int)
 
 
 def check_output_file(path: str | os.PathLike[str], *, what: str = "output file") -> Path:
-    """A path a report or log may be written to: not a folder, not a device or FIFO."""
+    """A path a report or log may be written to: not a folder, not a device or FIFO, and not a
+    symlink (one planted in a shared folder would have the report written over its target)."""
     target = Path(path)
     try:
-        info = os.stat(target)
+        info = os.lstat(target)
     except FileNotFoundError:
         parent = target.parent
         if parent.exists() and not parent.is_dir():
@@ -257,6 +264,13 @@ def check_output_file(path: str | os.PathLike[str], *, what: str = "output file"
         raise UntrustedFileError(
             f"{what} {shown(target)}: a part of the path is not a folder"
         ) from None
+    except OSError as error:  # a name too long, permission denied...
+        raise UntrustedFileError(f"{what} {shown(target)}: {error.strerror or error}") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise UntrustedFileError(
+            f"{what} {shown(target)} is a symlink (to {shown(os.readlink(target))}), refused: "
+            "name the real file"
+        )
     if stat.S_ISDIR(info.st_mode):
         raise UntrustedFileError(
             f"{what} {shown(target)} is a folder: name a file, e.g. {shown(target)}/report.html"

@@ -50,20 +50,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--fake-slices",
-        type=int,
         default=None,
         help="slices of the in-process fake cluster (default 4, env PATHWAYS_CHAOS_SLICES)",
     )
     group.addoption(
         "--fake-devices-per-slice",
-        type=int,
         default=None,
         help="CPU devices per fake slice (default 2, env PATHWAYS_CHAOS_DEVICES_PER_SLICE)",
     )
     group.addoption(
         "--chaos-clock",
-        choices=("fake", "real"),
         default="fake",
+        metavar="{fake,real}",
         help="fake: pathwaysutils' waits and polls cost no real time (default); real: they do",
     )
     group.addoption(
@@ -120,26 +118,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--chaos-progress",
-        choices=("auto", "on", "off"),
         default="auto",
+        metavar="{auto,on,off}",
         help="a live line during episodes (auto: on a terminal, never under -q)",
     )
     group.addoption(
         "--chaos-progress-every",
-        type=int,
         default=10,
         help="steps between progress lines (default 10)",
     )
     group.addoption(
         "--chaos-profile",
-        choices=("ci", "dev", "nightly"),
         default=None,
+        metavar="{ci,dev,nightly}",
         help="hypothesis profile of the property suites: ci (default), dev, nightly "
         "(env PATHWAYS_CHAOS_PROFILE)",
     )
     group.addoption(
         "--chaos-budget",
-        type=float,
         default=None,
         metavar="SECONDS",
         help="with --chaos-loop: seconds of episodes the property suites' loop search may spend "
@@ -174,7 +170,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--chaos-lease-seconds",
-        type=int,
         default=30,
         help="with --cluster --chaos-arm: the target Lease's duration; a dead holder's lease "
         "expires after it (default 30)",

@@ -10,6 +10,7 @@ import html
 from collections.abc import Sequence
 from pathlib import Path
 
+from pathways_chaos.harness.engine.owned_paths import write_atomic
 from pathways_chaos.harness.engine.recorder import Event
 from pathways_chaos.harness.judging.committed import committed_lineage
 from pathways_chaos.harness.judging.oracle import JUDGE_FAILED, Verdict, recoveries
@@ -242,7 +243,8 @@ def write_report(path: str | Path, reports: Sequence[EpisodeReport]) -> Path:
     )
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, encoding="utf-8")
+    # a symlink planted there since the session began is replaced, never written through
+    write_atomic(out, page.encode("utf-8"), what="--chaos-report")
     return out
 
 

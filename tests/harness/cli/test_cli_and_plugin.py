@@ -42,7 +42,7 @@ def test_bad_input_is_one_line_and_exit_2():
         and "unknown mode 'elastic': use one of pause_resume, resize" in out.stderr
     )
     out = _cli("demo", "--slices", "4", "--devices-per-slice", "0")
-    assert out.returncode == 2 and "devices_per_slice=0 does not fit" in out.stderr
+    assert out.returncode == 2 and "--devices-per-slice '0': use a whole number" in out.stderr
 
 
 def test_plugin_imports_nothing_heavy():

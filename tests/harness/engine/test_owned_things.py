@@ -23,6 +23,7 @@ from pathways_chaos.harness.engine.owned_paths import (
     RefusedPath,
     check_not_an_input,
     make_owned_folder,
+    open_append,
     open_fresh,
     remove_owned_folder,
     write_atomic,
@@ -123,7 +124,11 @@ def test_files_are_never_written_through_a_symlink_or_over_a_special_file(tmp_pa
         check_not_an_input(tmp_path / "." / "victim", [victim])
 
 
-@pytest.mark.parametrize("raw", ["nan", "inf", "-inf", "1e308", "-1", "abc", "", "9" * 5000])
+#: The last two: Arabic-Indic "12" (int() takes it) and a newline (the refusal stays one line).
+BAD_NUMBERS = ["nan", "inf", "-inf", "1e308", "-1", "abc", "", "9" * 5000, "Infinity", "1e-400"]
+
+
+@pytest.mark.parametrize("raw", [*BAD_NUMBERS, "-0", "\u0661\u0662", "a\nb"])
 def test_the_numeric_parser_refuses_in_one_line_naming_the_flag(raw: str) -> None:
     with pytest.raises(ChaosConfigError, match=r"^--budget .*: use a number") as caught:
         parse_number(raw, "--budget", Range(0, 604800, unit="seconds", inclusive=False))
@@ -139,3 +144,23 @@ def test_the_numeric_parser_accepts_what_is_in_range() -> None:
     for bad, parse in (("-1", parse_cpu), ("0", parse_cpu), ("abc", parse_memory)):
         with pytest.raises(ChaosConfigError):
             parse(bad)
+
+
+def test_a_log_is_appended_to_but_never_through_a_planted_symlink_or_into_a_fifo(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "log.jsonl"
+    os.close(open_append(log))
+    fd = open_append(log)
+    os.write(fd, b"x\n")
+    os.close(fd)
+    assert log.read_bytes() == b"x\n"
+    decoy = tmp_path / "decoy"
+    decoy.write_text("keep")
+    (tmp_path / "link").symlink_to(decoy)
+    with pytest.raises(RefusedPath, match="is a symlink"):
+        open_append(tmp_path / "link")
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(RefusedPath, match="is a FIFO"):  # refused, not waited on
+        open_append(tmp_path / "fifo")
+    assert decoy.read_text() == "keep"

@@ -11,101 +11,39 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-# name -> module that defines it
-_EXPORTS: dict[str, str] = {
-    # the fake multi-slice cluster
-    "FakeCluster": "pathways_chaos.harness.engine.fake_cluster",
-    "SliceTopology": "pathways_chaos.harness.engine.topology",
-    "FakeClock": "pathways_chaos.harness.engine.clock",
-    "make_clock": "pathways_chaos.harness.engine.clock",
-    "ClusterBackend": "pathways_chaos.harness.engine.backend",
-    # faults and schedules
-    "Fault": "pathways_chaos.faults.model",
-    "Schedule": "pathways_chaos.faults.model",
-    "ScheduledFault": "pathways_chaos.faults.model",
-    "Trigger": "pathways_chaos.faults.model",
-    "parse_schedule": "pathways_chaos.faults.model",
-    "parse_fault": "pathways_chaos.faults.model",
-    "DataLoss": "pathways_chaos.faults.slice",
-    "DeadlineExceeded": "pathways_chaos.faults.slice",
-    "NotFound": "pathways_chaos.faults.slice",
-    "Internal": "pathways_chaos.faults.slice",
-    "RepairSlice": "pathways_chaos.faults.slice",
-    "FlappingSlice": "pathways_chaos.faults.slice",
-    "SlowHealth": "pathways_chaos.faults.slice",
-    "RaiseError": "pathways_chaos.faults.slice",
-    "Preemption": "pathways_chaos.faults.slice",
-    # playing and judging an episode
-    "play": "pathways_chaos.harness.play",
-    "play_loop": "pathways_chaos.harness.play",
-    "Outcome": "pathways_chaos.harness.play",
-    "run_episode": "pathways_chaos.harness.episodes.episode",
-    "EpisodeResult": "pathways_chaos.harness.episodes.episode",
-    "Recorder": "pathways_chaos.harness.engine.recorder",
-    "read_log": "pathways_chaos.harness.engine.recorder",
-    "check": "pathways_chaos.harness.judging.oracle",
-    "Verdict": "pathways_chaos.harness.judging.oracle",
-    # the reference trainer and the acceptance adapter
-    "ReferenceTrainer": "pathways_chaos.harness.reference.trainer",
-    "TrainerConfig": "pathways_chaos.harness.reference.trainer",
-    "TrainingAdapter": "pathways_chaos.harness.acceptance.adapter",
-    # errors: one base
-    "ChaosError": "pathways_chaos.harness.errors",
-    "ChaosConfigError": "pathways_chaos.harness.errors",
-    "FaultSpecError": "pathways_chaos.faults.model",
-    "OracleViolation": "pathways_chaos.harness.judging.oracle",
-    "ChaosRefused": "pathways_chaos.faults.safety",
-}
-
-# Spelled out for type checkers and linters; a test holds it equal to _EXPORTS.
-__all__ = [
-    "ChaosConfigError",
-    "ChaosError",
-    "ChaosRefused",
-    "ClusterBackend",
-    "DataLoss",
-    "DeadlineExceeded",
-    "EpisodeResult",
-    "FakeClock",
-    "FakeCluster",
-    "Fault",
-    "FaultSpecError",
-    "FlappingSlice",
-    "Internal",
-    "NotFound",
-    "OracleViolation",
-    "Outcome",
-    "Preemption",
-    "RaiseError",
-    "Recorder",
-    "ReferenceTrainer",
-    "RepairSlice",
-    "Schedule",
-    "ScheduledFault",
-    "SliceTopology",
-    "SlowHealth",
-    "TrainerConfig",
-    "TrainingAdapter",
-    "Trigger",
-    "Verdict",
-    "check",
-    "make_clock",
-    "parse_fault",
-    "parse_schedule",
-    "play",
-    "play_loop",
-    "read_log",
-    "run_episode",
-]
+# The one list of public names: the imports below, read by type checkers as they are and by
+# this module at run time (``_exports``), which imports each name lazily, on first use.
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pathways_chaos' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+def _exports() -> dict[str, str]:
+    """Name -> the module that defines it, from this file's ``if TYPE_CHECKING:`` imports."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+    block = next(
+        n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"
+    )
+    return {
+        alias.asname or alias.name: str(node.module)
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+
+
+_EXPORTS: dict[str, str] = _exports()
+__all__ = sorted(_EXPORTS)
+
+if not TYPE_CHECKING:  # a type checker sees the imports below, and ``pc.<typo>`` is an error
+
+    def __getattr__(name: str) -> Any:
+        module = _EXPORTS.get(name)
+        if module is None:
+            raise AttributeError(f"module 'pathways_chaos' has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:
@@ -113,35 +51,40 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from pathways_chaos.faults.model import (
-        Fault,
-        FaultSpecError,
-        Schedule,
-        ScheduledFault,
-        Trigger,
-        parse_fault,
-        parse_schedule,
-    )
-    from pathways_chaos.faults.safety import ChaosRefused
-    from pathways_chaos.faults.slice import (
-        DataLoss,
-        DeadlineExceeded,
-        FlappingSlice,
-        Internal,
-        NotFound,
-        Preemption,
-        RaiseError,
-        RepairSlice,
-        SlowHealth,
-    )
-    from pathways_chaos.harness.acceptance.adapter import TrainingAdapter
-    from pathways_chaos.harness.engine.backend import ClusterBackend
-    from pathways_chaos.harness.engine.clock import FakeClock, make_clock
-    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
-    from pathways_chaos.harness.engine.recorder import Recorder, read_log
-    from pathways_chaos.harness.engine.topology import SliceTopology
-    from pathways_chaos.harness.episodes.episode import EpisodeResult, run_episode
-    from pathways_chaos.harness.errors import ChaosConfigError, ChaosError
-    from pathways_chaos.harness.judging.oracle import OracleViolation, Verdict, check
-    from pathways_chaos.harness.play import Outcome, play, play_loop
-    from pathways_chaos.harness.reference.trainer import ReferenceTrainer, TrainerConfig
+    from pathways_chaos.faults.model import Fault as Fault
+    from pathways_chaos.faults.model import FaultSpecError as FaultSpecError
+    from pathways_chaos.faults.model import Schedule as Schedule
+    from pathways_chaos.faults.model import ScheduledFault as ScheduledFault
+    from pathways_chaos.faults.model import Trigger as Trigger
+    from pathways_chaos.faults.model import parse_fault as parse_fault
+    from pathways_chaos.faults.model import parse_schedule as parse_schedule
+    from pathways_chaos.faults.safety import ChaosRefused as ChaosRefused
+    from pathways_chaos.faults.slice import DataLoss as DataLoss
+    from pathways_chaos.faults.slice import DeadlineExceeded as DeadlineExceeded
+    from pathways_chaos.faults.slice import FlappingSlice as FlappingSlice
+    from pathways_chaos.faults.slice import Internal as Internal
+    from pathways_chaos.faults.slice import NotFound as NotFound
+    from pathways_chaos.faults.slice import Preemption as Preemption
+    from pathways_chaos.faults.slice import RaiseError as RaiseError
+    from pathways_chaos.faults.slice import RepairSlice as RepairSlice
+    from pathways_chaos.faults.slice import SlowHealth as SlowHealth
+    from pathways_chaos.harness.acceptance.adapter import TrainingAdapter as TrainingAdapter
+    from pathways_chaos.harness.engine.backend import ClusterBackend as ClusterBackend
+    from pathways_chaos.harness.engine.clock import FakeClock as FakeClock
+    from pathways_chaos.harness.engine.clock import make_clock as make_clock
+    from pathways_chaos.harness.engine.fake_cluster import FakeCluster as FakeCluster
+    from pathways_chaos.harness.engine.recorder import Recorder as Recorder
+    from pathways_chaos.harness.engine.recorder import read_log as read_log
+    from pathways_chaos.harness.engine.topology import SliceTopology as SliceTopology
+    from pathways_chaos.harness.episodes.episode import EpisodeResult as EpisodeResult
+    from pathways_chaos.harness.episodes.episode import run_episode as run_episode
+    from pathways_chaos.harness.errors import ChaosConfigError as ChaosConfigError
+    from pathways_chaos.harness.errors import ChaosError as ChaosError
+    from pathways_chaos.harness.judging.oracle import OracleViolation as OracleViolation
+    from pathways_chaos.harness.judging.oracle import Verdict as Verdict
+    from pathways_chaos.harness.judging.oracle import check as check
+    from pathways_chaos.harness.play import Outcome as Outcome
+    from pathways_chaos.harness.play import play as play
+    from pathways_chaos.harness.play import play_loop as play_loop
+    from pathways_chaos.harness.reference.trainer import ReferenceTrainer as ReferenceTrainer
+    from pathways_chaos.harness.reference.trainer import TrainerConfig as TrainerConfig

@@ -36,6 +36,11 @@ def episode(chaos: Chaos) -> None:
 
 
 x: int = parse_schedule(3)  # probe: wrong-call
+
+import pathways_chaos as pc
+
+y: int = pc.SliceTopology  # probe: face-type
+pc.paly("")  # probe: face-typo
 """
 
 
@@ -84,6 +89,12 @@ def problems(seen: dict[str, str]) -> list[str]:
             found.append(f"{name}: want a revealed {text}, got {got}")
     if "[assignment]" not in seen.get("wrong-call", ""):
         found.append(f"x: int = parse_schedule(3) passed: {seen.get('wrong-call', '(nothing)')}")
+    # The face: its names are their types, and a name it does not export is an error (no
+    # ``__getattr__ -> Any`` in a type checker's view of pathways_chaos/__init__.py).
+    if "[assignment]" not in seen.get("face-type", ""):
+        found.append(f"y: int = pc.SliceTopology passed: {seen.get('face-type', '(nothing)')}")
+    if "[attr-defined]" not in seen.get("face-typo", ""):
+        found.append(f"pc.paly passed: {seen.get('face-typo', '(nothing)')}")
     return found
 
 

@@ -101,8 +101,26 @@ def run_child(spec: ChildSpec) -> None:
             traceback="".join(traceback.format_exception(error))[-8000:],
         )
         status = "toolkit_error"
-    recorder.emit("child_exit", run=spec.run, status=status, threads=_threads_left())
+    recorder.emit(
+        "child_exit",
+        run=spec.run,
+        status=status,
+        threads=_threads_left(),
+        peak_rss_bytes=peak_rss_bytes(),
+    )
     recorder.close()
+
+
+def peak_rss_bytes() -> int | None:
+    """This process's peak resident memory (``VmHWM``), or None where Linux's ``/proc`` is not."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return None
 
 
 def _threads_left() -> list[str]:

@@ -142,7 +142,7 @@ def _lane_terms(words: Any, index: Any, xp: Any) -> tuple[Any, Any]:
     """Each word's two terms: ``mix`` of the word, its place (a Weyl sequence: distinct for
     every index below 2^32) and the lane's seed. For a fixed place, a bijection of the word."""
     place = index * xp.uint32(_WEYL)
-    return tuple(_mix(words ^ place ^ xp.uint32(seed), xp) for seed in _SEEDS)  # type: ignore[return-value]
+    return tuple(_mix(words ^ place ^ xp.uint32(seed), xp) for seed in _SEEDS)
 
 
 @functools.cache

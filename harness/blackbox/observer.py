@@ -486,8 +486,8 @@ class LoopObserver:
 
     # -- compiles (JAX's public monitoring events) --------------------------------------------
     def _compiled(self, event: str, duration_secs: float, **kwargs: str | int) -> None:
-        if event != COMPILE_EVENT or threading.get_ident() != self._main:
-            return
+        if event != COMPILE_EVENT or threading.get_ident() != self._main or self._reading:
+            return  # the toolkit's own programs (a digest's checksum) are not the loop's
         self.recorder.emit(
             "compile",
             **self._ids(),

@@ -126,3 +126,28 @@ def test_host_lanes_cover_64_bit_and_text_leaves():
     b[3] += 1 << 40  # differs only in the high word
     assert host_lanes(a) != host_lanes(b)
     assert leaf_digest(np.array(["ab", "cd"])) != leaf_digest(np.array(["ab", "ce"]))
+
+
+def test_the_observers_digest_compiles_are_not_the_loops(on_device):
+    """A large leaf's checksum compiles a program: not a compile of the loop's (the acceptance
+    check would call it a recompile in steady state). The same digest taken outside the
+    observer's own reads is seen (the check can fail)."""
+    import jax
+    import jax.monitoring
+    import jax.numpy as jnp
+
+    from pathways_chaos.harness.blackbox.observer import LoopObserver
+    from pathways_chaos.harness.engine.recorder import Recorder
+
+    recorder = Recorder(None)
+    observer = LoopObserver(recorder, cluster=None, lineage=False)
+    ours, theirs = jnp.ones((3, 77), jnp.float32), jnp.ones((3, 79), jnp.float32)  # new shapes
+    jax.block_until_ready((ours, theirs))
+    jax.monitoring.register_event_duration_secs_listener(observer._compiled)
+    try:
+        observer._digest({"w": ours})
+        assert not [e for e in recorder.events if e["kind"] == "compile"]
+        digest({"w": theirs})
+        assert [e for e in recorder.events if e["kind"] == "compile"]
+    finally:
+        jax.monitoring.unregister_event_duration_listener(observer._compiled)

@@ -99,6 +99,9 @@ class LoopObserver:
         )
         self._failed_attempts: set[str] = set()
         self._error_number = 0
+        #: Inside the toolkit's own reads of the loop's arrays (a digest on a lost slice is
+        #: not a slice-down error raised to the loop), lineage on or off.
+        self._reading = 0
         #: Where a run's final state's values go (``run-N/`` below it), not into the log.
         self.values_dir: Path | None = None
         #: The tree of the run's last save (a loop that returns ``None`` is judged by it).
@@ -483,8 +486,8 @@ class LoopObserver:
 
     # -- compiles (JAX's public monitoring events) --------------------------------------------
     def _compiled(self, event: str, duration_secs: float, **kwargs: str | int) -> None:
-        if event != COMPILE_EVENT or threading.get_ident() != self._main:
-            return
+        if event != COMPILE_EVENT or threading.get_ident() != self._main or self._reading:
+            return  # the toolkit's own programs (a digest's checksum) are not the loop's
         self.recorder.emit(
             "compile",
             **self._ids(),
@@ -520,7 +523,7 @@ class LoopObserver:
 
     # -- slice-down errors raised to the loop (from the device-loss seam) ---------------------
     def _slice_error(self, error: BaseException) -> None:
-        if threading.get_ident() != self._main or (self.lineage and self.lineage.paused):
+        if threading.get_ident() != self._main or self._reading:
             return
         stack = traceback.extract_stack()[:-1]
         self._error_number += 1
@@ -548,11 +551,13 @@ class LoopObserver:
     def _toolkit_reads(self) -> Iterator[None]:
         """The toolkit's own work on the loop's arrays (digests, a held save's copy and its
         commit): not the loop's, so not in its lineage."""
+        self._reading += 1
         if self.lineage is not None:
             self.lineage.paused += 1
         try:
             yield
         finally:
+            self._reading -= 1
             if self.lineage is not None:
                 self.lineage.paused -= 1
 

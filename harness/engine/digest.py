@@ -1,20 +1,41 @@
-"""The state digest: sha256 of each leaf's bytes by path, so equal digests mean bitwise-equal
-state. One function for the reference trainer (its own state) and the black-box observer (a
-user's tree, read mid-recovery)."""
+"""The state digest: a 64-bit checksum of each leaf's bits by path, computed where the leaf
+lives, so equal digests mean bitwise-equal state (up to a 2^-64 chance) and any one value that
+differs always changes it. One function for the reference trainer (its own state) and the
+black-box observer (a user's tree, read mid-recovery).
+
+Each leaf is read as 32-bit words (a 16-, 8- or sub-byte element widened exactly, a 64-bit one
+as two words, a typed PRNG key as its ``key_data``); word ``w`` at flat index ``i`` adds
+``mix(w ^ i * c ^ s)`` to each of two lanes (two seeds ``s``) modulo 2^32. ``mix`` (murmur3's
+finaliser) is a bijection, so changing one word changes both sums; a sum modulo 2^32 does not
+depend on the order it is taken in, so the digest is the same however the leaf is sharded,
+on one device or many, on the device or the host. A large device leaf is checked by a jitted
+program on its own devices and only its 8 bytes come to the host; a small one (below
+``DEVICE_MIN_BYTES``, where a compile costs more than a copy) and a host leaf by numpy, with
+the same arithmetic.
+"""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import Any
 
 import numpy as np
 
+#: Device leaves from this size on are checked where they live; smaller ones on the host.
+DEVICE_MIN_BYTES = 1 << 22
+_SEEDS = (0x9E3779B9, 0x7F4A7C15)
+_M1, _M2 = 0x85EBCA6B, 0xC2B2AE35
+_WEYL = 0x9E3779B1  # odd: i -> i * _WEYL is a bijection modulo 2^32
+#: Host words checked at a time (bounds the host's temporaries).
+_HOST_CHUNK = 1 << 20
+
 
 def digest(tree: Any, *, partial: bool = False) -> dict[str, str]:
-    """Each leaf's digest by path, from one batched ``device_get`` (one wait, not one per leaf).
+    """Each leaf's digest by path; every device checksum is started before any is waited for.
 
     ``partial`` (the observer): array leaves only, and a leaf on a lost slice is skipped; else
-    every leaf counts and a leaf that cannot be fetched raises.
+    every leaf counts and a leaf that cannot be read raises.
     """
     import jax
 
@@ -23,22 +44,155 @@ def digest(tree: Any, *, partial: bool = False) -> dict[str, str]:
         for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
         if not partial or (hasattr(leaf, "shape") and not isinstance(leaf, jax.ShapeDtypeStruct))
     ]
-    leaves = [leaf for _, leaf in flat]
-    try:
-        hosts: list[Any] = jax.device_get(leaves)
-    except RuntimeError:
-        if not partial:
-            raise
-        hosts = [_fetched_or_none(leaf) for leaf in leaves]  # fetch what can be fetched
+    started = [(path, leaf, _start_on_device(leaf)) for path, leaf in flat]
     out = {}
-    for (path, _), host in zip(flat, hosts, strict=True):
-        if host is None:
-            continue
-        array = np.asarray(host)
-        out[path] = hashlib.sha256(
-            array.dtype.str.encode() + str(array.shape).encode() + array.tobytes()
-        ).hexdigest()[:16]
+    for path, leaf, lanes in started:
+        try:
+            out[path] = _seal(leaf, _sums(leaf, lanes))
+        except RuntimeError:  # on a lost slice, or deleted
+            if not partial:
+                raise
     return out
+
+
+def leaf_digest(leaf: Any) -> str:
+    """One leaf's digest (as ``digest`` gives it), on the device for a large device leaf."""
+    leaf = key_free(leaf)
+    return _seal(leaf, _sums(leaf, _start_on_device(leaf)))
+
+
+def _sums(leaf: Any, lanes: Any) -> tuple[int, int]:
+    if isinstance(lanes, RuntimeError):
+        raise lanes
+    if lanes is None:
+        return host_lanes(leaf)
+    import jax
+
+    host = np.asarray(jax.device_get(lanes))
+    return int(host[0]), int(host[1])
+
+
+def _seal(leaf: Any, sums: tuple[int, int]) -> str:
+    dtype, shape = _dtype_of(leaf), tuple(np.shape(leaf))
+    head = f"{dtype.name}{shape}".encode()
+    body = b"".join(int(s).to_bytes(4, "little") for s in sums)
+    return hashlib.sha256(head + body).hexdigest()[:16]
+
+
+def _dtype_of(leaf: Any) -> np.dtype[Any]:
+    dtype = getattr(leaf, "dtype", None)
+    return np.dtype(dtype) if dtype is not None else np.asarray(leaf).dtype
+
+
+def _start_on_device(leaf: Any) -> Any:
+    """The leaf's two sums as a device array (not waited for); the ``RuntimeError`` of a leaf
+    on a lost slice or deleted; or None: a host leaf, a small one, or one the program cannot
+    take (pinned host memory, a layout it refuses), which the host then checks."""
+    import jax
+
+    if not isinstance(leaf, jax.Array) or getattr(leaf, "nbytes", 0) < DEVICE_MIN_BYTES:
+        return None
+    try:
+        if str(leaf.sharding.memory_kind) not in ("device", "None"):
+            return None
+        return _device_checksum()(leaf)
+    except RuntimeError as error:
+        return error
+    except Exception:
+        return None
+
+
+# -- the arithmetic, once for numpy and once for jax.numpy --------------------------------------
+def _mix(h: Any, xp: Any) -> Any:
+    """murmur3's 32-bit finaliser: a bijection of uint32 (wrapping multiplications)."""
+    h = h ^ (h >> xp.uint32(16))
+    h = h * xp.uint32(_M1)
+    h = h ^ (h >> xp.uint32(13))
+    h = h * xp.uint32(_M2)
+    return h ^ (h >> xp.uint32(16))
+
+
+def _words(x: Any, xp: Any, bitcast: Any) -> Any:
+    """The leaf as uint32 words, exactly: one per element of 32 bits or fewer (sub-byte types
+    widened to 8 bits, sub-byte floats to float32), two per 64-bit element, two per complex64."""
+    import jax
+
+    dtype = np.dtype(x.dtype)
+    if dtype == np.bool_:
+        return x.astype(xp.uint32)
+    if np.issubdtype(dtype, np.complexfloating):
+        x = xp.stack([xp.real(x), xp.imag(x)], axis=-1)
+        dtype = np.dtype(x.dtype)
+    bits = jax.dtypes.itemsize_bits(dtype)
+    if bits < 8:
+        wide = (
+            np.int8
+            if np.issubdtype(dtype, np.signedinteger)
+            else np.uint8
+            if np.issubdtype(dtype, np.integer)
+            else np.float32
+        )
+        x, dtype = x.astype(wide), np.dtype(wide)
+        bits = 8 * dtype.itemsize
+    unsigned = {8: xp.uint8, 16: xp.uint16, 32: xp.uint32, 64: xp.uint32}[bits]
+    return bitcast(x, unsigned).astype(xp.uint32)
+
+
+def _lane_terms(words: Any, index: Any, xp: Any) -> tuple[Any, Any]:
+    """Each word's two terms: ``mix`` of the word, its place (a Weyl sequence: distinct for
+    every index below 2^32) and the lane's seed. For a fixed place, a bijection of the word."""
+    place = index * xp.uint32(_WEYL)
+    return tuple(_mix(words ^ place ^ xp.uint32(seed), xp) for seed in _SEEDS)
+
+
+@functools.cache
+def _device_checksum() -> Any:
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    def checksum(x: Any) -> Any:
+        words = _words(x, jnp, lax.bitcast_convert_type)
+        # the flat (row-major) index, modulo 2^32, without a reshape (no resharding)
+        index = jnp.zeros(words.shape, jnp.uint32)
+        stride = 1
+        for axis in reversed(range(words.ndim)):
+            iota = lax.broadcasted_iota(jnp.uint32, words.shape, axis)
+            index = index + iota * jnp.uint32(stride % (1 << 32))
+            stride *= words.shape[axis]
+        terms = _lane_terms(words, index, jnp)
+        return jnp.stack([jnp.sum(t, dtype=jnp.uint32) for t in terms])
+
+    return jax.jit(checksum)
+
+
+def _host_bitcast(x: np.ndarray, to: Any) -> np.ndarray:
+    """``lax.bitcast_convert_type`` on numpy: a 64-bit element becomes its two 32-bit words
+    (little-endian order, as XLA's on the machines JAX runs on)."""
+    x = np.ascontiguousarray(x)
+    if x.dtype.itemsize == np.dtype(to).itemsize:
+        return x.view(to)
+    return x.view(to).reshape(*x.shape, x.dtype.itemsize // np.dtype(to).itemsize)
+
+
+def host_lanes(leaf: Any) -> tuple[int, int]:
+    """The two sums on the host (numpy), chunk by chunk: a host leaf, or a small device one."""
+    array = np.asarray(leaf)
+    if array.dtype.kind in "USO":  # text or objects: their bytes (or text), hashed
+        raw = array.tobytes() if array.dtype.kind != "O" else repr(array.tolist()).encode()
+        whole = hashlib.sha256(array.dtype.str.encode() + raw).digest()
+        return int.from_bytes(whole[:4], "little"), int.from_bytes(whole[4:8], "little")
+    with np.errstate(over="ignore"):
+        words = _words(array, np, _host_bitcast).reshape(-1)
+        sums = [0, 0]
+        for start in range(0, words.size, _HOST_CHUNK):
+            chunk = words[start : start + _HOST_CHUNK]
+            index = (np.arange(start, start + chunk.size, dtype=np.uint64) & 0xFFFFFFFF).astype(
+                np.uint32
+            )
+            for lane, term in enumerate(_lane_terms(chunk, index, np)):
+                sums[lane] = (sums[lane] + int(term.sum(dtype=np.uint64))) & 0xFFFFFFFF
+    return sums[0], sums[1]
 
 
 def key_free(leaf: Any) -> Any:
@@ -64,12 +218,3 @@ def host_array(leaf: Any) -> np.ndarray:
     if type(array.dtype).__module__ != "numpy" and array.dtype.type.__module__ != "numpy":
         array = array.astype(np.float32)
     return array
-
-
-def _fetched_or_none(leaf: Any) -> Any:
-    import jax
-
-    try:
-        return jax.device_get(leaf)
-    except RuntimeError:  # on a lost slice
-        return None

@@ -143,8 +143,31 @@ def run_child(spec: ChildSpec) -> None:
             traceback="".join(traceback.format_exception(error))[-8000:],
         )
         status = "toolkit_error"
-    recorder.emit("child_exit", run=spec.run, status=status, threads=threads_left())
+    end_marker(recorder, spec.run, status)
+
+
+def end_marker(recorder: Any, run: int, status: str) -> None:
+    """The child's last event (``child_exit``): a log without it was cut short."""
+    recorder.emit(
+        "child_exit",
+        run=run,
+        status=status,
+        threads=threads_left(),
+        peak_rss_bytes=peak_rss_bytes(),
+    )
     recorder.close()
+
+
+def peak_rss_bytes() -> int | None:
+    """This process's peak resident memory (``VmHWM``), or None where Linux's ``/proc`` is not."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return None
 
 
 def threads_left() -> list[str]:

@@ -16,6 +16,7 @@ import dataclasses
 import inspect
 import logging
 import signal
+import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -326,6 +327,7 @@ class LoopWorkload:
             episode_deadline(self.cluster.clock, self.deadline, cluster=self.cluster)
         )
         observer = LoopObserver(self.recorder, self.cluster, lineage=self.lineage)
+        observer.values_dir = values_beside(self.recorder.path)
         self.observer = stack.enter_context(observer)
 
     def _preemptions(self) -> int:
@@ -373,6 +375,16 @@ class LoopWorkload:
         unfired: list[str],
     ) -> LoopResult:
         return LoopResult(recorder.events, results, error, recorder.path, self.name, unfired)
+
+
+def values_beside(log_path: Path | None) -> Path:
+    """Where a run's final state's values go, never into the log: beside it, or for a log
+    kept only in memory, a folder that lives as long as this process."""
+    if log_path is not None:
+        return log_path.with_name(log_path.stem + ".values")
+    from pathways_chaos.harness.episodes.supervisor import _scratch
+
+    return Path(tempfile.mkdtemp(prefix="values-", dir=_scratch()))
 
 
 def run_loop_episode(

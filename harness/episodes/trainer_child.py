@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from pathways_chaos.harness.episodes.child import ChildFiles, load_pickled, threads_left
+from pathways_chaos.harness.episodes.child import ChildFiles, end_marker, load_pickled
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -50,8 +50,7 @@ class TrainerChildSpec(ChildFiles):
         except BaseException as error:  # ours: the trainer's errors end its runs inside
             _toolkit_error(recorder, self.run, error)
             status = "toolkit_error"
-        recorder.emit("child_exit", run=self.run, status=status, threads=threads_left())
-        recorder.close()
+        end_marker(recorder, self.run, status)
 
 
 def _episode(spec: TrainerChildSpec, recorder: Any) -> None:
@@ -120,9 +119,7 @@ class ReplayChildSpec(ChildFiles):
         except BaseException as error:
             _toolkit_error(recorder, self.run, error)
             status = "toolkit_error"
-        recorder.emit("child_exit", run=self.run, status=status, threads=threads_left())
-        recorder.close()
-
+        end_marker(recorder, self.run, status)
 
 
 def _replay(spec: ReplayChildSpec, cls: Any, start: Any, lineage: Any, recorder: Any) -> None:

@@ -97,6 +97,10 @@ else
   check_install
 fi
 
+# build/typed: the package laid out as it installs (symlinks), for plain mypy, pyright and an
+# IDE in this checkout (pyproject's mypy_path and extraPaths name it).
+.venv/bin/python ci/typecheck.py --view >/dev/null
+
 if [ "$want_browser" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
   echo "bootstrap.sh: installing Debian's chromium"
   apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null

@@ -9,6 +9,7 @@ the files a developer edits.
 
     python ci/typecheck.py                     # the whole package (what `tox -e type` runs)
     python ci/typecheck.py probe.py --cache-dir /tmp/x   # any mypy arguments; the view is found
+    python ci/typecheck.py --view              # only lay out the view (pyproject's mypy_path)
 """
 
 from __future__ import annotations
@@ -77,6 +78,9 @@ def run(
 
 
 def main() -> int:
+    if sys.argv[1:] == ["--view"]:  # ci/bootstrap.sh: lay out the view plain mypy reads
+        print(build_view())
+        return 0
     done = run(sys.argv[1:])
     view = ROOT / "build" / "typed"
     sys.stdout.write(to_repo_paths(done.stdout, view))

@@ -58,8 +58,11 @@ def _scenarios_side_by_side(request: pytest.FixtureRequest, chaos: Chaos, chaos_
         if getattr(item, "module", None) is not request.module:
             continue
         names = getattr(getattr(item, "function", None), "scenarios", ())
-        kind = getattr(getattr(item, "callspec", None), "params", {}).get("kind")
-        chosen += [kind] if kind in names else [] if kind is not None else list(names)
+        kind: str | None = getattr(getattr(item, "callspec", None), "params", {}).get("kind")
+        if kind is None:
+            chosen += names
+        elif kind in names:
+            chosen.append(kind)
     if len(chosen) > 1:  # one alone gains nothing from running ahead
         chaos.prefetch_loop(chaos_loop, [SCENARIOS[name] for name in chosen])
 

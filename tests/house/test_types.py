@@ -109,9 +109,12 @@ def _mypy(probe: Path, *extra: str, view: Path | None = None) -> str:
     args = ["--cache-dir", str(_cache_dir()), "--no-warn-unused-configs", *extra, str(probe)]
     if view is not None:
         done = _typecheck().run(args, root=ROOT, view=view)
-    else:  # the repository as it was: no view, unresolved imports silenced
+    else:  # the repository as it was: no view (a config without mypy_path), imports silenced
+        bare = _cache_dir("bare-config")
+        bare.mkdir(parents=True, exist_ok=True)
+        (bare / "mypy.ini").write_text("[mypy]\npython_version = 3.12\n")
         done = subprocess.run(
-            [sys.executable, "-m", "mypy", *args],
+            [sys.executable, "-m", "mypy", "--config-file", str(bare / "mypy.ini"), *args],
             cwd=ROOT,
             env={k: v for k, v in os.environ.items() if k != "MYPYPATH"},
             capture_output=True,
@@ -127,6 +130,25 @@ def test_cross_module_imports_are_their_types_through_the_installed_view(probe: 
 
     assert problems(judge(report, probe)) == [], report
     assert "import-not-found" not in report and "import-untyped" not in report, report
+
+
+def test_plain_mypy_in_the_checkout_sees_the_package_as_installed(probe: Path) -> None:
+    """No script: ``mypy file.py`` in the dev checkout, with pyproject's config, reads the view
+    ci/bootstrap.sh laid out (``mypy_path``), as pyright and an IDE read ``extraPaths``."""
+    assert (ROOT / "build" / "typed" / "pathways_chaos" / "harness").exists(), (
+        "no build/typed view: run ci/bootstrap.sh (or python ci/typecheck.py --view)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--cache-dir", str(_cache_dir("plain")), str(probe)],
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k != "MYPYPATH"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    report = done.stdout + done.stderr
+    assert "Traceback" not in report, report
+    assert problems(judge(report, probe)) == [], report
 
 
 def test_without_the_view_the_probe_sees_any(probe: Path) -> None:

@@ -17,6 +17,7 @@ import os
 import pickle
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -173,6 +174,12 @@ class SupervisedTrainerEpisode:
         events: list[Event] = []
         ending = watch.child(spec, tail, events)
         watch.log_child_end(events, 1, ending, tail)
+        if not self.probe:  # the warnings the trainer's class earned, where the user sees them
+            from pathways_chaos.harness.reference.overrides import TrainerOverrideWarning
+
+            for event in events:
+                if event["kind"] == "trainer_warning":
+                    warnings.warn(str(event["message"]), TrainerOverrideWarning, stacklevel=3)
         unfired = [str(e["text"]) for e in events if e["kind"] == "fault_unfired"]
         return EpisodeResult(
             events, [], error_of(events), None if self.temporary else self.log_path, unfired

@@ -172,6 +172,11 @@ def _load_factory(spec: TrainerChildSpec | ReplayChildSpec, recorder: Any) -> An
         recorder.emit("loop_unloadable", message=f"{type(error).__name__}: {error}"[:500])
         return None
     cls = _trainer_class(factory)
+    if isinstance(spec, TrainerChildSpec):  # said in the log: the parent warns as it would
+        from pathways_chaos.harness.reference.overrides import dead_override_messages
+
+        for message in dead_override_messages(cls):
+            recorder.emit("trainer_warning", message=message)
     if not (isinstance(cls, type) and issubclass(cls, ReferenceTrainer)):
         recorder.emit(
             "loop_unloadable",

@@ -44,14 +44,19 @@ def dead_overrides(cls: type) -> list[tuple[str, str]]:
     return found
 
 
-def warn_dead_overrides(cls: type) -> list[str]:
-    """Warns once per dead override (``TrainerOverrideWarning``); returns the messages."""
-    messages = [
+def dead_override_messages(cls: type) -> list[str]:
+    """One line per dead override of ``cls``, naming both methods."""
+    return [
         f"{cls.__module__}:{cls.__qualname__}.{name} is not a method of ReferenceTrainer, so "
         f"it is never called and the run is the plain reference's: did you mean {ref!r}? "
         f"Rename it to {ref} to override that seam"
         for name, ref in dead_overrides(cls)
     ]
+
+
+def warn_dead_overrides(cls: type) -> list[str]:
+    """Warns once per dead override (``TrainerOverrideWarning``); returns the messages."""
+    messages = dead_override_messages(cls)
     for message in messages:
         warnings.warn(message, TrainerOverrideWarning, stacklevel=3)
     return messages

@@ -189,3 +189,11 @@ def test_a_chaos_trainer_option_is_never_imported_by_pytest(tmp_path: Path) -> N
     proc, output = run(f"{tmp_path / 'marker_trainer.py'}:NotATrainer")
     assert proc.returncode != 0
     assert "is not a ReferenceTrainer subclass" in output, output[-2000:]
+
+
+def test_a_dead_override_is_warned_about_from_the_trainers_child() -> None:
+    from pathways_chaos.harness.reference.overrides import TrainerOverrideWarning
+
+    with pytest.warns(TrainerOverrideWarning, match=r"_mesh_and_step is not a method.*mesh_and"):
+        out = play("", config=SHORT, trainer=_trainer("StaleSeamName"))
+    assert out.ok, out.verdict.violations

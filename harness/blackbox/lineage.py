@@ -62,6 +62,15 @@ class LineageSeam:
         self._made_in: dict[int, str] = {}  # node -> "run:attempt" that made it
 
     # -- install / remove -------------------------------------------------------------------
+
+    def numbering(self) -> tuple[int, int]:
+        """The next node and execution numbers: a preemption's next run goes on from them, so
+        the judge's graph spans every run."""
+        return self._next_node, self._next_exec
+
+    def go_on_from(self, nodes: int, execs: int) -> None:
+        self._next_node, self._next_exec = nodes, execs
+
     def __enter__(self) -> LineageSeam:
         try:
             self.start()

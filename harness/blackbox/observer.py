@@ -108,6 +108,23 @@ class LoopObserver:
         self._last_saved: Any = None
 
     # -- the episode's side --------------------------------------------------------------------
+
+    def handoff(self) -> dict[str, int]:
+        """What a preemption's next run (a new process) goes on from: the batches drawn and
+        the slice-down errors numbered so far, and the lineage's numbering."""
+        nodes, execs = self.lineage.numbering() if self.lineage is not None else (0, 0)
+        return {
+            "batches": self.batches,
+            "errors": self._error_number,
+            "nodes": nodes,
+            "execs": execs,
+        }
+
+    def go_on_from(self, state: dict[str, Any]) -> None:
+        self.batches, self._error_number = int(state["batches"]), int(state["errors"])
+        if self.lineage is not None:
+            self.lineage.go_on_from(int(state["nodes"]), int(state["execs"]))
+
     def begin_run(self, run: int, loop: str) -> None:
         self.run, self.attempt, self._attempt_batches, self._ready = run, 0, 0, False
         self._last_saved = None

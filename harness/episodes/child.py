@@ -323,39 +323,19 @@ def _load(spec: ChildSpec, recorder: Any) -> Any:
 
 
 def _hand_off(workload: Any, schedule: Any, recorder: Any) -> None:
-    """What the next run's process needs to go on: the faults still to come and those fired
-    (by their place in the schedule), the trigger counts, the clock."""
-    entries = list(schedule)
-    faults, observer = workload.faults, workload.observer
+    """What the next run's process needs to go on: the fault controller's and the observer's
+    state, and the clock."""
     recorder.emit(
         "run_handoff",
-        pending=[entries.index(e) for e in faults.pending],
-        fired=[entries.index(e) for e in faults.fired],
-        counts=dict(faults._counts),
-        last_step=faults.last_step,
-        time_origin=faults.time_origin,
+        **workload.faults.handoff(list(schedule)),
         clock=recorder.clock.time(),
-        batches=observer.batches,
-        errors=observer._error_number,
-        # Node and execution numbers go on: the judge's graph spans every run.
-        nodes=observer.lineage._next_node if observer.lineage is not None else 0,
-        execs=observer.lineage._next_exec if observer.lineage is not None else 0,
+        **workload.observer.handoff(),
     )
 
 
 def _resume(workload: Any, schedule: Any, handoff: dict[str, Any]) -> None:
-    entries = list(schedule)
-    faults, observer = workload.faults, workload.observer
-    faults.pending = [entries[i] for i in handoff["pending"]]
-    faults.fired = [entries[i] for i in handoff["fired"]]
-    faults._counts = {str(k): int(v) for k, v in handoff["counts"].items()}
-    faults.last_step = int(handoff["last_step"])
-    faults.time_origin = float(handoff["time_origin"])
-    observer.batches = int(handoff["batches"])
-    observer._error_number = int(handoff["errors"])
-    if observer.lineage is not None:
-        observer.lineage._next_node = int(handoff["nodes"])
-        observer.lineage._next_exec = int(handoff["execs"])
+    workload.faults.go_on_from(list(schedule), handoff)
+    workload.observer.go_on_from(handoff)
 
 
 if __name__ == "__main__":

@@ -89,6 +89,24 @@ class FaultController:
         #: Where ``time=`` triggers count from (the clock's zero).
         self.time_origin = 0.0
 
+    def handoff(self, entries: list[ScheduledFault]) -> dict[str, Any]:
+        """What a preemption's next run (a new process) goes on from: the faults still to come
+        and those fired (by their place in ``entries``, the schedule), the trigger counts."""
+        return {
+            "pending": [entries.index(e) for e in self.pending],
+            "fired": [entries.index(e) for e in self.fired],
+            "counts": dict(self._counts),
+            "last_step": self.last_step,
+            "time_origin": self.time_origin,
+        }
+
+    def go_on_from(self, entries: list[ScheduledFault], state: dict[str, Any]) -> None:
+        self.pending = [entries[i] for i in state["pending"]]
+        self.fired = [entries[i] for i in state["fired"]]
+        self._counts = {str(k): int(v) for k, v in state["counts"].items()}
+        self.last_step = int(state["last_step"])
+        self.time_origin = float(state["time_origin"])
+
     def unfired(self) -> list[str]:
         """One line per scheduled fault that never fired, saying why it could not."""
         lines = []

@@ -377,14 +377,25 @@ class LoopWorkload:
         return LoopResult(recorder.events, results, error, recorder.path, self.name, unfired)
 
 
+_scratch_dir: tempfile.TemporaryDirectory[str] | None = None
+
+
+def scratch() -> str:
+    """One folder per process for the logs of episodes given no log path (a search's many):
+    their value files must outlive the ``Outcome`` (a cached baseline is judged against
+    later); removed when the process exits."""
+    global _scratch_dir
+    if _scratch_dir is None:
+        _scratch_dir = tempfile.TemporaryDirectory(prefix="pathways-chaos-episodes-")
+    return _scratch_dir.name
+
+
 def values_beside(log_path: Path | None) -> Path:
     """Where a run's final state's values go, never into the log: beside it, or for a log
     kept only in memory, a folder that lives as long as this process."""
     if log_path is not None:
         return log_path.with_name(log_path.stem + ".values")
-    from pathways_chaos.harness.episodes.supervisor import _scratch
-
-    return Path(tempfile.mkdtemp(prefix="values-", dir=_scratch()))
+    return Path(tempfile.mkdtemp(prefix="values-", dir=scratch()))
 
 
 def run_loop_episode(

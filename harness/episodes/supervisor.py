@@ -27,7 +27,7 @@ from pathways_chaos.harness.episodes.child_watch import (
     error_of,
     last_exit_status,
 )
-from pathways_chaos.harness.episodes.loop_episode import LoopResult, refuse_loop_misfits
+from pathways_chaos.harness.episodes.loop_episode import LoopResult, refuse_loop_misfits, scratch
 from pathways_chaos.harness.episodes.loop_reference import (
     file_modules,
     loop_reference,
@@ -77,7 +77,7 @@ class SupervisedLoopEpisode:
         self.probe = False
         self.temporary = log_path is None
         if log_path is None:  # the log and value files live as long as this process
-            log_path = Path(tempfile.mkdtemp(prefix="episode-", dir=_scratch())) / "episode.jsonl"
+            log_path = Path(tempfile.mkdtemp(prefix="episode-", dir=scratch())) / "episode.jsonl"
         self.log_path = Path(log_path)
         self.work = self.log_path.with_name(self.log_path.stem + ".child")
 
@@ -136,19 +136,6 @@ class SupervisedLoopEpisode:
             modules=named_modules(self.loop_pickle or b"") + named_modules(self.options_pickle),
             options_shown={k: repr(v) for k, v in self.options.items()},
         )
-
-
-_scratch_dir: tempfile.TemporaryDirectory[str] | None = None
-
-
-def _scratch() -> str:
-    """One folder per process for the logs of episodes given no log path (a search's many):
-    their value files must outlive the ``Outcome`` (a cached baseline is judged against
-    later); removed when the process exits."""
-    global _scratch_dir
-    if _scratch_dir is None:
-        _scratch_dir = tempfile.TemporaryDirectory(prefix="pathways-chaos-episodes-")
-    return _scratch_dir.name
 
 
 _checked: dict[str, str | None] = {}

@@ -33,6 +33,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pathways_chaos.harness.cli.main import main
+from pathways_chaos.harness.engine.deadline import default_deadline, set_default_deadline
 
 #: Values a hostile or careless user gives any option; ``{...}`` names a prepared path.
 HOSTILE = (
@@ -322,6 +323,9 @@ def test_generated_bad_values_are_one_line_with_the_documented_exit(data: st.Dat
         decoy = _digest(Path(places["decoy"]))
         out, err = io.StringIO(), io.StringIO()
         started = time.monotonic()
+        # The CLI sets the process-wide default deadline (a command's own process); here it
+        # is this worker's, so it is put back, or every later test gets the drawn one.
+        previous = default_deadline()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), _hang_limit(20):
             try:
                 code = main(argv)
@@ -329,6 +333,8 @@ def test_generated_bad_values_are_one_line_with_the_documented_exit(data: st.Dat
                 code = exit_.code if isinstance(exit_.code, int) else 2
             except WouldStart:
                 code = 0 if "rollback" not in command else 4
+            finally:
+                set_default_deadline(previous)
         seconds = time.monotonic() - started
         CASES.append(f"{command} {option}={value!r}: {code}")
         text = err.getvalue()

@@ -142,17 +142,7 @@ class SupervisedTrainerEpisode:
         )
 
     def _files(self, log_path: Path, tag: str) -> dict[str, Any]:
-        data = self.factory_pickle or b""
-        return {
-            "topology": self.topology,
-            "log_path": str(log_path),
-            "run": 1,
-            "stack_file": str(self.work / f"stacks-{tag}.txt"),
-            "witness_file": str(self.work / f"exits-{tag}.txt"),
-            "sys_path": [os.path.abspath(p or os.curdir) for p in sys.path],
-            "preload": file_modules(data),
-            "modules": named_modules(data),
-        }
+        return child_files(self.topology, log_path, self.work, tag, self.factory_pickle or b"")
 
     def run(self) -> EpisodeResult:
         watch = self._watch(self.log_path, self.listeners)
@@ -218,18 +208,29 @@ def check_trainer(spec: str, flag: str = "--chaos-trainer") -> str | None:
     return _checked[spec]
 
 
+def child_files(
+    topology: str, log_path: Path, work: Path, tag: str, data: bytes = b""
+) -> dict[str, Any]:
+    """The ``ChildFiles`` fields of a trainer's child (episode, replay): its log, where its
+    stacks and fatal calls go, this process's ``sys.path``, and the modules ``data`` (the
+    pickled trainer) needs loaded from files."""
+    return {
+        "topology": topology,
+        "log_path": str(log_path),
+        "run": 1,
+        "stack_file": str(work / f"stacks-{tag}.txt"),
+        "witness_file": str(work / f"exits-{tag}.txt"),
+        "sys_path": [os.path.abspath(p or os.curdir) for p in sys.path],
+        "preload": file_modules(data),
+        "modules": named_modules(data),
+    }
+
+
 def replay_logged_trainer(episode_log: Path, spec: str, topology: str) -> Replayed:
     """The replay of a logged episode by the trainer its log names (``MODULE:CLASS``), in a
     child: ``pathways-chaos check`` never imports a trainer it did not write."""
     work = Path(tempfile.mkdtemp(prefix="trainer-replay-"))
-    files = {
-        "topology": topology,
-        "log_path": str(work / "replay.jsonl"),
-        "run": 1,
-        "stack_file": str(work / "stacks-replay.txt"),
-        "witness_file": str(work / "exits-replay.txt"),
-        "sys_path": [os.path.abspath(p or os.curdir) for p in sys.path],
-    }
+    files = child_files(topology, work / "replay.jsonl", work, "replay")
     return replay_in_child(
         episode_log,
         work,

@@ -93,6 +93,7 @@ class ChildSpec(ChildFiles):
 
 
 def main(argv: list[str]) -> None:
+    _fresh_signals()
     spec: ChildFiles = pickle.loads(Path(argv[0]).read_bytes())
     for entry in reversed(spec.sys_path):
         if entry not in sys.path:
@@ -114,6 +115,22 @@ def main(argv: list[str]) -> None:
     # A normal exit: atexit runs and non-daemon threads are joined; a thread the loop left
     # running keeps the process alive, which the parent sees and names.
     sys.exit(0)
+
+
+#: Signals a fresh ``python train.py`` handles as the default says, whatever its parent ignored.
+_DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR2, signal.SIGALRM)
+
+
+def _fresh_signals() -> None:
+    """The loop starts with the signal handling of a process started from a clean shell, not
+    the judging process's: an ignored disposition and a blocked mask are inherited through fork
+    and exec (a CI shell's background job ignores SIGINT, and Python then leaves it ignored), so
+    a loop's own ``raise_signal(SIGINT)`` would otherwise do nothing there and raise
+    KeyboardInterrupt on a laptop."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for number in _DEFAULT_SIGNALS:
+        signal.signal(number, signal.SIG_DFL)
 
 
 def _preload() -> None:

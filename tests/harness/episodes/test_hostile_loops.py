@@ -154,6 +154,31 @@ def test_a_hostile_loop_ends_in_a_verdict_naming_it(tmp_path, small_limits, name
         assert sys.modules["jax"].jit is jit
 
 
+@pytest.mark.parametrize("start", ["spawn", "fork-server"])
+def test_a_loop_sees_fresh_signal_handling_whatever_the_judge_ignores(
+    tmp_path, monkeypatch, small_limits, start
+):
+    """A CI shell's background job ignores SIGINT, and fork and exec pass that on: the loop's
+    own ``raise_signal(SIGINT)`` must still be its KeyboardInterrupt, as from a clean shell."""
+    monkeypatch.setenv(fork_server.START_VAR, start)
+    # A server of its own, started while SIGINT is ignored (its key includes JAX_* variables).
+    monkeypatch.setenv("JAX_PATHWAYS_CHAOS_SIGNAL_TEST", "1")
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        out = play_loop(
+            f"{HOSTILE}:raises_signal_sigint",
+            topology="2x1",
+            log_path=tmp_path / "episode.jsonl",
+            deadline=Deadline(fake_s=600, wall_s=WALL_S),
+        )
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        signal.signal(signal.SIGINT, previous)
+
+    assert "KeyboardInterrupt" in out.verdict.violations[0], out.verdict.summary()
+
+
 @pytest.mark.parametrize(
     ("module", "said"),
     [

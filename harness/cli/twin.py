@@ -27,6 +27,7 @@ from pathways_chaos.fixtures.twin.manifest import (
     check_ports_free,
     load_manifest,
 )
+from pathways_chaos.fixtures.twin.rootless import USER_NAMESPACE, needs_user_namespace
 from pathways_chaos.harness.engine.option_values import (
     OneLineArgumentParser,
     Range,
@@ -115,8 +116,9 @@ def _check_machine() -> None:
     """What the twin needs of this machine, said before anything is made or started."""
     from pathways_chaos.fixtures.control_plane import find_kube_binaries, missing_binaries_message
     from pathways_chaos.fixtures.twin.kubelet import container_requirements
+    from pathways_chaos.fixtures.twin.rootless import user_namespace_problem
 
-    problem = container_requirements()
+    problem = user_namespace_problem() if needs_user_namespace() else container_requirements()
     if problem is None and find_kube_binaries() is None:
         problem = missing_binaries_message()
     if problem is not None:
@@ -154,9 +156,12 @@ def up(args: argparse.Namespace) -> int:
         *(f"--image={item}" for item in args.image),
     ]
     log = open_new(state / "daemon.log", what="daemon log")
+    # Not root: the daemon in a user namespace of its own (unshare execs it: same pid, and
+    # its command line is ``command`` once it runs).
+    prefix = list(USER_NAMESPACE) if needs_user_namespace() else []
     try:
         daemon = subprocess.Popen(
-            command,
+            [*prefix, *command],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -163,6 +163,24 @@ class FakeCluster:
         with self._lock:
             return frozenset(i for i, s in enumerate(self._slices) if s.state is SliceState.DOWN)
 
+    def handoff(self) -> dict[str, Any]:
+        """What a preemption's next run (a new process, a new fake) goes on from: the slices
+        down, each with its error code and the health polls left until its repair. Hardware
+        that failed stays failed across a job's restart on GKE."""
+        with self._lock:
+            down = []
+            for i, s in enumerate(self._slices):
+                if s.state is SliceState.DOWN:
+                    left = s.polls_until_repaired
+                    down.append([i, s.code, None if left is None else left - s.polls])
+        return {"down": down}
+
+    def go_on_from(self, state: dict[str, Any]) -> None:
+        for index, code, polls_left in state.get("down") or []:
+            self.lose_slice(
+                int(index), str(code), None if polls_left is None else max(1, int(polls_left))
+            )
+
     def health_polls(self, slice_index: int) -> int:
         with self._lock:
             return self._slices[slice_index].polls

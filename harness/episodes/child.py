@@ -145,11 +145,10 @@ def _preload() -> None:
 
 def run_child(spec: ChildSpec) -> None:
     """One run, logged; the toolkit's own failure is logged as ``toolkit_error``."""
-    from pathways_chaos.harness.engine.recorder import LogTail, Recorder
+    from pathways_chaos.harness.engine.recorder import Recorder
 
-    prior = LogTail(spec.log_path).read(final=True) if spec.run > 1 else None
-    handoff = next((e for e in reversed(prior or []) if e["kind"] == "run_handoff"), None)
-    recorder = Recorder(spec.log_path, clock=_clock(spec, handoff), resume=prior)
+    prior, handoff = prior_run(spec)
+    recorder = Recorder(spec.log_path, clock=run_clock(spec.clock, handoff), resume=prior)
     try:
         status = _one_run(spec, recorder, handoff)
     except BaseException as error:  # ours: the loop's errors were caught inside
@@ -211,14 +210,6 @@ def threads_left() -> list[str]:
     return out
 
 
-def _clock(spec: ChildSpec, handoff: dict[str, Any] | None) -> Any:
-    from pathways_chaos.harness.engine.clock import FakeClock, make_clock
-
-    if spec.clock == "fake":
-        return FakeClock(start=float(handoff["clock"]) if handoff else 0.0)
-    return make_clock(spec.clock)
-
-
 def _one_run(spec: ChildSpec, recorder: Any, handoff: dict[str, Any] | None) -> str:
     from pathways_chaos.faults.model import parse_schedule
     from pathways_chaos.harness.engine.deadline import Deadline
@@ -261,7 +252,7 @@ def _one_run(spec: ChildSpec, recorder: Any, handoff: dict[str, Any] | None) -> 
             assert workload.observer is not None and workload.faults is not None
             workload.observer.values_dir = Path(spec.values_dir)
             if handoff is not None:
-                _resume(workload, schedule, handoff)
+                resume(workload, schedule, handoff)
             run = workload.start(spec.run)
             try:
                 result = run()
@@ -272,7 +263,7 @@ def _one_run(spec: ChildSpec, recorder: Any, handoff: dict[str, Any] | None) -> 
             if error is None:
                 again = workload.again(result)
         if again and spec.run < spec.max_runs:
-            _hand_off(workload, schedule, recorder)
+            hand_off(workload, schedule, recorder)
             return "suspended"
         workload.close(recorder)
         recorder.emit(
@@ -339,20 +330,44 @@ def _load(spec: ChildSpec, recorder: Any) -> Any:
     return None
 
 
-def _hand_off(workload: Any, schedule: Any, recorder: Any) -> None:
-    """What the next run's process needs to go on: the fault controller's and the observer's
-    state, and the clock."""
+def hand_off(workload: Any, schedule: Any, recorder: Any) -> None:
+    """What the next run's process needs to go on: the fault controller's, the fake cluster's
+    and (a loop's) the observer's state, and the clock."""
+    observer = getattr(workload, "observer", None)
     recorder.emit(
         "run_handoff",
         **workload.faults.handoff(list(schedule)),
         clock=recorder.clock.time(),
-        **workload.observer.handoff(),
+        cluster=workload.cluster.handoff(),
+        **(observer.handoff() if observer is not None else {}),
     )
 
 
-def _resume(workload: Any, schedule: Any, handoff: dict[str, Any]) -> None:
+def resume(workload: Any, schedule: Any, handoff: dict[str, Any]) -> None:
+    """The next run goes on from the previous run's ``hand_off``."""
     workload.faults.go_on_from(list(schedule), handoff)
-    workload.observer.go_on_from(handoff)
+    workload.cluster.go_on_from(handoff.get("cluster") or {})
+    observer = getattr(workload, "observer", None)
+    if observer is not None:
+        observer.go_on_from(handoff)
+
+
+def prior_run(spec: ChildFiles) -> tuple[list[Any] | None, dict[str, Any] | None]:
+    """A next run's log so far and the ``run_handoff`` it goes on from (None, None in run 1)."""
+    from pathways_chaos.harness.engine.recorder import LogTail
+
+    prior = LogTail(spec.log_path).read(final=True) if spec.run > 1 else None
+    handoff = next((e for e in reversed(prior or []) if e["kind"] == "run_handoff"), None)
+    return prior, handoff
+
+
+def run_clock(kind: str, handoff: dict[str, Any] | None) -> Any:
+    """The run's clock: a fake one goes on from where the previous run's stopped."""
+    from pathways_chaos.harness.engine.clock import FakeClock, make_clock
+
+    if kind == "fake":
+        return FakeClock(start=float(handoff["clock"]) if handoff else 0.0)
+    return make_clock(kind)
 
 
 if __name__ == "__main__":

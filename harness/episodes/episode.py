@@ -219,7 +219,7 @@ def _trainer_class(factory: Any) -> Any:
     return factory
 
 
-class _TrainerWorkload:
+class TrainerWorkload:
     """The reference trainer (or a factory's): a suspended run is resumed by a new run."""
 
     caught: ClassVar[tuple[type[BaseException], ...]] = (Exception,)
@@ -322,7 +322,7 @@ def run_episode(
     ``EpisodeDeadlineExceeded`` saying what it waited for.
     """
     schedule = schedule or Schedule()
-    workload = _TrainerWorkload(cluster, config, schedule, trainer_factory, step_seconds, deadline)
+    workload = TrainerWorkload(cluster, config, schedule, trainer_factory, step_seconds, deadline)
     runner = EpisodeRunner(
         workload,
         cluster,

@@ -32,6 +32,7 @@ from pathways_chaos.harness.episodes.child_watch import (
     ChildWatch,
     default_limits,
     error_of,
+    last_exit_status,
 )
 from pathways_chaos.harness.episodes.episode import EpisodeResult
 from pathways_chaos.harness.episodes.loop_reference import file_modules, named_modules
@@ -141,13 +142,36 @@ class SupervisedTrainerEpisode:
             subject="trainer",
         )
 
-    def _files(self, log_path: Path, tag: str) -> dict[str, Any]:
-        return child_files(self.topology, log_path, self.work, tag, self.factory_pickle or b"")
+    def _files(self, log_path: Path, tag: str, run: int = 1) -> dict[str, Any]:
+        data = self.factory_pickle or b""
+        return child_files(self.topology, log_path, self.work, tag, data, run=run)
 
     def run(self) -> EpisodeResult:
+        """Each run in a child of its own: a preemption's next run is a new process, which
+        shares with the last only the checkpoint folder and the log's ``run_handoff``."""
         watch = self._watch(self.log_path, self.listeners)
-        spec = TrainerChildSpec(
-            **self._files(self.log_path, "episode"),
+        tail = LogTail(self.log_path)
+        events: list[Event] = []
+        for run in range(1, self.max_runs + 1):
+            ending = watch.child(self._spec(run), tail, events)
+            status = last_exit_status(events, run)
+            watch.log_child_end(events, run, ending, tail)
+            if ending.cause is not None or status != "suspended":
+                break
+        if not self.probe:  # the warnings the trainer's class earned, where the user sees them
+            from pathways_chaos.harness.reference.overrides import TrainerOverrideWarning
+
+            said = {str(e["message"]) for e in events if e["kind"] == "trainer_warning"}
+            for message in sorted(said):  # each run's child says them again
+                warnings.warn(message, TrainerOverrideWarning, stacklevel=3)
+        unfired = [str(e["text"]) for e in events if e["kind"] == "fault_unfired"]
+        return EpisodeResult(
+            events, [], error_of(events), None if self.temporary else self.log_path, unfired
+        )
+
+    def _spec(self, run: int) -> TrainerChildSpec:
+        return TrainerChildSpec(
+            **self._files(self.log_path, f"episode-{run}", run),
             factory_pickle=self.factory_pickle,
             factory_spec=self.factory_spec,
             probe=self.probe,
@@ -159,20 +183,6 @@ class SupervisedTrainerEpisode:
             max_runs=self.max_runs,
             step_seconds=self.step_seconds,
             fake_s=self.deadline.fake_s,
-        )
-        tail = LogTail(self.log_path)
-        events: list[Event] = []
-        ending = watch.child(spec, tail, events)
-        watch.log_child_end(events, 1, ending, tail)
-        if not self.probe:  # the warnings the trainer's class earned, where the user sees them
-            from pathways_chaos.harness.reference.overrides import TrainerOverrideWarning
-
-            for event in events:
-                if event["kind"] == "trainer_warning":
-                    warnings.warn(str(event["message"]), TrainerOverrideWarning, stacklevel=3)
-        unfired = [str(e["text"]) for e in events if e["kind"] == "fault_unfired"]
-        return EpisodeResult(
-            events, [], error_of(events), None if self.temporary else self.log_path, unfired
         )
 
     def replay(self) -> Replayed:
@@ -209,7 +219,7 @@ def check_trainer(spec: str, flag: str = "--chaos-trainer") -> str | None:
 
 
 def child_files(
-    topology: str, log_path: Path, work: Path, tag: str, data: bytes = b""
+    topology: str, log_path: Path, work: Path, tag: str, data: bytes = b"", *, run: int = 1
 ) -> dict[str, Any]:
     """The ``ChildFiles`` fields of a trainer's child (episode, replay): its log, where its
     stacks and fatal calls go, this process's ``sys.path``, and the modules ``data`` (the
@@ -217,7 +227,7 @@ def child_files(
     return {
         "topology": topology,
         "log_path": str(log_path),
-        "run": 1,
+        "run": run,
         "stack_file": str(work / f"stacks-{tag}.txt"),
         "witness_file": str(work / f"exits-{tag}.txt"),
         "sys_path": [os.path.abspath(p or os.curdir) for p in sys.path],

@@ -9,6 +9,7 @@ class, so it runs in a child too (``ReplayChildSpec``): it writes the state it r
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import pickle
@@ -16,12 +17,21 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from pathways_chaos.harness.episodes.child import ChildFiles, end_marker, load_pickled
+from pathways_chaos.harness.episodes.child import (
+    ChildFiles,
+    end_marker,
+    hand_off,
+    load_pickled,
+    prior_run,
+    resume,
+    run_clock,
+)
 
 
 @dataclasses.dataclass(kw_only=True)
 class TrainerChildSpec(ChildFiles):
-    """One trainer episode: every run of it, in this one child."""
+    """One run of a trainer episode: a preemption's next run is the next child, as on GKE a
+    new container, going on from the ``run_handoff`` the previous run logged."""
 
     factory_pickle: bytes | None = None  # the trainer factory (a class, a partial), pickled
     factory_spec: str | None = None  # or MODULE:CLASS / FILE.py:CLASS, never imported by the parent
@@ -39,26 +49,26 @@ class TrainerChildSpec(ChildFiles):
     modules: list[tuple[str, str]] = dataclasses.field(default_factory=list)
 
     def run_in_child(self) -> None:
-        from pathways_chaos.harness.engine.clock import FakeClock, make_clock
         from pathways_chaos.harness.engine.recorder import Recorder
 
-        clock = FakeClock() if self.clock == "fake" else make_clock(self.clock)
-        recorder = Recorder(self.log_path, clock=clock)
-        status = "ended"
+        prior, handoff = prior_run(self)
+        recorder = Recorder(self.log_path, clock=run_clock(self.clock, handoff), resume=prior)
         try:
-            _episode(self, recorder)
+            status = _one_run(self, recorder, handoff)
         except BaseException as error:  # ours: the trainer's errors end its runs inside
             _toolkit_error(recorder, self.run, error)
             status = "toolkit_error"
         end_marker(recorder, self.run, status)
 
 
-def _episode(spec: TrainerChildSpec, recorder: Any) -> None:
+def _one_run(spec: TrainerChildSpec, recorder: Any, handoff: dict[str, Any] | None) -> str:
+    """Run ``spec.run`` of the episode: ``suspended`` after handing off to the next child,
+    else ``ended`` (the episode's end logged)."""
     from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness.engine.deadline import Deadline
+    from pathways_chaos.harness.engine.deadline import Deadline, EpisodeDeadlineExceeded
     from pathways_chaos.harness.engine.fake_cluster import FakeCluster
     from pathways_chaos.harness.engine.topology import SliceTopology
-    from pathways_chaos.harness.episodes.episode import run_episode
+    from pathways_chaos.harness.episodes.episode import TrainerWorkload
 
     schedule = parse_schedule(spec.schedule)
     cluster = FakeCluster(SliceTopology.parse(spec.topology), clock=recorder.clock)
@@ -67,25 +77,53 @@ def _episode(spec: TrainerChildSpec, recorder: Any) -> None:
     recorder.emit("child_ready", run=spec.run)
     factory = _load_factory(spec, recorder)
     if factory is None or spec.probe:
-        return
+        return "ended"
+    deadline = Deadline(fake_s=spec.fake_s, wall_s=None)
+    workload = TrainerWorkload(cluster, config, schedule, factory, spec.step_seconds, deadline)
+    error: BaseException | None = None
+    again = False
     with cluster:
-        for index in spec.down:
-            cluster.lose_slice(index)
-        try:
-            run_episode(
-                cluster,
-                config,
-                schedule,
-                trainer_factory=factory,
-                step_seconds=spec.step_seconds,
-                max_runs=spec.max_runs,
-                deadline=Deadline(fake_s=spec.fake_s, wall_s=None),
-                recorder=recorder,
+        if spec.run == 1:
+            for index in spec.down:
+                cluster.lose_slice(index)
+            workload.refuse()
+            recorder.emit(
+                "episode_start",
+                topology=str(cluster.topology),
+                schedule=schedule.to_text(),
+                clock=spec.clock,
+                **workload.start_fields(),
             )
-        except (SystemExit, KeyboardInterrupt, GeneratorExit) as error:  # the trainer's own
-            text = f"{type(error).__name__}: {error}"
-            recorder.emit("run_end", run=None, status="failed", error=text[:2000])
-            recorder.emit("episode_end", error=text[:2000])
+        workload.begin(recorder)
+        try:
+            with contextlib.ExitStack() as stack:
+                workload.enter(stack)
+                if handoff is not None:
+                    resume(workload, schedule, handoff)
+                run = workload.start(spec.run)
+                try:
+                    result = run()
+                except workload.caught as e:  # the oracle and the test decide what this means
+                    error = workload.failed(e)
+                finally:
+                    workload.after_run()
+                if error is None:
+                    again = workload.again(result)
+        except EpisodeDeadlineExceeded as e:  # raised between steps by the fake-clock guard
+            error = e
+        except (SystemExit, KeyboardInterrupt, GeneratorExit) as e:  # the trainer's own
+            error = e
+            text = f"{type(e).__name__}: {e}"
+            recorder.emit("run_end", run=spec.run, status="failed", error=text[:2000])
+        if again and spec.run < spec.max_runs:
+            hand_off(workload, schedule, recorder)
+            return "suspended"
+        workload.close(recorder)
+        recorder.emit(
+            "episode_end",
+            error=None if error is None else f"{type(error).__name__}: {error}"[:2000],
+        )
+    return "ended"
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -324,7 +324,8 @@ def check_restore_newest(events: Sequence[Event]) -> list[str]:
     Complete: a ``snapshot_complete`` (or the save gate's ``save_released``) before the
     restore. In flight: a ``save_held`` not dropped (its slice lost) before the restore; a
     trainer must wait for it. An attempt that starts from step 0 while a snapshot exists
-    violates it too.
+    violates it too, and so does a run after a preemption that does not restore the checkpoint
+    its predecessor wrote on the notice.
     """
     problems: list[str] = []
     complete: dict[int, set[int]] = collections.defaultdict(set)
@@ -332,8 +333,24 @@ def check_restore_newest(events: Sequence[Event]) -> list[str]:
     failure: dict[int, str] = {}
     last_step: dict[tuple[int, int], int] = {}
     restored: set[tuple[int, int]] = set()
+    #: The checkpoint each run wrote on its preemption notice, by the run that must resume it.
+    preempted: dict[int, int] = {}
+    saved_on_notice: dict[int, int] = {}
     for e in events:
         kind, run = e["kind"], e.get("run", 0)
+        if kind == "checkpoint_save":
+            saved_on_notice[run] = e["step"]
+        elif kind == "suspend" and run in saved_on_notice:
+            preempted[run + 1] = saved_on_notice[run]
+        if kind == "attempt_ready" and e["attempt"] == 1 and run in preempted:
+            want = preempted.pop(run)
+            if (run, 1) not in restored:
+                problems.append(
+                    f"run {run} started over from step {e.get('start_step')} with no restore "
+                    f"after the preemption: run {run - 1} saved checkpoint step {want} on its "
+                    "notice (on GKE the next run is a new container: only what was written to "
+                    "disk survives)"
+                )
         if kind == "step":
             last_step[(run, e["attempt"])] = e["step"]
         elif kind in ("snapshot_complete", "save_released"):

@@ -76,3 +76,41 @@ class StaleSeamName(ReferenceTrainer):
 
     def _mesh_and_step(self, manager: Any, reason: str) -> Any:
         return super().mesh_and_step(manager, reason)
+
+
+class RecordsItsProcessPerRun(ReferenceTrainer):
+    """A correct trainer that writes down, for each run of the episode, the process it ran in."""
+
+    def before_step(self, step: int, batch: Any) -> Any:
+        path = os.environ.get("TRAINER_PID_FILE")
+        if path and not getattr(self, "_recorded", False):
+            self._recorded = True
+            with open(path, "a") as f:
+                f.write(f"{self.run_index} {os.getpid()}\n")
+        return batch
+
+
+#: Where ``ResumesFromMemory`` keeps its preemption checkpoint: gone with its process.
+_MEMORY: dict[str, Any] = {}
+
+
+class ResumesFromMemory(ReferenceTrainer):
+    """Keeps its preemption checkpoint in a module global: in one process the next run resumes
+    from it; on GKE the next run is a new container, the global is gone, and it starts over."""
+
+    def _suspend(self, state: Any, step: int, iterator: Any) -> Any:
+        import jax
+
+        _MEMORY["checkpoint"] = (jax.device_get(state), step, iterator.get_state())
+        return super()._suspend(state, step, iterator)
+
+    def _latest_checkpoint(self) -> Any:
+        return (_MEMORY["checkpoint"][1], "memory") if "checkpoint" in _MEMORY else None
+
+    def _load_checkpoint(self, path: Any, abstract: Any, iterator: Any) -> tuple[Any, int]:
+        import jax
+
+        state, step, position = _MEMORY["checkpoint"]
+        iterator.set_state(position)
+        placed = jax.tree.map(lambda a, x: jax.device_put(x, a.sharding), abstract, state)
+        return placed, step + 1

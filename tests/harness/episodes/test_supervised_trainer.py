@@ -197,3 +197,29 @@ def test_a_dead_override_is_warned_about_from_the_trainers_child() -> None:
     with pytest.warns(TrainerOverrideWarning, match=r"_mesh_and_step is not a method.*mesh_and"):
         out = play("", config=SHORT, trainer=_trainer("StaleSeamName"))
     assert out.ok, out.verdict.violations
+
+
+def test_a_preemptions_next_run_is_a_new_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pids = tmp_path / "pids.txt"
+    monkeypatch.setenv("TRAINER_PID_FILE", str(pids))
+    config = TrainerConfig(final_step=12, snapshot_interval=4, checkpoint_dir=str(tmp_path / "c"))
+    out = play("preemption@step=5", config=config, trainer=_trainer("RecordsItsProcessPerRun"))
+
+    assert out.ok, out.verdict.violations
+    ends = [e["status"] for e in out.result.events if e["kind"] == "run_end"]
+    assert ends == ["suspended", "completed"]
+    runs = dict(line.split() for line in pids.read_text().splitlines())
+    assert set(runs) == {"1", "2"} and runs["1"] != runs["2"], runs
+    assert str(os.getpid()) not in runs.values()
+
+
+def test_a_trainer_that_resumes_from_module_state_fails_as_on_gke(tmp_path: Path) -> None:
+    config = TrainerConfig(final_step=12, snapshot_interval=4, checkpoint_dir=str(tmp_path / "c"))
+    out = play("preemption@step=5", config=config, trainer=_trainer("ResumesFromMemory"))
+
+    assert not out.ok
+    said = out.verdict.violations[0]
+    assert "run 2 started over from step 0 with no restore after the preemption" in said, said
+    assert "run 1 saved checkpoint step 5" in said

@@ -54,6 +54,18 @@ CHOICES = {
 }
 
 
+def env_sizes() -> dict[str, int]:
+    """The fake cluster's shape from ``PATHWAYS_CHAOS_SLICES`` / ``_DEVICES_PER_SLICE``, by
+    the option each stands for, parsed as that option is (ChaosConfigError in one line)."""
+    ranges = {flag: allowed for _, flag, allowed in _numbers()}
+    sizes: dict[str, int] = {}
+    for env, flag in _ENV_INTS.items():
+        raw = os.environ.get(env)
+        if raw:
+            sizes[flag] = parse_whole(raw, f"{env} (as {flag})", ranges[flag])
+    return sizes
+
+
 def check_options(config: pytest.Config) -> None:
     """Raises ``pytest.UsageError`` (one line naming the option and the fix) on a bad value."""
     problem = _typed_problem(config) or first_problem(config) or _loop_problem(config)
@@ -108,17 +120,10 @@ def first_problem(config: pytest.Config) -> str | None:
             "--chaos-loop is empty: give MODULE:FUNC (or FILE.py:FUNC) of your loop, or leave "
             "the option out for the sample loop"
         )
-    sizes: dict[str, int] = {}
-    for env, flag in _ENV_INTS.items():
-        raw = os.environ.get(env)
-        if raw is None or raw == "":
-            continue
-        try:
-            sizes[flag] = int(raw)
-        except ValueError:
-            return f"{env}={raw!r} is not a whole number: set it like {flag}, e.g. {env}=4"
-        if sizes[flag] < 1:
-            return f"{env}={raw}: use a whole number >= 1"
+    try:
+        sizes = env_sizes()
+    except ChaosConfigError as error:
+        return str(error)
     slices = _opt(config, "fake_slices") or sizes.get("--fake-slices", 4)
     per_slice = _opt(config, "fake_devices_per_slice") or sizes.get("--fake-devices-per-slice", 2)
     from pathways_chaos.harness.engine.topology import SliceTopology

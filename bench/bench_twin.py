@@ -32,10 +32,10 @@ def main() -> None:
     args = parser.parse_args()
 
     from kubernetes import client
-    from pathwaysutils.experimental.gke.jobset import PathwaysJobSet
 
     from pathways_chaos.faults.watching import wait_for
     from pathways_chaos.fixtures.control_plane import free_port
+    from pathways_chaos.fixtures.twin.sample_jobset import generated_jobset
     from pathways_chaos.fixtures.twin.twin import NodePool, Twin
     from pathways_chaos.harness.kube.slice_health import SliceHealthWatch
 
@@ -45,19 +45,7 @@ def main() -> None:
     )
     pools = [NodePool("cpu-np", 1)] + [NodePool(f"tpu-{i}", 1, tpu, 4) for i in range(2)]
     port = free_port()
-    rm = f"--resource_manager_address=$(PATHWAYS_HEAD):{port}"
-    jobset = PathwaysJobSet(
-        "bench",
-        "bench",
-        "gs://b/tmp",
-        "v5e",
-        "2x2",
-        2,
-        elastic_slices=2,
-        rm_container_kwargs={"args": [f"--server_port={port}"]},
-        proxy_container_kwargs={"args": [rm]},
-        worker_container_kwargs={"args": [rm]},
-    ).to_dict()
+    jobset = generated_jobset("bench", "bench", port).to_dict()
     started = time.monotonic()
     rounds: list[dict[str, float]] = []
     with Twin(pools) as twin:

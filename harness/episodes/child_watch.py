@@ -140,6 +140,19 @@ class ChildWatch:
         self.spent_s = 0.0
         self._ready_at: float | None = None
 
+    def runs(
+        self, spec: Callable[[int], ChildFiles], max_runs: int, tail: LogTail, events: list[Event]
+    ) -> None:
+        """An episode's runs, each in a child of its own (``spec(run)``): the next one while
+        the last was suspended (a preemption's next run is a new process), at most
+        ``max_runs``; the first that ends otherwise, or is ended, is the last."""
+        for run in range(1, max_runs + 1):
+            ending = self.child(spec(run), tail, events)
+            status = last_exit_status(events, run)
+            self.log_child_end(events, run, ending, tail)
+            if ending.cause is not None or status != "suspended":
+                break
+
     def child(self, spec: ChildFiles, tail: LogTail, events: list[Event]) -> Ending:
         """Runs one child from ``spec`` to its end, following the log; how it ended."""
         run = spec.run

@@ -32,7 +32,6 @@ from pathways_chaos.harness.episodes.child_watch import (
     ChildWatch,
     default_limits,
     error_of,
-    last_exit_status,
 )
 from pathways_chaos.harness.episodes.episode import EpisodeResult
 from pathways_chaos.harness.episodes.loop_reference import file_modules, named_modules
@@ -152,12 +151,7 @@ class SupervisedTrainerEpisode:
         watch = self._watch(self.log_path, self.listeners)
         tail = LogTail(self.log_path)
         events: list[Event] = []
-        for run in range(1, self.max_runs + 1):
-            ending = watch.child(self._spec(run), tail, events)
-            status = last_exit_status(events, run)
-            watch.log_child_end(events, run, ending, tail)
-            if ending.cause is not None or status != "suspended":
-                break
+        watch.runs(self._spec, self.max_runs, tail, events)
         if not self.probe:  # the warnings the trainer's class earned, where the user sees them
             from pathways_chaos.harness.reference.overrides import TrainerOverrideWarning
 

@@ -25,7 +25,6 @@ from pathways_chaos.harness.episodes.child_watch import (
     ChildLimits,
     ChildWatch,
     error_of,
-    last_exit_status,
 )
 from pathways_chaos.harness.episodes.loop_episode import LoopResult, refuse_loop_misfits, scratch
 from pathways_chaos.harness.episodes.loop_reference import (
@@ -93,12 +92,7 @@ class SupervisedLoopEpisode:
             limits=self.limits,
             listeners=self.listeners,
         )
-        for run in range(1, self.max_runs + 1):
-            ending = watch.child(self._spec(run), tail, events)
-            status = last_exit_status(events, run)
-            watch.log_child_end(events, run, ending, tail)
-            if ending.cause is not None or status != "suspended":
-                break
+        watch.runs(self._spec, self.max_runs, tail, events)
         result = LoopResult(
             events,
             [],

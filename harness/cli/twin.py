@@ -27,7 +27,11 @@ from pathways_chaos.fixtures.twin.manifest import (
     check_ports_free,
     load_manifest,
 )
-from pathways_chaos.fixtures.twin.rootless import USER_NAMESPACE, needs_user_namespace
+from pathways_chaos.fixtures.twin.rootless import (
+    USER_NAMESPACE,
+    check_overlay_path,
+    needs_user_namespace,
+)
 from pathways_chaos.harness.engine.option_values import (
     OneLineArgumentParser,
     Range,
@@ -105,6 +109,8 @@ def _check_up(args: argparse.Namespace) -> CheckedManifest:
     args.spare_slices = parse_whole(args.spare_slices, "--spare-slices", SPARE_SLICES)
     args.timeout = parse_number(args.timeout, "--timeout", TIMEOUT)
     check_images(args.image)
+    if needs_user_namespace():
+        check_overlay_path(args.state_dir)
     return load_manifest(args.manifest, args.namespace)
 
 

@@ -343,11 +343,11 @@ def check_restore_newest(events: Sequence[Event]) -> list[str]:
         elif kind == "suspend" and run in saved_on_notice:
             preempted[run + 1] = saved_on_notice[run]
         if kind == "attempt_ready" and e["attempt"] == 1 and run in preempted:
-            want = preempted.pop(run)
+            saved = preempted.pop(run)
             if (run, 1) not in restored:
                 problems.append(
                     f"run {run} started over from step {e.get('start_step')} with no restore "
-                    f"after the preemption: run {run - 1} saved checkpoint step {want} on its "
+                    f"after the preemption: run {run - 1} saved checkpoint step {saved} on its "
                     "notice (on GKE the next run is a new container: only what was written to "
                     "disk survives)"
                 )

@@ -180,6 +180,13 @@ def remove_owned_folder(path: str | os.PathLike[str], *, what: str = "folder") -
     return True
 
 
+def renew_owned_folder(path: str | os.PathLike[str], *, what: str = "folder") -> Path:
+    """A folder of ours at ``path``, empty but for our marker: one we made earlier (an earlier
+    session's) is deleted first; a folder we did not make is refused and left whole."""
+    remove_owned_folder(path, what=what)
+    return make_owned_folder(path, what=what)
+
+
 def write_new(path: Path, data: bytes, *, what: str = "file", mode: int = 0o600) -> None:
     """Creates ``path`` holding ``data``: refused when anything (a symlink too) is there."""
     fd = open_new(path, what=what, mode=mode)
@@ -317,6 +324,7 @@ __all__ = [
     "open_fresh",
     "open_new",
     "remove_owned_folder",
+    "renew_owned_folder",
     "write_atomic",
     "write_new",
 ]

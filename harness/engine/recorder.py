@@ -26,6 +26,17 @@ Listener = Callable[[Event], None]
 SCHEMA_VERSION = 1
 
 
+def set_aside(path: Path) -> Path | None:
+    """Makes room for a new log at ``path``: a log already there (an earlier session's, with
+    the same ``--chaos-log-dir``) is renamed ``<stem>.previous<suffix>`` (one generation kept),
+    since a judge reading both episodes as one would judge nonsense. Where it went, if any."""
+    if not path.is_file() or path.is_symlink() or path.stat().st_size == 0:
+        return None
+    previous = path.with_name(f"{path.stem}.previous{path.suffix}")
+    os.replace(path, previous)
+    return previous
+
+
 class Recorder:
     """Appends events to memory and, when given a path, to a JSONL file."""
 
@@ -48,6 +59,8 @@ class Recorder:
         self._wall0 = time.perf_counter()
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            if resume is None:  # a new episode's log: never appended to an old one
+                set_aside(self.path)
             # never through a symlink planted where the log goes, never blocked on a FIFO
             fd = open_append(self.path, what="event log")
             self._file = os.fdopen(fd, "a", encoding="utf-8")

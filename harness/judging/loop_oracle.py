@@ -112,7 +112,7 @@ def judge_loop(
         once = _exactly_once(lineage, base_lineage, completed)
         results["exactly-once"] = (problems or once) if isinstance(once, str) else problems + once
     results["restore-latest"] = _restore_latest(events)
-    results["resume-step"] = _resume_step(events, chain)
+    results["resume-step"] = _resume_step(events, chain, batches_per_step(events, baseline))
     broken = (
         "the run did not complete"
         if chain is None
@@ -297,7 +297,7 @@ def _restore_latest(events: Sequence[Event]) -> list[str] | str:
 
 
 def _resume_step(
-    events: Sequence[Event], chain: chain_checks.Chain | None = None
+    events: Sequence[Event], chain: chain_checks.Chain | None = None, per_step: int = 1
 ) -> list[str] | str:
     """After restoring step S, the first batch is the one saved with S, and the first save
     after k more trained batches carries step S + k (the loop resumed at S + 1). With the
@@ -331,6 +331,11 @@ def _resume_step(
                 continue
             applied = True
             trained = _trained_between(chain, restore, e)
+            if per_step > 1:  # k batches are k / per_step steps (accumulated micro-batches)
+                if k % per_step or (trained is not None and trained % per_step):
+                    continue  # a save between a step's micro-batches: no whole step to count
+                k //= per_step
+                trained = None if trained is None else trained // per_step
             if (
                 trained is not None
                 and trained != k
@@ -354,9 +359,14 @@ def _resume_step(
                 continue
             want = restore["step"] + k
             if e["step"] != want:
+                trained_text = (
+                    _plural(k, "batch", "batches")
+                    if per_step == 1
+                    else f"{k} steps of {per_step} batches"
+                )
                 problems.append(
                     f"run {key[0]} attempt {key[1]} restored step {restore['step']}, trained "
-                    f"{_plural(k, 'batch', 'batches')} and saved step {e['step']}: it resumed "
+                    f"{trained_text} and saved step {e['step']}: it resumed "
                     "at step "
                     f"{e['step'] - k + 1}, not step {restore['step'] + 1} (the step counter was "
                     "not restored from the snapshot)"
@@ -364,6 +374,30 @@ def _resume_step(
     if not applied:
         return "no restore was followed by a batch and a save"
     return problems
+
+
+def batches_per_step(events: Sequence[Event], baseline: Sequence[Event] | None = None) -> int:
+    """How many batches make one step of the loop's counter (2 for a loop that accumulates
+    two micro-batches per optimizer step), learned from attempts that restored nothing (the
+    fault-free run's, the episode's own): each pair of saves there advances the step by their
+    batches over the ratio. 1 when no such pair, or the pairs disagree (then steps are counted
+    as batches, as most loops do)."""
+    ratios: set[int] = set()
+    restored: set[tuple[int, int, int]] = set()
+    last: dict[tuple[int, int, int], tuple[int, int]] = {}
+    for source, e in [*((0, b) for b in baseline or ()), *((1, x) for x in events)]:
+        key = (source, e.get("run", 0), e.get("attempt", 0))
+        if e["kind"] == "restore_end":
+            restored.add(key)
+        elif e["kind"] in ("snapshot_save", "checkpoint_save") and key not in restored:
+            step, drawn = e.get("step"), e.get("batches_in_attempt")
+            if not isinstance(step, int) or not isinstance(drawn, int):
+                continue
+            if key in last and step > last[key][0]:
+                batches, steps = drawn - last[key][1], step - last[key][0]
+                ratios.add(batches // steps if batches % steps == 0 else -1)
+            last[key] = (step, drawn)
+    return ratios.pop() if len(ratios) == 1 and min(ratios) >= 1 else 1
 
 
 def _meshes(events: Sequence[Event]) -> list[str] | str:

@@ -63,6 +63,7 @@ _FILES: tuple[tuple[str, str], ...] = (
     ("correct/optax_adam.py", "fixed"),
     ("correct/generator_steps.py", "fixed"),
     ("correct/flax_simple_workload.py", "scaled"),
+    ("correct/accumulates_micro_batches.py", "fixed"),
     ("broken/peek_batch_for_shapes.py", "fixed"),
     ("broken/prefetch_ahead_of_snapshot.py", "fixed"),
     ("broken/momentum_rebuilt.py", "fixed"),

@@ -61,6 +61,8 @@ class Graph:
     saves: list[Event] = dataclasses.field(default_factory=list)
     restores: list[Event] = dataclasses.field(default_factory=list)
     final: dict[str, int | None] | None = None
+    #: Nodes placed from host values, by the (run, attempt) that placed them.
+    from_host: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict)
     recorded: bool = False  # the episode ran with the lineage seam
     events: Sequence[Event] = ()
 
@@ -83,6 +85,8 @@ class Graph:
                     g.origin[e["node"]] = ("copy", e["src"])
                 else:
                     g.origin[e["node"]] = (source,)
+                    if source == "host":
+                        g.from_host[e["node"]] = (e.get("run", 0), e.get("attempt", 0))
             elif kind == "batch":
                 ids = tuple(e["ids"]) if e.get("ids") is not None else None
                 g.draws[e["batch"]] = Draw(
@@ -166,6 +170,30 @@ def walk_back(graph: Graph, start: Iterable[int]) -> Walk:
     return walk
 
 
+def restored_unseen(graph: Graph, walk: Walk) -> str:
+    """Where the final state's chain starts again from host values in a later attempt that
+    restored nothing the observer saw, yet drew its first batch past the data's start: the
+    loop brought its state back by a path the seam cannot follow (a host copy put back with
+    ``device_put``), so the chain breaks there; "" when it does not. An attempt that starts
+    over from its initial values draws from the start and is followed as a start-over."""
+    restored = {(r["run"], r["attempt"]) for r in graph.restores}
+    first: dict[tuple[int, int], Draw] = {}
+    for draw in sorted(graph.draws.values(), key=lambda d: d.seq):
+        first.setdefault((draw.run, draw.attempt), draw)
+    for node in sorted(walk.nodes):
+        where = graph.from_host.get(node)
+        if where is None or where in restored or (where[1] <= 1 and where[0] <= 1):
+            continue
+        drawn = first.get(where)
+        if drawn is not None and drawn.position:
+            return (
+                f"run {where[0]} attempt {where[1]} put its state back from host values (not "
+                "a Snapshotter or checkpoint load the observer sees) and drew its first batch "
+                f"at data position {drawn.position}, so the chain of trained steps breaks there"
+            )
+    return ""
+
+
 def batch_root(graph: Graph, node: int) -> int | None:
     seen = 0
     origin = graph.origin.get(node)
@@ -216,6 +244,9 @@ def follow(events: Sequence[Event] | None) -> Chain:
     walk = walk_back(graph, start)
     if walk.breaks:
         return Chain(graph, None, walk.breaks[0])
+    unseen = restored_unseen(graph, walk)
+    if unseen:
+        return Chain(graph, None, unseen)
     if not walk.consumed:
         if graph.draws:
             return Chain(

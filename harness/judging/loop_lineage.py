@@ -90,3 +90,27 @@ def committed_batches(events: Sequence[Event] | None) -> tuple[list[BatchRecord]
         save = earlier[-1]
         key, seq_limit = (save["run"], save["attempt"]), save["seq"]
     return [r for seg in reversed(segments) for r in seg], problems
+
+
+def restored_unseen(events: Sequence[Event]) -> str:
+    """An attempt after the first that restored nothing the observer saw, yet drew its first
+    batch past the data's start: it put its state back another way (a host copy), so which
+    batches its model holds is not known from the draws; "" when no attempt did."""
+    restored: set[tuple[int, int]] = set()
+    drew: set[tuple[int, int]] = set()
+    first = True
+    for e in events:
+        key = (e.get("run", 0), e.get("attempt", 0))
+        if e["kind"] == "restore_end":
+            restored.add(key)
+        elif e["kind"] == "batch" and key not in drew:
+            drew.add(key)
+            if not first and key not in restored and e.get("position"):
+                return (
+                    f"run {key[0]} attempt {key[1]} drew its first batch at data position "
+                    f"{e['position']} with no restore the observer saw (its state was put back "
+                    "another way, such as a host copy), so the batches its model holds are not "
+                    "known"
+                )
+            first = False
+    return ""

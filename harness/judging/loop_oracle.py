@@ -22,7 +22,12 @@ from pathways_chaos.harness.judging.final_values import (
     worst_outside_tolerance as _worst_outside_tolerance,
 )
 from pathways_chaos.harness.judging.loop_causes import cause_of, causes_named
-from pathways_chaos.harness.judging.loop_lineage import BatchRecord, batch_sizes, committed_batches
+from pathways_chaos.harness.judging.loop_lineage import (
+    BatchRecord,
+    batch_sizes,
+    committed_batches,
+    restored_unseen,
+)
 from pathways_chaos.harness.judging.oracle import Verdict, recoveries
 from pathways_chaos.harness.judging.process_exit import process_exit as _process_exit
 from pathways_chaos.harness.judging.replay import REPLAY_ATOL, REPLAY_RTOL
@@ -108,6 +113,8 @@ def judge_loop(
         results["exactly-once"] = chain_judges.trained_once_in_order(
             chain, base_chain if base_chain is not None and base_chain.followed else None
         )
+    elif restored_unseen(events):  # which batches its model holds is not known from draws
+        results["exactly-once"] = restored_unseen(events)
     else:
         once = _exactly_once(lineage, base_lineage, completed)
         results["exactly-once"] = (problems or once) if isinstance(once, str) else problems + once
@@ -135,7 +142,8 @@ def judge_loop(
     if chain is not None and chain.followed and base_chain is not None and base_chain.followed:
         trained = [_record(d) for d in chain.trained]  # what was trained, not drawn
         base_trained = [_record(d) for d in base_chain.trained]
-    results["step-count"] = _step_count(trained, base_trained, completed, schedule_kept)
+    unseen = "" if trained is not lineage else restored_unseen(events)
+    results["step-count"] = unseen or _step_count(trained, base_trained, completed, schedule_kept)
     yardstick, against = base_end, "the fault-free run"
     if not schedule_kept and base_lineage is not None:
         if clean is None:
@@ -249,8 +257,12 @@ def _restore_latest(events: Sequence[Event]) -> list[str] | str:
     latest: dict[tuple[int, int], int | None] = {}
     restored: set[tuple[int, int]] = set()
     trained: set[tuple[int, int]] = set()
+    #: The data position each snapshot left, by run and step (a restore goes back to it).
+    left_at: dict[tuple[int, int], int] = {}
     for e in events:
         key = (e.get("run", 0), e.get("attempt", 0))
+        if e["kind"] == "snapshot_save" and e.get("position") is not None:
+            left_at[(key[0], e["step"])] = e["position"]
         if e["kind"] == "run_end" and e.get("status") == "suspended":
             suspended.add(e["run"])
         if e["kind"] == "attempt_start":
@@ -279,6 +291,27 @@ def _restore_latest(events: Sequence[Event]) -> list[str] | str:
                     "was suspended without writing a checkpoint (on SIGTERM, save one to "
                     "checkpoint_dir and restore it when the next run starts)"
                 )
+            elif latest.get(key) is not None and e.get("position"):
+                # No restore the observer saw, yet the data went on past its start: the loop
+                # put its state back another way (a host copy); the data position says which.
+                newest = latest[key]
+                went_to = [
+                    step
+                    for (run, step), at in left_at.items()
+                    if run == key[0] and at == e["position"]
+                ]
+                if went_to and newest not in went_to and max(went_to) < newest:
+                    applied = True
+                    problems.append(
+                        f"run {key[0]} attempt {key[1]} drew its first batch at data position "
+                        f"{e['position']}, where the snapshot of step {max(went_to)} left the "
+                        f"data, although the snapshot of step {newest} was the latest completed: "
+                        "it went back to an older snapshot (put back without a Snapshotter "
+                        "load the observer sees), and trains "
+                        f"{_plural(newest - max(went_to), 'finished step')} again"
+                    )
+                elif went_to:
+                    applied = True
             elif latest.get(key) is not None:
                 applied = True
                 problems.append(

@@ -87,6 +87,7 @@ _FILES: tuple[tuple[str, str], ...] = (
     ("broken/flax_upstream_step.py", "scaled"),
     ("broken/skip_steps_already_done.py", "fixed"),
     ("broken/scale_up_rewinds_data.py", "scaled"),
+    ("broken/restores_older_host_copy.py", "scaled"),
     ("two_faults/relative_position_saved.py", "fixed"),
     ("two_faults/restore_target_cached.py", "fixed"),
     ("two_faults/second_failure_restarts.py", "fixed"),

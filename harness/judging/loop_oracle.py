@@ -291,10 +291,9 @@ def _restore_latest(events: Sequence[Event]) -> list[str] | str:
                     "was suspended without writing a checkpoint (on SIGTERM, save one to "
                     "checkpoint_dir and restore it when the next run starts)"
                 )
-            elif latest.get(key) is not None and e.get("position"):
+            elif (newest := latest.get(key)) is not None and e.get("position"):
                 # No restore the observer saw, yet the data went on past its start: the loop
                 # put its state back another way (a host copy); the data position says which.
-                newest = latest[key]
                 went_to = [
                     step
                     for (run, step), at in left_at.items()

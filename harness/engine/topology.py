@@ -113,3 +113,23 @@ def cpu_devices(count: int) -> list[Any]:
 
     devices = sorted(jax.devices("cpu"), key=lambda d: d.id)
     return devices[:count]
+
+
+#: Environment variables that stand in for the fake's shape options: (option, its range).
+ENV_SIZES = {
+    "PATHWAYS_CHAOS_SLICES": ("--fake-slices", SLICES),
+    "PATHWAYS_CHAOS_DEVICES_PER_SLICE": ("--fake-devices-per-slice", DEVICES_PER_SLICE),
+}
+
+
+def env_sizes() -> dict[str, int]:
+    """The fake cluster's shape from ``PATHWAYS_CHAOS_SLICES`` / ``_DEVICES_PER_SLICE``, by
+    the option each stands for, parsed as that option is (ChaosConfigError in one line)."""
+    from pathways_chaos.harness.engine.option_values import parse_whole
+
+    sizes: dict[str, int] = {}
+    for env, (flag, allowed) in ENV_SIZES.items():
+        raw = os.environ.get(env)
+        if raw:
+            sizes[flag] = parse_whole(raw, f"{env} (as {flag})", allowed)
+    return sizes

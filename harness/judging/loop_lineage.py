@@ -114,3 +114,27 @@ def restored_unseen(events: Sequence[Event]) -> str:
                 )
             first = False
     return ""
+
+
+def batches_per_step(events: Sequence[Event], baseline: Sequence[Event] | None = None) -> int:
+    """How many batches make one step of the loop's counter (2 for a loop that accumulates
+    two micro-batches per optimizer step), learned from attempts that restored nothing (the
+    fault-free run's, the episode's own): each pair of saves there advances the step by their
+    batches over the ratio. 1 when no such pair, or the pairs disagree (then steps are counted
+    as batches, as most loops do)."""
+    ratios: set[int] = set()
+    restored: set[tuple[int, int, int]] = set()
+    last: dict[tuple[int, int, int], tuple[int, int]] = {}
+    for source, e in [*((0, b) for b in baseline or ()), *((1, x) for x in events)]:
+        key = (source, e.get("run", 0), e.get("attempt", 0))
+        if e["kind"] == "restore_end":
+            restored.add(key)
+        elif e["kind"] in ("snapshot_save", "checkpoint_save") and key not in restored:
+            step, drawn = e.get("step"), e.get("batches_in_attempt")
+            if not isinstance(step, int) or not isinstance(drawn, int):
+                continue
+            if key in last and step > last[key][0]:
+                batches, steps = drawn - last[key][1], step - last[key][0]
+                ratios.add(batches // steps if batches % steps == 0 else -1)
+            last[key] = (step, drawn)
+    return ratios.pop() if len(ratios) == 1 and min(ratios) >= 1 else 1

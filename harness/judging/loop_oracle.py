@@ -25,12 +25,14 @@ from pathways_chaos.harness.judging.loop_causes import cause_of, causes_named
 from pathways_chaos.harness.judging.loop_lineage import (
     BatchRecord,
     batch_sizes,
+    batches_per_step,
     committed_batches,
     restored_unseen,
 )
 from pathways_chaos.harness.judging.oracle import Verdict, recoveries
 from pathways_chaos.harness.judging.process_exit import process_exit as _process_exit
 from pathways_chaos.harness.judging.replay import REPLAY_ATOL, REPLAY_RTOL
+from pathways_chaos.harness.judging.restore_latest import restore_latest
 from pathways_chaos.harness.judging.run_outcome import completed as run_completed
 from pathways_chaos.harness.judging.run_outcome import did_something, faults_fired
 from pathways_chaos.harness.judging.wording import plural as _plural
@@ -118,7 +120,7 @@ def judge_loop(
     else:
         once = _exactly_once(lineage, base_lineage, completed)
         results["exactly-once"] = (problems or once) if isinstance(once, str) else problems + once
-    results["restore-latest"] = _restore_latest(events)
+    results["restore-latest"] = restore_latest(events)
     results["resume-step"] = _resume_step(events, chain, batches_per_step(events, baseline))
     broken = (
         "the run did not complete"
@@ -247,87 +249,6 @@ def _other_findings(results: dict[str, list[str] | str]) -> bool:
     return any(isinstance(v, list) and v for k, v in results.items() if k != "completed")
 
 
-def _restore_latest(events: Sequence[Event]) -> list[str] | str:
-    """An attempt that starts while a snapshot exists (or a run after a preemption
-    checkpoint) restores it before it trains."""
-    problems: list[str] = []
-    applied = False
-    checkpoint_runs: set[int] = set()
-    suspended: set[int] = set()
-    latest: dict[tuple[int, int], int | None] = {}
-    restored: set[tuple[int, int]] = set()
-    trained: set[tuple[int, int]] = set()
-    #: The data position each snapshot left, by run and step (a restore goes back to it).
-    left_at: dict[tuple[int, int], int] = {}
-    for e in events:
-        key = (e.get("run", 0), e.get("attempt", 0))
-        if e["kind"] == "snapshot_save" and e.get("position") is not None:
-            left_at[(key[0], e["step"])] = e["position"]
-        if e["kind"] == "run_end" and e.get("status") == "suspended":
-            suspended.add(e["run"])
-        if e["kind"] == "attempt_start":
-            latest[key] = e.get("snapshot_latest")
-        elif e["kind"] == "restore_begin" and key not in trained:
-            restored.add(key)
-            applied = True
-        elif e["kind"] == "restore_end" and key not in trained and e.get("step") is not None:
-            newest = latest.get(key)
-            if newest is not None and e["step"] < newest:
-                problems.append(
-                    f"run {key[0]} attempt {key[1]} restored the {e.get('source', 'snapshot')} "
-                    f"of step {e['step']} although the snapshot of step {newest} was the latest "
-                    f"completed: it trains {_plural(newest - e['step'], 'finished step')} again"
-                )
-        elif e["kind"] == "checkpoint_save":
-            checkpoint_runs.add(key[0])
-        elif e["kind"] == "batch" and key not in trained:
-            trained.add(key)
-            if key in restored:
-                continue
-            if key[1] <= 1 and key[0] - 1 in suspended and key[0] - 1 not in checkpoint_runs:
-                applied = True
-                problems.append(
-                    f"run {key[0]} started over after the preemption notice: run {key[0] - 1} "
-                    "was suspended without writing a checkpoint (on SIGTERM, save one to "
-                    "checkpoint_dir and restore it when the next run starts)"
-                )
-            elif (newest := latest.get(key)) is not None and e.get("position"):
-                # No restore the observer saw, yet the data went on past its start: the loop
-                # put its state back another way (a host copy); the data position says which.
-                went_to = [
-                    step
-                    for (run, step), at in left_at.items()
-                    if run == key[0] and at == e["position"]
-                ]
-                if went_to and newest not in went_to and max(went_to) < newest:
-                    applied = True
-                    problems.append(
-                        f"run {key[0]} attempt {key[1]} drew its first batch at data position "
-                        f"{e['position']}, where the snapshot of step {max(went_to)} left the "
-                        f"data, although the snapshot of step {newest} was the latest completed: "
-                        "it went back to an older snapshot (put back without a Snapshotter "
-                        "load the observer sees), and trains "
-                        f"{_plural(newest - max(went_to), 'finished step')} again"
-                    )
-                elif went_to:
-                    applied = True
-            elif latest.get(key) is not None:
-                applied = True
-                problems.append(
-                    f"run {key[0]} attempt {key[1]} trained without restoring, though the "
-                    f"snapshot of step {latest[key]} was the latest completed: it started over"
-                )
-            elif key[1] <= 1 and key[0] - 1 in checkpoint_runs:
-                applied = True
-                problems.append(
-                    f"run {key[0]} trained without restoring the checkpoint run {key[0] - 1} "
-                    "wrote on its preemption notice: it started over"
-                )
-    if not applied:
-        return "no attempt started while a snapshot or checkpoint existed"
-    return problems
-
-
 def _resume_step(
     events: Sequence[Event], chain: chain_checks.Chain | None = None, per_step: int = 1
 ) -> list[str] | str:
@@ -406,30 +327,6 @@ def _resume_step(
     if not applied:
         return "no restore was followed by a batch and a save"
     return problems
-
-
-def batches_per_step(events: Sequence[Event], baseline: Sequence[Event] | None = None) -> int:
-    """How many batches make one step of the loop's counter (2 for a loop that accumulates
-    two micro-batches per optimizer step), learned from attempts that restored nothing (the
-    fault-free run's, the episode's own): each pair of saves there advances the step by their
-    batches over the ratio. 1 when no such pair, or the pairs disagree (then steps are counted
-    as batches, as most loops do)."""
-    ratios: set[int] = set()
-    restored: set[tuple[int, int, int]] = set()
-    last: dict[tuple[int, int, int], tuple[int, int]] = {}
-    for source, e in [*((0, b) for b in baseline or ()), *((1, x) for x in events)]:
-        key = (source, e.get("run", 0), e.get("attempt", 0))
-        if e["kind"] == "restore_end":
-            restored.add(key)
-        elif e["kind"] in ("snapshot_save", "checkpoint_save") and key not in restored:
-            step, drawn = e.get("step"), e.get("batches_in_attempt")
-            if not isinstance(step, int) or not isinstance(drawn, int):
-                continue
-            if key in last and step > last[key][0]:
-                batches, steps = drawn - last[key][1], step - last[key][0]
-                ratios.add(batches // steps if batches % steps == 0 else -1)
-            last[key] = (step, drawn)
-    return ratios.pop() if len(ratios) == 1 and min(ratios) >= 1 else 1
 
 
 def _meshes(events: Sequence[Event]) -> list[str] | str:

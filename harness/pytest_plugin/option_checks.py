@@ -17,11 +17,6 @@ from pathways_chaos.harness.engine.option_values import Range, parse_number, par
 from pathways_chaos.harness.engine.untrusted_files import shown
 from pathways_chaos.harness.errors import ChaosConfigError
 
-#: Environment variables that stand in for options, and the option each stands for.
-_ENV_INTS = {
-    "PATHWAYS_CHAOS_SLICES": "--fake-slices",
-    "PATHWAYS_CHAOS_DEVICES_PER_SLICE": "--fake-devices-per-slice",
-}
 JOURNAL_ENV = "PATHWAYS_CHAOS_JOURNAL_DIR"
 #: Kubernetes API integers (a Lease's leaseDurationSeconds) are int32.
 INT32_MAX = 2**31 - 1
@@ -52,18 +47,6 @@ CHOICES = {
     "chaos_progress": ("--chaos-progress", ("auto", "on", "off")),
     "chaos_profile": ("--chaos-profile", ("ci", "dev", "nightly")),
 }
-
-
-def env_sizes() -> dict[str, int]:
-    """The fake cluster's shape from ``PATHWAYS_CHAOS_SLICES`` / ``_DEVICES_PER_SLICE``, by
-    the option each stands for, parsed as that option is (ChaosConfigError in one line)."""
-    ranges = {flag: allowed for _, flag, allowed in _numbers()}
-    sizes: dict[str, int] = {}
-    for env, flag in _ENV_INTS.items():
-        raw = os.environ.get(env)
-        if raw:
-            sizes[flag] = parse_whole(raw, f"{env} (as {flag})", ranges[flag])
-    return sizes
 
 
 def check_options(config: pytest.Config) -> None:
@@ -120,13 +103,14 @@ def first_problem(config: pytest.Config) -> str | None:
             "--chaos-loop is empty: give MODULE:FUNC (or FILE.py:FUNC) of your loop, or leave "
             "the option out for the sample loop"
         )
+    from pathways_chaos.harness.engine.topology import SliceTopology, env_sizes
+
     try:
         sizes = env_sizes()
     except ChaosConfigError as error:
         return str(error)
     slices = _opt(config, "fake_slices") or sizes.get("--fake-slices", 4)
     per_slice = _opt(config, "fake_devices_per_slice") or sizes.get("--fake-devices-per-slice", 2)
-    from pathways_chaos.harness.engine.topology import SliceTopology
     from pathways_chaos.harness.errors import ChaosError
 
     try:

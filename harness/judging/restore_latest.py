@@ -1,0 +1,92 @@
+"""The restore-latest judge: an attempt that starts while a snapshot exists (or a run after a
+preemption checkpoint) goes back to the newest one before it trains, by what the observer saw of
+its restores, or (a loop that puts its state back from a host copy) by the data position its
+first batch was drawn at."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pathways_chaos.harness.engine.recorder import Event
+from pathways_chaos.harness.judging.wording import plural as _plural
+
+
+def restore_latest(events: Sequence[Event]) -> list[str] | str:
+    """An attempt that starts while a snapshot exists (or a run after a preemption
+    checkpoint) restores it before it trains."""
+    problems: list[str] = []
+    applied = False
+    checkpoint_runs: set[int] = set()
+    suspended: set[int] = set()
+    latest: dict[tuple[int, int], int | None] = {}
+    restored: set[tuple[int, int]] = set()
+    trained: set[tuple[int, int]] = set()
+    #: The data position each snapshot left, by run and step (a restore goes back to it).
+    left_at: dict[tuple[int, int], int] = {}
+    for e in events:
+        key = (e.get("run", 0), e.get("attempt", 0))
+        if e["kind"] == "snapshot_save" and e.get("position") is not None:
+            left_at[(key[0], e["step"])] = e["position"]
+        if e["kind"] == "run_end" and e.get("status") == "suspended":
+            suspended.add(e["run"])
+        if e["kind"] == "attempt_start":
+            latest[key] = e.get("snapshot_latest")
+        elif e["kind"] == "restore_begin" and key not in trained:
+            restored.add(key)
+            applied = True
+        elif e["kind"] == "restore_end" and key not in trained and e.get("step") is not None:
+            newest = latest.get(key)
+            if newest is not None and e["step"] < newest:
+                problems.append(
+                    f"run {key[0]} attempt {key[1]} restored the {e.get('source', 'snapshot')} "
+                    f"of step {e['step']} although the snapshot of step {newest} was the latest "
+                    f"completed: it trains {_plural(newest - e['step'], 'finished step')} again"
+                )
+        elif e["kind"] == "checkpoint_save":
+            checkpoint_runs.add(key[0])
+        elif e["kind"] == "batch" and key not in trained:
+            trained.add(key)
+            if key in restored:
+                continue
+            if key[1] <= 1 and key[0] - 1 in suspended and key[0] - 1 not in checkpoint_runs:
+                applied = True
+                problems.append(
+                    f"run {key[0]} started over after the preemption notice: run {key[0] - 1} "
+                    "was suspended without writing a checkpoint (on SIGTERM, save one to "
+                    "checkpoint_dir and restore it when the next run starts)"
+                )
+            elif (newest := latest.get(key)) is not None and e.get("position"):
+                # No restore the observer saw, yet the data went on past its start: the loop
+                # put its state back another way (a host copy); the data position says which.
+                went_to = [
+                    step
+                    for (run, step), at in left_at.items()
+                    if run == key[0] and at == e["position"]
+                ]
+                if went_to and newest not in went_to and max(went_to) < newest:
+                    applied = True
+                    problems.append(
+                        f"run {key[0]} attempt {key[1]} drew its first batch at data position "
+                        f"{e['position']}, where the snapshot of step {max(went_to)} left the "
+                        f"data, although the snapshot of step {newest} was the latest completed: "
+                        "it went back to an older snapshot (put back without a Snapshotter "
+                        "load the observer sees), and trains "
+                        f"{_plural(newest - max(went_to), 'finished step')} again"
+                    )
+                elif went_to:
+                    applied = True
+            elif latest.get(key) is not None:
+                applied = True
+                problems.append(
+                    f"run {key[0]} attempt {key[1]} trained without restoring, though the "
+                    f"snapshot of step {latest[key]} was the latest completed: it started over"
+                )
+            elif key[1] <= 1 and key[0] - 1 in checkpoint_runs:
+                applied = True
+                problems.append(
+                    f"run {key[0]} trained without restoring the checkpoint run {key[0] - 1} "
+                    "wrote on its preemption notice: it started over"
+                )
+    if not applied:
+        return "no attempt started while a snapshot or checkpoint existed"
+    return problems

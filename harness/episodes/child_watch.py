@@ -31,7 +31,7 @@ from pathways_chaos.harness.engine.deadline import (
     EpisodeDeadlineExceeded,
     UnsatisfiableWait,
 )
-from pathways_chaos.harness.engine.recorder import Event, LogTail, Recorder
+from pathways_chaos.harness.engine.recorder import Event, LogTail, Recorder, set_aside
 from pathways_chaos.harness.episodes import exit_witness, fork_server
 from pathways_chaos.harness.episodes.child import STACK_SIGNAL, ChildFiles
 from pathways_chaos.harness.errors import ChaosConfigError, ChaosError
@@ -156,6 +156,8 @@ class ChildWatch:
     def child(self, spec: ChildFiles, tail: LogTail, events: list[Event]) -> Ending:
         """Runs one child from ``spec`` to its end, following the log; how it ended."""
         run = spec.run
+        if run == 1:  # a new episode (or replay, or probe): an old log there is not part of it
+            set_aside(Path(spec.log_path))
         spec_file = self.work / f"spec-{run}.pkl"
         write_private(spec_file, pickle.dumps(spec))
         output = self.work / f"output-{run}.txt"

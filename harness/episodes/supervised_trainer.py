@@ -26,7 +26,7 @@ import numpy as np
 
 from pathways_chaos.faults.model import Schedule
 from pathways_chaos.harness.engine.deadline import Deadline, default_deadline
-from pathways_chaos.harness.engine.recorder import Event, LogTail, set_aside
+from pathways_chaos.harness.engine.recorder import Event, LogTail
 from pathways_chaos.harness.episodes.child_watch import (
     ChildLimits,
     ChildWatch,
@@ -149,7 +149,6 @@ class SupervisedTrainerEpisode:
         """Each run in a child of its own: a preemption's next run is a new process, which
         shares with the last only the checkpoint folder and the log's ``run_handoff``."""
         watch = self._watch(self.log_path, self.listeners)
-        set_aside(self.log_path)  # a new episode: an old log there is not part of it
         tail = LogTail(self.log_path)
         events: list[Event] = []
         watch.runs(self._spec, self.max_runs, tail, events)

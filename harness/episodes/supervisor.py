@@ -18,7 +18,7 @@ from typing import Any
 
 from pathways_chaos.faults.model import Schedule
 from pathways_chaos.harness.engine.deadline import Deadline, default_deadline
-from pathways_chaos.harness.engine.recorder import Event, LogTail, set_aside
+from pathways_chaos.harness.engine.recorder import Event, LogTail
 from pathways_chaos.harness.episodes import child_watch
 from pathways_chaos.harness.episodes.child import ChildSpec
 from pathways_chaos.harness.episodes.child_watch import (
@@ -83,7 +83,6 @@ class SupervisedLoopEpisode:
     def run(self) -> LoopResult:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.work.mkdir(mode=0o700, parents=True, exist_ok=True)
-        set_aside(self.log_path)  # a new episode: an old log there is not part of it
         tail = LogTail(self.log_path)
         events: list[Event] = []
         watch = ChildWatch(

@@ -170,12 +170,13 @@ def walk_back(graph: Graph, start: Iterable[int]) -> Walk:
     return walk
 
 
-def restored_unseen(graph: Graph, walk: Walk) -> str:
+def put_back_from_host(graph: Graph, walk: Walk) -> str:
     """Where the final state's chain starts again from host values in a later attempt that
     restored nothing the observer saw, yet drew its first batch past the data's start: the
     loop brought its state back by a path the seam cannot follow (a host copy put back with
     ``device_put``), so the chain breaks there; "" when it does not. An attempt that starts
-    over from its initial values draws from the start and is followed as a start-over."""
+    over from its initial values draws from the start and is followed as a start-over. (The
+    draws alone say less: ``loop_lineage.restored_unseen``, for when the chain is not followed.)"""
     restored = {(r["run"], r["attempt"]) for r in graph.restores}
     first: dict[tuple[int, int], Draw] = {}
     for draw in sorted(graph.draws.values(), key=lambda d: d.seq):
@@ -244,9 +245,9 @@ def follow(events: Sequence[Event] | None) -> Chain:
     walk = walk_back(graph, start)
     if walk.breaks:
         return Chain(graph, None, walk.breaks[0])
-    unseen = restored_unseen(graph, walk)
-    if unseen:
-        return Chain(graph, None, unseen)
+    from_host = put_back_from_host(graph, walk)
+    if from_host:
+        return Chain(graph, None, from_host)
     if not walk.consumed:
         if graph.draws:
             return Chain(

@@ -111,12 +111,13 @@ def judge_loop(
     results["completed"] = run_completed(events, ends, failed) + (
         did_something(events, ends[-1]) if completed else []
     )
+    unseen = restored_unseen(events)
     if chain is not None and chain.followed:
         results["exactly-once"] = chain_judges.trained_once_in_order(
             chain, base_chain if base_chain is not None and base_chain.followed else None
         )
-    elif restored_unseen(events):  # which batches its model holds is not known from draws
-        results["exactly-once"] = restored_unseen(events)
+    elif unseen:  # which batches its model holds is not known from the draws
+        results["exactly-once"] = unseen
     else:
         once = _exactly_once(lineage, base_lineage, completed)
         results["exactly-once"] = (problems or once) if isinstance(once, str) else problems + once
@@ -144,8 +145,10 @@ def judge_loop(
     if chain is not None and chain.followed and base_chain is not None and base_chain.followed:
         trained = [_record(d) for d in chain.trained]  # what was trained, not drawn
         base_trained = [_record(d) for d in base_chain.trained]
-    unseen = "" if trained is not lineage else restored_unseen(events)
-    results["step-count"] = unseen or _step_count(trained, base_trained, completed, schedule_kept)
+    drawn_only = unseen if trained is lineage else ""  # the chain, when followed, knows
+    results["step-count"] = drawn_only or _step_count(
+        trained, base_trained, completed, schedule_kept
+    )
     yardstick, against = base_end, "the fault-free run"
     if not schedule_kept and base_lineage is not None:
         if clean is None:

@@ -38,15 +38,15 @@ class LoopRuns:
 
     def __init__(
         self,
-        loop: Callable[..., Any],
+        loop: Callable[..., Any] | str,
         topology: SliceTopology | None = None,
         workdir: str | Path | None = None,
         adapter_runs: Any = None,
         recovery_budget_s: float = RECOVERY_BUDGET_S,
     ) -> None:
         topology = runtime_topology(topology)
-        self.loop = loop
-        self.name = loop_name(loop)
+        self.loop = loop  # a spec is imported only by the runs' child processes
+        self.name = loop if isinstance(loop, str) else loop_name(loop)
         self.topology = topology
         self.adapter_runs = adapter_runs  # RuntimeRuns of --acceptance-adapter, or None
         self.recovery_budget_s = recovery_budget_s
@@ -86,23 +86,17 @@ class LoopRuns:
         return loop_oracle.judge_loop(self.interrupted.events, self.fault_free.events)
 
     def _episode(self, name: str, schedule: str) -> LoopResult:
-        from pathways_chaos.harness.engine.deadline import episode_deadline
-        from pathways_chaos.harness.engine.fake_cluster import FakeCluster
         from pathways_chaos.harness.play import play_loop
 
-        # The loop's own elastic_retry may wait for what never comes (more slices than the
-        # fake has): the deadline ends the run with what it waited for, not an 11-minute hang.
-        with (
-            FakeCluster(self.topology) as cluster,
-            episode_deadline(cluster.clock, cluster=cluster),
-        ):
-            outcome = play_loop(
-                self.loop,
-                schedule,
-                cluster=cluster,
-                log_path=self.workdir / f"loop-{name}.jsonl",
-                checkpoint_dir=self.workdir / f"checkpoints-{name}",
-            )
+        # Each run is a child process on a fake of this shape: the wall and fake-clock deadlines
+        # end a loop that waits for what never comes (more slices than the fake has) there.
+        outcome = play_loop(
+            self.loop,
+            schedule,
+            topology=self.topology,
+            log_path=self.workdir / f"loop-{name}.jsonl",
+            checkpoint_dir=self.workdir / f"checkpoints-{name}",
+        )
         result: LoopResult = outcome.result
         return result
 

@@ -146,11 +146,14 @@ def runtime_runs(
         )
     if loop_spec:
         from pathways_chaos.harness.acceptance.loop_runtime import LoopRuns
-        from pathways_chaos.harness.episodes.loop_episode import load_loop
+        from pathways_chaos.harness.episodes.supervisor import check_loop
 
+        problem = check_loop(str(loop_spec))  # loaded in a child, never in this process
+        if problem is not None:
+            pytest.fail(f"pathways-chaos: {problem}", pytrace=False)
         loop_runs = _usage(
             lambda: LoopRuns(
-                load_loop(loop_spec),
+                str(loop_spec),
                 topology=fake_topology(pytestconfig),
                 workdir=tmp_path_factory.mktemp("acceptance-loop"),
                 adapter_runs=runs,

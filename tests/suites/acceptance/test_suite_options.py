@@ -106,3 +106,31 @@ def test_an_unknown_check_is_a_one_line_usage_error():
     assert "--acceptance-checks: unknown dev-shmm: use the groups static, manifest, runtime" in (
         out.stderr
     )
+
+
+def test_the_loop_under_acceptance_is_imported_only_by_its_runs(tmp_path):
+    """``--chaos-loop`` in the acceptance suite: its module runs in the runs' child processes,
+    never in pytest's (a module that exits at import would otherwise end the session)."""
+    marker = tmp_path / "imported.txt"
+    loop = tmp_path / "marked_loop.py"
+    loop.write_text(
+        "import os\n"
+        f"open({str(marker)!r}, 'a').write(f'{{os.getpid()}}\\n')\n"
+        "from pathways_chaos.harness.reference.user_loop import main\n"
+    )
+    process = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "pytest", "suites/acceptance", "-q", "-p", "no:randomly"),
+            *("-p", "no:cacheprovider", "--acceptance-checks=data-order"),
+            f"--chaos-loop={loop}:main",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    stdout, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, stdout[-3000:]
+    assert table_rows(stdout) == {"data-order": "PASS"}
+    pids = marker.read_text().split()
+    assert pids and str(process.pid) not in pids, (process.pid, pids)

@@ -333,6 +333,9 @@ class RollbackJournal:
         #: Called right before each change is recorded (a Lease's ``check_held``): raising
         #: there stops the change before it is journalled or made.
         self.fence: Callable[[], None] | None = None
+        #: The holder identity of the Lease behind ``fence``: another process writing this
+        #: journal for the same session (an episode's child) checks that the Lease names it.
+        self.lease_holder: str | None = None
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -378,20 +381,21 @@ class RollbackJournal:
         if self.fence is not None:
             self.fence()
         with self._lock:
-            self._seq += 1
             entry = {
-                "seq": self._seq,
                 "run": self.run_id,
                 "time": time.time(),
                 "action": action,
                 "manager": self.field_manager,
                 **details,
             }
-            self._append(entry)
+            self._append(entry, numbered=True)
             return self._seq
 
-    def _append(self, entry: dict[str, Any]) -> None:
-        """Appends one signed record and fsyncs it (file and folder checked, never followed)."""
+    def _append(self, entry: dict[str, Any], *, numbered: bool = False) -> None:
+        """Appends one signed record and fsyncs it (file and folder checked, never followed).
+
+        ``numbered``: a change, given the next ``seq`` under the file's lock, after whatever
+        another writer of the same journal (an episode's child process) appended."""
         folder = self.path.parent
         try:
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -425,8 +429,12 @@ class RollbackJournal:
             prefix = b""
             if size != self._size or self._last_mac is None:
                 raw = os.pread(fd, size, 0)
-                _, self._last_mac = _parse_journal(raw, self.path)
+                written, self._last_mac = _parse_journal(raw, self.path)
+                self._seq = max([self._seq, *(c["seq"] for c in written.changes)])
                 prefix = b"\n" if raw and not raw.endswith(b"\n") else b""  # after a torn line
+            if numbered:
+                self._seq += 1
+                entry = {"seq": self._seq, **entry}
             line, mac = signed_line(journal_key(), self._last_mac, entry)
             os.write(fd, prefix + line)
             os.fsync(fd)

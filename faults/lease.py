@@ -272,3 +272,31 @@ class TargetLease:
         if self._thread is not None:
             self._thread.join(timeout=5)
         self.release()
+
+
+def check_holder(api_client: ApiClient, namespace: str, jobset: str, holder: str) -> None:
+    """The fence of a process that acts for the session holding the Lease (an episode's child
+    process): raises ``LeaseLost`` unless the Lease still names ``holder`` and has not expired.
+
+    The holding session renews it; this one only reads it, so it never takes a Lease over.
+    """
+    from kubernetes import client
+
+    name = lease_name(jobset)
+    current: Any = call_with_retries(
+        lambda: client.CoordinationV1Api(api_client).read_namespaced_lease(name, namespace),
+        retry_on=frozenset({429, 500, 502, 503, 504}),
+    )
+    spec = current.spec
+    if spec.holder_identity != holder:
+        raise LeaseLost(
+            f"refused: lease {namespace}/{name} is held by {spec.holder_identity or 'nobody'}, "
+            f"not by this session ({holder}): stopped before the change"
+        )
+    renewed = spec.renew_time or spec.acquire_time
+    duration = spec.lease_duration_seconds or DEFAULT_LEASE_SECONDS
+    if renewed is None or (_now() - renewed).total_seconds() >= duration:
+        raise LeaseLost(
+            f"refused: lease {namespace}/{name} expired (the session stopped renewing it): "
+            "stopped before the change"
+        )

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from pathways_chaos.harness.episodes.loop_episode import LoopResult
     from pathways_chaos.harness.judging.loop_oracle import LoopVerdict
     from pathways_chaos.harness.judging.oracle import Verdict
+    from pathways_chaos.harness.kube.kube_cluster import KubeBridgedCluster
     from pathways_chaos.harness.reference.trainer import TrainerConfig
 
 
@@ -137,21 +138,27 @@ def play(
 
 
 def _by_name_in_child(spec: str, cluster: ClusterBackend | None, isolate: bool | None) -> bool:
-    """A trainer named by a spec that is not the toolkit's, on a fake: loaded by its child."""
-    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
-
-    on_fake = cluster is None or type(cluster) is FakeCluster
-    return on_fake and isolate is not False and not spec.startswith("pathways_chaos.")
+    """A trainer named by a spec that is not the toolkit's, on a fake (or one bridged to the
+    JobSet): loaded by its child."""
+    return _in_child_on(cluster) and isolate is not False and not spec.startswith("pathways_chaos.")
 
 
 def _isolated(factory: Any, cluster: ClusterBackend | None, isolate: bool | None) -> bool:
-    """Whether a trainer episode runs in a child: one the toolkit did not write, on a fake."""
-    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
+    """Whether a trainer episode runs in a child: one the toolkit did not write, on a fake (or
+    one bridged to the JobSet)."""
     from pathways_chaos.harness.episodes.supervised_trainer import is_toolkits_own
 
-    if isolate is False or not (cluster is None or type(cluster) is FakeCluster):
+    if isolate is False or not _in_child_on(cluster):
         return False
     return bool(isolate) or not is_toolkits_own(factory)
+
+
+def _in_child_on(cluster: ClusterBackend | None) -> bool:
+    """Whether an episode on ``cluster`` can run in a child: the fake, made there, or the fake
+    bridged to the JobSet, whose faults the child acts out (not ``--pathways-proxy``'s devices)."""
+    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
+
+    return cluster is None or type(cluster) is FakeCluster or _bridged(cluster) is not None
 
 
 def _play_in_child(
@@ -174,8 +181,10 @@ def _play_in_child(
     from pathways_chaos.harness.engine.topology import SliceTopology
     from pathways_chaos.harness.episodes.supervised_trainer import SupervisedTrainerEpisode
     from pathways_chaos.harness.judging import oracle
+    from pathways_chaos.harness.kube.child_bridge import binding_of
 
     down: list[int] = []
+    bridged = _bridged(cluster)
     if isinstance(cluster, FakeCluster):
         shape, clock = cluster.topology, "fake" if cluster.clock.fake else "real"
         down = sorted(cluster.down_slices())
@@ -184,7 +193,7 @@ def _play_in_child(
     else:
         shape = topology or SliceTopology.DEFAULT
     # The one-line refusals, before any child starts.
-    check_schedule_fits(plan, shape.num_slices, kubernetes=False)
+    check_schedule_fits(plan, shape.num_slices, kubernetes=bridged is not None)
     config.check_fits(shape.num_slices)
     episode = SupervisedTrainerEpisode(
         factory,
@@ -195,6 +204,7 @@ def _play_in_child(
         down=down,
         log_path=log_path,
         listeners=listeners,
+        kube=None if bridged is None else binding_of(bridged),
     )
     result = episode.run()
     verdict = oracle.check(
@@ -238,8 +248,10 @@ def play_loop(
     """Runs a user's own loop, unchanged, under ``schedule`` and judges it from the libraries'
     calls the black-box observer saw.
 
-    Each run is a child process (``episodes/supervisor.py``); ``isolate=False`` (the toolkit's
-    own tests) and ``--cluster`` run the loop in this process.
+    Each run is a child process (``episodes/supervisor.py``), also on ``--cluster``, where the
+    child acts the faults out through the API and this process keeps the Lease and the rollback
+    journal; ``isolate=False`` (the toolkit's own tests) and ``--pathways-proxy`` (the real
+    Pathways devices) run the loop in this process.
 
     When the recovery changed the batch schedule, the final state is judged against a run with
     the same losses right after the snapshot it resumed from (``clean_rerun``).
@@ -251,20 +263,24 @@ def play_loop(
 
     plan = parse_schedule(schedule) if isinstance(schedule, str) else schedule
     common = (options, log_path, checkpoint_dir, listeners, lineage, show_library_logs, deadline)
-    if isinstance(cluster, KubeBacked) or not isolate:
+    bridged = _bridged(cluster)
+    if (isinstance(cluster, KubeBacked) and bridged is None) or not isolate:
         return _play_loop_in_process(loop, plan, baseline, clean_rerun, cluster, *common)
     shape = _shape_of(cluster, topology)
     clock_kind = (
         clock if cluster is None else ("fake" if getattr(cluster.clock, "fake", False) else "real")
     )
-    result = _supervised(loop, plan, shape, clock_kind, *common)
+    result = _supervised(loop, plan, shape, clock_kind, *common, bridged=bridged)
     log = (
         None if log_path is None else Path(log_path).with_name(Path(log_path).stem + "-clean.jsonl")
     )
 
     def rerun(clean: Schedule, where: Path | None) -> LoopResult:
         return _supervised(
-            loop, clean, shape, clock_kind, options, log, where, (), lineage, False, deadline
+            loop,
+            clean,
+            *(shape, clock_kind, options, log, where, (), lineage, False, deadline),
+            bridged=bridged,
         )
 
     verdict = _judged(result, baseline, clean_rerun, checkpoint_dir, rerun)
@@ -293,10 +309,18 @@ def _supervised(
     lineage: bool,
     show_library_logs: bool,
     deadline: Deadline | None,
+    *,
+    bridged: KubeBridgedCluster | None = None,
 ) -> LoopResult:
-    """The user's loop in child processes (one per run); this process only reads its log."""
-    from pathways_chaos.harness.episodes.supervisor import run_supervised_loop_episode
+    """The user's loop in child processes (one per run); this process only reads its log.
 
+    ``bridged``: the session's cluster, put back as the test found it before the episode, whose
+    faults the children act out through the API."""
+    from pathways_chaos.harness.episodes.supervisor import run_supervised_loop_episode
+    from pathways_chaos.harness.kube.child_bridge import binding_of
+
+    if bridged is not None:
+        bridged.ready_for_an_episode()
     return run_supervised_loop_episode(
         loop,
         plan,
@@ -309,7 +333,16 @@ def _supervised(
         lineage=lineage,
         show_library_logs=show_library_logs,
         deadline=deadline,
+        kube=None if bridged is None else binding_of(bridged),
     )
+
+
+def _bridged(cluster: ClusterBackend | None) -> KubeBridgedCluster | None:
+    """The session's cluster when its faults can be acted out from a child: the fake's devices
+    bridged to the JobSet (not the real Pathways devices of ``--pathways-proxy``)."""
+    from pathways_chaos.harness.kube.kube_cluster import KubeBridgedCluster
+
+    return cluster if isinstance(cluster, KubeBridgedCluster) else None
 
 
 def _play_loop_in_process(
@@ -326,8 +359,8 @@ def _play_loop_in_process(
     show_library_logs: bool,
     deadline: Deadline | None,
 ) -> Outcome[LoopResult, LoopVerdict]:
-    """``--cluster``: the loop drives the real cluster's backend, which lives in this process
-    (its journal and arming); not yet in a child (see docs/concepts/isolation.md)."""
+    """``--pathways-proxy`` (the real Pathways devices, reached from this process) and the
+    toolkit's own tests of in-process behaviour (see docs/concepts/isolation.md)."""
     from pathways_chaos.harness.engine.backend import SliceStates
     from pathways_chaos.harness.episodes.loop_episode import load_loop
 

@@ -18,7 +18,11 @@ import signal
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
+    from pathways_chaos.harness.kube.child_bridge import BridgeBinding
 
 #: The parent's signal for "dump every thread's stack now" (faulthandler, in C: works while
 #: the loop blocks in a system call).
@@ -53,6 +57,8 @@ class ChildFiles:
     stack_file: str
     witness_file: str
     sys_path: list[str]
+    #: ``--cluster``: the slices are bridged to the session's JobSet (``harness/kube``).
+    kube: BridgeBinding | None = None
 
     def run_in_child(self) -> None:
         """The child's work, once the process is set up (``main``)."""
@@ -213,14 +219,12 @@ def threads_left() -> list[str]:
 def _one_run(spec: ChildSpec, recorder: Any, handoff: dict[str, Any] | None) -> str:
     from pathways_chaos.faults.model import parse_schedule
     from pathways_chaos.harness.engine.deadline import Deadline
-    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
-    from pathways_chaos.harness.engine.topology import SliceTopology
     from pathways_chaos.harness.episodes.loop_episode import LoopWorkload, refuse_loop_misfits
 
     if spec.probe:
         return "loaded" if _load(spec, recorder) is not None else "unloadable"
     schedule = parse_schedule(spec.schedule)
-    cluster = FakeCluster(SliceTopology.parse(spec.topology), clock=recorder.clock)
+    cluster = episode_cluster(spec, recorder.clock, handoff)
     if spec.run == 1:
         refuse_loop_misfits(schedule)
         recorder.emit(
@@ -270,6 +274,23 @@ def _one_run(spec: ChildSpec, recorder: Any, handoff: dict[str, Any] | None) -> 
             "episode_end", error=None if error is None else f"{type(error).__name__}: {error}"
         )
     return "ended"
+
+
+def episode_cluster(
+    spec: ChildFiles, clock: Any, handoff: dict[str, Any] | None, down: Any = ()
+) -> FakeCluster:
+    """This run's cluster, not started: a fake of the episode's shape, or (``--cluster``) the
+    fake bridged to the session's JobSet, not waiting for the slices an earlier run, or the
+    test (``down``), left down."""
+    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
+    from pathways_chaos.harness.engine.topology import SliceTopology
+
+    topology = SliceTopology.parse(spec.topology)
+    if spec.kube is None:
+        return FakeCluster(topology, clock=clock)
+    left = ((handoff or {}).get("cluster") or {}).get("down") or []
+    stays_down = {int(index) for index, _, polls in left if polls is None} | set(down)
+    return spec.kube.cluster(topology, clock, stays_down)
 
 
 def _load_as(name: str, file: str) -> None:

@@ -38,6 +38,7 @@ from pathways_chaos.harness.episodes.loop_reference import file_modules, named_m
 from pathways_chaos.harness.episodes.trainer_child import ReplayChildSpec, TrainerChildSpec
 from pathways_chaos.harness.errors import ChaosConfigError
 from pathways_chaos.harness.judging.replay import Replayed
+from pathways_chaos.harness.kube.child_bridge import BridgeBinding
 
 
 def is_toolkits_own(factory: Any) -> bool:
@@ -110,7 +111,9 @@ class SupervisedTrainerEpisode:
         listeners: Iterable[Callable[[Event], None]] = (),
         deadline: Deadline | None = None,
         limits: ChildLimits | None = None,
+        kube: BridgeBinding | None = None,
     ) -> None:
+        self.kube = kube  # --cluster: the episode's children act its faults out on the JobSet
         #: A spec string travels as it is: this process never imports the trainer's module.
         self.factory_spec = factory if isinstance(factory, str) else None
         self.name = factory if isinstance(factory, str) else _name(factory)
@@ -177,6 +180,7 @@ class SupervisedTrainerEpisode:
             max_runs=self.max_runs,
             step_seconds=self.step_seconds,
             fake_s=self.deadline.fake_s,
+            kube=self.kube,
         )
 
     def replay(self) -> Replayed:

@@ -33,6 +33,7 @@ from pathways_chaos.harness.episodes.loop_reference import (
     named_modules,
 )
 from pathways_chaos.harness.errors import ChaosConfigError
+from pathways_chaos.harness.kube.child_bridge import BridgeBinding
 
 
 class SupervisedLoopEpisode:
@@ -55,8 +56,10 @@ class SupervisedLoopEpisode:
         show_library_logs: bool = False,
         deadline: Deadline | None = None,
         limits: ChildLimits | None = None,
+        kube: BridgeBinding | None = None,
     ) -> None:
         refuse_loop_misfits(schedule)
+        self.kube = kube
         self.schedule, self.topology, self.clock = schedule, topology, clock
         self.options = dict(options or {})
         self.checkpoint_dir = None if checkpoint_dir is None else str(checkpoint_dir)
@@ -129,6 +132,7 @@ class SupervisedLoopEpisode:
             preload=file_modules(self.loop_pickle or b"") + file_modules(self.options_pickle),
             modules=named_modules(self.loop_pickle or b"") + named_modules(self.options_pickle),
             options_shown={k: repr(v) for k, v in self.options.items()},
+            kube=self.kube,
         )
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from pathways_chaos.harness.episodes.child import (
     ChildFiles,
     end_marker,
+    episode_cluster,
     hand_off,
     load_pickled,
     prior_run,
@@ -66,12 +67,10 @@ def _one_run(spec: TrainerChildSpec, recorder: Any, handoff: dict[str, Any] | No
     else ``ended`` (the episode's end logged)."""
     from pathways_chaos.faults.model import parse_schedule
     from pathways_chaos.harness.engine.deadline import Deadline, EpisodeDeadlineExceeded
-    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
-    from pathways_chaos.harness.engine.topology import SliceTopology
     from pathways_chaos.harness.episodes.episode import TrainerWorkload
 
     schedule = parse_schedule(spec.schedule)
-    cluster = FakeCluster(SliceTopology.parse(spec.topology), clock=recorder.clock)
+    cluster = episode_cluster(spec, recorder.clock, handoff, spec.down)
     config = pickle.loads(spec.config_pickle)
     # Everything before this line is the toolkit's start-up; the trainer's wall time starts here.
     recorder.emit("child_ready", run=spec.run)
@@ -83,9 +82,8 @@ def _one_run(spec: TrainerChildSpec, recorder: Any, handoff: dict[str, Any] | No
     error: BaseException | None = None
     again = False
     with cluster:
-        if spec.run == 1:
-            for index in spec.down:
-                cluster.lose_slice(index)
+        if spec.run == 1:  # down before the episode (on --cluster: acted out by the test)
+            cluster.go_on_from({"down": [[index, "DATA_LOSS", None] for index in spec.down]})
             workload.refuse()
             recorder.emit(
                 "episode_start",

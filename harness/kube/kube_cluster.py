@@ -12,23 +12,19 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import threading
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from pathways_chaos.faults.jobset import (
-    JOB_INDEX_LABEL,
     JOBSET_NAME_LABEL,
     REPLICATED_JOB_LABEL,
     WORKER_JOB_NAMES,
-    workers_selector,
 )
-from pathways_chaos.faults.watching import ListWatch
 from pathways_chaos.harness.engine.clock import Clock
 from pathways_chaos.harness.engine.fake_cluster import FakeCluster, SliceState
 from pathways_chaos.harness.engine.topology import SliceTopology
 from pathways_chaos.harness.errors import ChaosConfigError
+from pathways_chaos.harness.kube.pod_bridge import PodBridge
 from pathways_chaos.harness.kube.slice_health import HealthFollower, SliceHealthWatch
 
 if TYPE_CHECKING:
@@ -41,8 +37,6 @@ PROXY_CONTAINER = "pathways-proxy"
 ELASTIC_FLAGS = ("--num_elastic_instances", "--num_elastic_slices")
 ELASTIC_FLAG = ELASTIC_FLAGS[0]
 WORKER_CONTAINER = "pathways-worker"
-#: Real seconds to wait for the API to show what a fault did (a watch event, a Pod running).
-OBSERVE_TIMEOUT_S = 30.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -296,108 +290,6 @@ def preflight(api: ApiClient, spec: ClusterSpec, layout: JobSetLayout) -> list[t
     return lines
 
 
-class PodBridge:
-    """Watches a JobSet's worker Pods and keeps, per slice, which Pods are running."""
-
-    def __init__(self, api: ApiClient, spec: ClusterSpec, on_lost: Callable[[int], None]) -> None:
-        self.api = api
-        self.spec = spec
-        self._on_lost = on_lost
-        self._cond = threading.Condition()
-        self._pods: dict[str, tuple[int, str, bool]] = {}  # name -> (slice, phase, deleting)
-        self._expected: set[int] = set()
-        self._watch: ListWatch | None = None
-        self.seen_events = 0
-
-    def start(self) -> None:
-        self._run()
-        self.wait(lambda: self.seen_events > 0 or bool(self._pods), "the first Pod list")
-
-    def stop(self) -> None:
-        if self._watch is not None:
-            self._watch.stop()
-
-    def expect_loss(self, slice_index: int) -> None:
-        with self._cond:
-            self._expected.add(slice_index)
-
-    def running_names(self, slice_index: int) -> set[str]:
-        with self._cond:
-            return {
-                name
-                for name, (s, phase, deleting) in self._pods.items()
-                if s == slice_index and phase == "Running" and not deleting
-            }
-
-    def running(self, slice_index: int) -> int:
-        return len(self.running_names(slice_index))
-
-    def wait(self, predicate: Callable[[], bool], what: str) -> None:
-        deadline = time.monotonic() + OBSERVE_TIMEOUT_S
-        with self._cond:
-            while not predicate():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(f"bridge: {what} not seen within {OBSERVE_TIMEOUT_S} s")
-                self._cond.wait(min(left, 0.5))
-
-    def _run(self) -> None:
-        """Runs the shared list-then-watch loop (a fresh list on every reconnect: a Pod
-        deleted while the watch was down must not linger as running)."""
-        from kubernetes import client
-
-        core: Any = client.CoreV1Api(self.api)
-        selector = workers_selector(self.spec.jobset)
-        self._watch = ListWatch(
-            core.list_namespaced_pod,
-            self.spec.namespace,
-            label_selector=selector,
-            on_list=self._reset,
-            on_event=self._apply,
-            name="pathways-chaos-bridge",
-            timeout_seconds=5,
-        )
-        self._watch.start()
-
-    @staticmethod
-    def _slice_of(pod: dict[str, Any]) -> int:
-        return int((pod["metadata"].get("labels") or {}).get(JOB_INDEX_LABEL, -1))
-
-    def _reset(self, pods: list[dict[str, Any]]) -> None:
-        with self._cond:
-            self._pods = {
-                p["metadata"]["name"]: (
-                    self._slice_of(p),
-                    (p.get("status") or {}).get("phase") or "Pending",
-                    p["metadata"].get("deletionTimestamp") is not None,
-                )
-                for p in pods
-            }
-            self.seen_events += 1
-            self._cond.notify_all()
-
-    def _apply(self, kind: str, pod: dict[str, Any]) -> None:
-        name = pod["metadata"]["name"]
-        s = self._slice_of(pod)
-        gone = kind == "DELETED" or pod["metadata"].get("deletionTimestamp") is not None
-        lost = None
-        with self._cond:
-            self.seen_events += 1
-            was = self._pods.get(name)
-            if kind == "DELETED":
-                self._pods.pop(name, None)
-            else:
-                self._pods[name] = (s, (pod.get("status") or {}).get("phase") or "Pending", gone)
-            if gone and was is not None and not was[2]:
-                if s in self._expected:
-                    self._expected.discard(s)
-                else:
-                    lost = s  # a Pod died without a fault of ours
-            self._cond.notify_all()
-        if lost is not None:
-            self._on_lost(lost)
-
-
 class _KubeSliceActions:
     """Slice faults as Kubernetes actions, confirmed through the Pod watch."""
 
@@ -458,13 +350,17 @@ class KubeBridgedCluster(_KubeSliceActions, FakeCluster):
         spec: ClusterSpec,
         hosts_per_slice: int,
         clock: Clock | None = None,
+        down_at_start: Iterable[int] = (),
     ) -> None:
         super().__init__(topology, clock=clock)
         self.target = target
+        self.spec = spec
         self.hosts_per_slice = hosts_per_slice
         self.bridge = PodBridge(api, spec, on_lost=self._lost_outside)
         self.health = SliceHealthWatch.from_env()
         self._follower = HealthFollower(self, hosts_per_slice)
+        #: Slices an earlier run of the episode left down (their Nodes cordoned): not waited for.
+        self.down_at_start = frozenset(down_at_start)
 
     def start(self) -> None:
         super().start()
@@ -472,7 +368,8 @@ class KubeBridgedCluster(_KubeSliceActions, FakeCluster):
             self.health.start()
         self.bridge.start()
         for s in range(self.num_slices):  # an episode starts on a healthy JobSet
-            self._wait_running(s)
+            if s not in self.down_at_start:
+                self._wait_running(s)
         if self.health is not None:  # from now on a host the manager reports gone is a loss
             self._follower.follow(self.health)
 
@@ -499,6 +396,34 @@ class KubeBridgedCluster(_KubeSliceActions, FakeCluster):
         touched = self._kube_repair(slice_index)
         self._follower.end_fault(slice_index)
         return touched + super().repair_slice(slice_index, after_polls)
+
+    def go_on_from(self, state: dict[str, Any]) -> None:
+        """A next run's fake goes on from the slices the previous run left down, which the
+        cluster still shows (Pods gone, Nodes cordoned): marked down here, not acted out again."""
+        for index, code, polls_left in state.get("down") or []:
+            self._follower.begin_fault(int(index))
+            polls = None if polls_left is None else max(1, int(polls_left))
+            FakeCluster.lose_slice(self, int(index), str(code), polls)
+
+    def ready_for_an_episode(self) -> None:
+        """Before an episode whose faults a child process acts out: what the session changed
+        so far undone (its journal replayed) and every slice running, as at the test's start."""
+        from pathways_chaos.harness.errors import ChaosError
+
+        journal = self.target.journal
+        if self.target.armed and journal is not None and journal.pending():
+            result = journal.replay(self.target.api_client)
+            if result.errors:
+                raise ChaosError(
+                    "the cluster could not be put back before the next episode: "
+                    + "; ".join(result.errors)
+                )
+        for s in range(self.num_slices):
+            self._wait_running(s)
+            self._follower.end_fault(s)
+            if self.state(s) is SliceState.DOWN:  # this process's view, lost by the child
+                FakeCluster.repair_slice(self, s)
+        self.down_at_start = frozenset()
 
     def _lost_outside(self, slice_index: int) -> None:
         if self.health is None:  # with reports, the slice goes down once its process dies

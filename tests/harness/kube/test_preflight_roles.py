@@ -12,6 +12,7 @@ import pytest
 
 from pathways_chaos.harness.kube import kube_cluster
 from pathways_chaos.harness.kube.kube_cluster import ClusterSpec, JobSetLayout
+from pathways_chaos.harness.kube.pod_bridge import PodBridge
 
 pytestmark = pytest.mark.kube
 gke = pytest.importorskip("pathwaysutils.experimental.gke.jobset")
@@ -130,7 +131,7 @@ def test_the_pod_bridge_watches_pathways_worker_pods(namespace):
         },
     )
     core.patch_namespaced_pod_status("gen-worker-1-0", ns, {"status": {"phase": "Running"}})
-    bridge = kube_cluster.PodBridge(api, ClusterSpec("ctx", None, ns, "gen"), on_lost=print)
+    bridge = PodBridge(api, ClusterSpec("ctx", None, ns, "gen"), on_lost=print)
     bridge.start()
     try:
         bridge.wait(lambda: bridge.running(1) == 1, "the pathways-worker Pod running")

@@ -164,3 +164,22 @@ def test_rollback_of_a_journal_with_nothing_pending_needs_no_kubeconfig(
     write_lines(path, HEADER, CORDON, {"undone": 1, "result": "uncordoned node n1"})
     assert rollback_main([str(path)]) == 0
     assert "nothing to undo" in capsys.readouterr().out
+
+
+def test_two_writers_of_one_journal_never_share_a_number(tmp_path: Path) -> None:
+    """The session and an episode's child append to the same journal: each change gets the next
+    number under the file's lock, after what the other wrote, and a replay sees them all."""
+    path = tmp_path / "j.jsonl"
+    write_lines(path, HEADER)
+    session, child = RollbackJournal(path), RollbackJournal(path, run_id="r1")
+
+    numbers = [
+        writer.record("cordon", node=f"n{i}", uid=f"u{i}")
+        for i, writer in enumerate([session, child, child, session, child])
+    ]
+
+    assert numbers == [1, 2, 3, 4, 5]
+    contents = read_journal(path)
+    assert contents.problems == []
+    assert [c["seq"] for c in contents.pending()] == [5, 4, 3, 2, 1]
+    assert [c["node"] for c in contents.changes] == ["n0", "n1", "n2", "n3", "n4"]

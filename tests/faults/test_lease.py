@@ -207,3 +207,28 @@ def test_an_outage_longer_than_the_retries_ends_in_one_line_naming_what_is_left(
     argv = [str(journal.path), "--kubeconfig", str(kube_control_plane.kubeconfig)]
     assert rollback_main([*argv, "--context", kube_control_plane.context]) == 0
     assert journal.pending() == []
+
+
+def test_a_child_acting_for_the_session_checks_the_lease_names_the_session(
+    pathways_workload: PathwaysWorkload,
+) -> None:
+    """``check_holder``, the fence of an episode's child process: it passes while the Lease
+    names the session it acts for, refuses once another session holds it or it has expired,
+    and never takes the Lease itself."""
+    from pathways_chaos.faults.lease import check_holder
+
+    workload = pathways_workload
+    api, ns, jobset = workload.api_client, workload.namespace, workload.jobset
+    session = TargetLease(api, ns, jobset, "session-a", duration_s=1)
+    session.__enter__()
+    try:
+        check_holder(api, ns, jobset, session.holder)  # held and renewed: goes on
+        with pytest.raises(LeaseLost, match=r"held by .*run session-a, not by this session"):
+            check_holder(api, ns, jobset, session.holder.replace("session-a", "session-x"))
+        stall(session)
+        with pytest.raises(LeaseLost, match="expired"):
+            check_holder(api, ns, jobset, session.holder)
+        lease: Any = client.CoordinationV1Api(api).read_namespaced_lease(session.name, ns)
+        assert lease.spec.holder_identity == session.holder  # read only, never taken over
+    finally:
+        session.release()

@@ -37,6 +37,20 @@ class DataIterator(Protocol):
     def set_state(self, state: Any) -> None: ...
 
 
+class DeclaredFields(Protocol):
+    """The adapter's fields the guide's loop is configured from (an adapter, or what its child
+    said of it)."""
+
+    @property
+    def recovery_mode(self) -> str: ...
+    @property
+    def steps(self) -> int: ...
+    @property
+    def snapshot_interval(self) -> int: ...
+    @property
+    def global_batch(self) -> int: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainingAdapter:
     """A team's trainer, as the acceptance checks drive it.

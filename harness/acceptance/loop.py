@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from pathways_chaos.harness.acceptance.adapter import ManagerView, TrainingAdapter
+from pathways_chaos.harness.acceptance.adapter import DeclaredFields, ManagerView, TrainingAdapter
 from pathways_chaos.harness.engine.recorder import Recorder
 from pathways_chaos.harness.reference.trainer import (
     ReferenceTrainer,
@@ -24,7 +24,7 @@ from pathways_chaos.harness.reference.trainer import (
 )
 
 
-def trainer_config(adapter: TrainingAdapter, **overrides: Any) -> TrainerConfig:
+def trainer_config(adapter: DeclaredFields, **overrides: Any) -> TrainerConfig:
     """The loop's knobs from the adapter: a fixed global batch, so runs compare batch by batch."""
     fields: dict[str, Any] = {
         "mode": adapter.recovery_mode,
@@ -55,7 +55,7 @@ class AdapterTrainer(ReferenceTrainer):
         self._snapshotter: Any = None
 
     @classmethod
-    def factory(cls, adapter: TrainingAdapter) -> Any:
+    def factory(cls, adapter: Any) -> Any:
         """What ``run_episode`` takes as ``trainer_factory``."""
         return functools.partial(cls, adapter)
 

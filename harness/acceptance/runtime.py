@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pathways_chaos.harness.acceptance.adapter import TrainingAdapter
+from pathways_chaos.harness.acceptance.adapter_child import AdapterBySpec, AdapterFacts
 from pathways_chaos.harness.acceptance.loop import (
     AdapterTrainer,
     PlainRun,
@@ -44,7 +45,7 @@ class RuntimeRuns:
 
     def __init__(
         self,
-        adapter: TrainingAdapter,
+        adapter: TrainingAdapter | AdapterFacts,
         topology: SliceTopology | None = None,
         workdir: str | Path | None = None,
         recovery_budget_s: float = RECOVERY_BUDGET_S,
@@ -66,7 +67,17 @@ class RuntimeRuns:
 
     @functools.cached_property
     def baseline(self) -> PlainRun:
+        if isinstance(self.adapter, AdapterFacts):  # made by the adapter's own child
+            return self.adapter.plain_run()
         return plain_run(self.adapter)
+
+    def expected_order(self, count: int) -> list[int] | None:
+        """The first ``count`` ids the adapter declares a correct job consumes (None: none)."""
+        if isinstance(self.adapter, AdapterFacts):
+            return None if self.adapter.expected is None else self.adapter.expected[:count]
+        if self.adapter.expected_ids is None:
+            return None
+        return [int(i) for i in self.adapter.expected_ids(count)]
 
     @functools.cached_property
     def migrated(self) -> EpisodeResult:
@@ -91,7 +102,12 @@ class RuntimeRuns:
             schedule,
             config=trainer_config(self.adapter, **overrides),
             topology=self.topology,
-            trainer=AdapterTrainer.factory(self.adapter),
+            trainer=AdapterTrainer.factory(
+                # the team's adapter is loaded by the episode's child from its spec, never here
+                AdapterBySpec(self.adapter.source)
+                if isinstance(self.adapter, AdapterFacts)
+                else self.adapter
+            ),
             log_path=self.workdir / f"{name}.jsonl",
             replay=False,  # the runtime checks judge against the adapter's own baseline
             expect_completed=False,
@@ -108,16 +124,15 @@ def check_data_order(runs: RuntimeRuns) -> CheckResult:
     a = runs.adapter
     baseline = runs.baseline
     findings: list[Finding] = []
-    if a.expected_ids is not None:
-        flat = [i for ids in baseline.ids for i in ids]
-        want = [int(i) for i in a.expected_ids(len(flat))]
+    want = runs.expected_order(sum(len(ids) for ids in baseline.ids))
+    if want is not None:
         findings += _first_difference("baseline run", _chunk(want, baseline.ids), baseline.ids)
     findings += _episode_failed("migrated run", runs.migrated)
     if not findings:
         findings += _first_difference("migrated run", baseline.ids, _lineage_ids(runs.migrated))
     if not findings:
         findings += _state_differs("migrated run", runs.migrated, baseline)
-    against = "the declared order" if a.expected_ids is not None else "the baseline run"
+    against = "the declared order" if want is not None else "the baseline run"
     return CheckResult(
         "data-order",
         "baseline and migrated runs consume the same sample ids in the same order",

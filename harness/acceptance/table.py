@@ -105,6 +105,14 @@ class CheckResult:
         }
 
 
+class UserCodeFailed(Exception):
+    """The team's code raised in a child process: its row FAILs at the team's line."""
+
+    def __init__(self, where: str, message: str) -> None:
+        super().__init__(f"{message} at {where}")
+        self.where, self.message = where, message
+
+
 def judge_row(check: str, run: Callable[..., CheckResult], *args: Any) -> CheckResult:
     """``run(*args)``; an exception it raises is the user's (FAIL, at the user's line) when the
     innermost frame outside the libraries is theirs, else the toolkit's: NOT JUDGED, "the judge
@@ -115,20 +123,23 @@ def judge_row(check: str, run: Callable[..., CheckResult], *args: Any) -> CheckR
         return run(*args)
     except ChaosConfigError:
         raise
+    except UserCodeFailed as error:  # where and what its child said
+        where, message = error.where, error.message
     except Exception as error:
-        where = user_frame(error)
-        if where is None:
+        found = user_frame(error)
+        if found is None:
             from pathways_chaos.harness.judging.oracle import judge_failed
 
             return CheckResult(check, "", "", judge_error=judge_failed(error))
+        where = found
         message = f"your code raised {type(error).__name__}: {' '.join(str(error).split())[:300]}"
-        return CheckResult(
-            check,
-            "the check ran your code",
-            f"fix the error raised at {where} (run the check with -p no:randomly -x for the "
-            "whole traceback)",
-            (Finding(where, message),),
-        )
+    return CheckResult(
+        check,
+        "the check ran your code",
+        f"fix the error raised at {where} (run the check with -p no:randomly -x for the "
+        "whole traceback)",
+        (Finding(where, message),),
+    )
 
 
 def user_frame(error: BaseException) -> str | None:

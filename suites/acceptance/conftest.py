@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from pathways_chaos.harness.acceptance.adapter import TrainingAdapter
+    from pathways_chaos.harness.acceptance.adapter_child import AdapterFacts
     from pathways_chaos.harness.acceptance.manifest import Manifest
     from pathways_chaos.harness.acceptance.sources import SourceFile
     from pathways_chaos.harness.acceptance.table import CheckResult
@@ -63,13 +63,18 @@ def _usage[T](call: Callable[[], T]) -> T:
 
 
 @pytest.fixture(scope="session")
-def acceptance_adapter(pytestconfig: pytest.Config) -> Given[TrainingAdapter]:
+def acceptance_adapter(
+    pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
+) -> Given[AdapterFacts]:
+    """The team's adapter as its own child process found it (loaded there, never here), with
+    its plain one-device run."""
     spec = _option(pytestconfig, "acceptance_adapter")
     if not spec:
         return Given(None, NO_ADAPTER)
-    from pathways_chaos.harness.acceptance.adapter import load_adapter
+    from pathways_chaos.harness.acceptance.adapter_child import describe_adapter
 
-    return Given(_usage(lambda: load_adapter(spec)))
+    where = tmp_path_factory.mktemp("acceptance-adapter")
+    return Given(_usage(lambda: describe_adapter(str(spec), where)))
 
 
 @pytest.fixture(scope="session")
@@ -94,7 +99,7 @@ def acceptance_manifest(pytestconfig: pytest.Config) -> Given[Manifest]:
 
 @pytest.fixture(scope="session")
 def acceptance_params(
-    pytestconfig: pytest.Config, acceptance_adapter: Given[TrainingAdapter]
+    pytestconfig: pytest.Config, acceptance_adapter: Given[AdapterFacts]
 ) -> tuple[float | None, str]:
     """The parameter count for ramdisk sizing and where it came from (None: not given)."""
     from pathways_chaos.harness.acceptance.ramdisk import parse_count
@@ -107,11 +112,9 @@ def acceptance_params(
         return None, ""
     if adapter.params:
         return adapter.params, f"declared by adapter {adapter.name}"
-    import jax
-
-    state = jax.eval_shape(adapter.init_state)
-    count = sum(int(leaf.size) for leaf in jax.tree_util.tree_leaves(state))
-    return float(count), f"counted in adapter {adapter.name}'s initial state"
+    if adapter.counted_params is None:  # its init_state raised: the runtime rows say where
+        return None, ""
+    return adapter.counted_params, f"counted in adapter {adapter.name}'s initial state"
 
 
 @pytest.fixture(scope="session")
@@ -125,7 +128,7 @@ def ramdisk_buffer(pytestconfig: pytest.Config) -> float:
 @pytest.fixture(scope="session")
 def runtime_runs(
     pytestconfig: pytest.Config,
-    acceptance_adapter: Given[TrainingAdapter],
+    acceptance_adapter: Given[AdapterFacts],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Given[Any]]:
     """The runs the runtime rows read: of the team's own loop (``--chaos-loop``), with the

@@ -134,3 +134,48 @@ def test_the_loop_under_acceptance_is_imported_only_by_its_runs(tmp_path):
     assert table_rows(stdout) == {"data-order": "PASS"}
     pids = marker.read_text().split()
     assert pids and str(process.pid) not in pids, (process.pid, pids)
+
+
+def test_the_adapter_under_acceptance_is_imported_only_by_child_processes(tmp_path):
+    """``--acceptance-adapter``: the team's module is loaded by the adapter's child (its fields,
+    its plain run) and by each episode's child, never by pytest."""
+    marker = tmp_path / "imported.txt"
+    adapter = tmp_path / "marked_adapter.py"
+    port = SAMPLES / "good_port" / "train.py"
+    adapter.write_text(
+        "import os, sys\n"
+        f"open({str(marker)!r}, 'a').write(f'{{os.getpid()}}\\n')\n"
+        f"sys.path.insert(0, {str(port.parent)!r})\n"
+        "from train import adapter\n"
+    )
+    process = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "pytest", "suites/acceptance", "-q", "-p", "no:randomly"),
+            *("-p", "no:cacheprovider", "--acceptance-checks=data-order,interruption"),
+            f"--acceptance-adapter={adapter}:adapter",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    stdout, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, stdout[-3000:]
+    assert table_rows(stdout) == {"data-order": "PASS", "interruption": "PASS"}
+    pids = marker.read_text().split()
+    # the adapter's own child, the migrated and the interrupted runs' children
+    assert len(set(pids)) >= 3 and str(process.pid) not in pids, (process.pid, pids)
+
+
+def test_an_adapter_whose_module_exits_at_import_is_one_line(tmp_path):
+    adapter = tmp_path / "exits_adapter.py"
+    adapter.write_text("import os\nos._exit(3)\n")
+    out = pytest_run(
+        ROOT,
+        "suites/acceptance",
+        "--acceptance-checks=data-order",
+        f"--acceptance-adapter={adapter}:adapter",
+    )
+    assert out.returncode == 1, out.stdout[-3000:]
+    line = next(x for x in out.stdout.splitlines() if "--acceptance-adapter=" in x)
+    assert "exited with code 3: os._exit(3) at" in line and "exits_adapter.py:2" in line, line

@@ -1,0 +1,201 @@
+"""The team's adapter, loaded and run plainly in a child process: pytest never imports it.
+
+Why: ``--acceptance-adapter`` names the team's code, and code this project did not write never
+runs in the process that judges it (an ``os._exit`` at import, a hang in ``init_state``, a
+patched library would otherwise end or bend the session). One child loads the adapter, says what
+it declares (``AdapterFacts``: its fields, the parameter count of its initial state, the order it
+promises) and makes the plain one-device baseline run, whose ids and final state it writes as
+files beside its log. The migrated, interrupted and preempted runs are trainer episodes, each in
+children of their own, which load the adapter again from its spec (``AdapterBySpec``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pathways_chaos.harness.acceptance.adapter import load_adapter
+from pathways_chaos.harness.acceptance.loop import PlainRun
+from pathways_chaos.harness.acceptance.table import UserCodeFailed, user_frame
+from pathways_chaos.harness.engine.recorder import Event, LogTail
+from pathways_chaos.harness.episodes.child import ChildFiles, end_marker
+from pathways_chaos.harness.episodes.child_watch import (
+    ChildWatch,
+    ToolkitFailed,
+    default_limits,
+    error_of,
+)
+from pathways_chaos.harness.errors import ChaosConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class AdapterBySpec:
+    """An adapter as a trainer episode's child gets it: loaded there from its spec (it pickles
+    as ``load_adapter(source)``), never here. ``source`` marks it as the team's code."""
+
+    source: str
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return (load_adapter, (self.source,))
+
+
+@dataclasses.dataclass(frozen=True)
+class AdapterFacts:
+    """What the checks read of an adapter, said by its child, and its plain run."""
+
+    source: str
+    name: str
+    recovery_mode: str
+    global_batch: int
+    steps: int
+    snapshot_interval: int
+    params: float | None
+    counted_params: float | None  # in the initial state (None: init_state failed)
+    expected: list[int] | None  # the declared order, as long as the plain run's ids
+    plain: PlainRun | None
+    #: ``[where, message]`` of what the adapter's code raised (``where`` None: our code did)
+    plain_failed: tuple[str | None, str] | None = None
+
+    def plain_run(self) -> PlainRun:
+        """The plain baseline run, or what stopped it: the team's line, or (no line of
+        theirs) a bug of ours."""
+        if self.plain is not None:
+            return self.plain
+        where, message = self.plain_failed or (None, "the adapter's child made no plain run")
+        if where is None:
+            raise RuntimeError(f"pathways-chaos failed in the adapter's child: {message}")
+        raise UserCodeFailed(where, message)
+
+
+@dataclasses.dataclass(kw_only=True)
+class AdapterChildSpec(ChildFiles):
+    adapter_spec: str
+    out_dir: str
+
+    def run_in_child(self) -> None:
+        from pathways_chaos.harness.engine.recorder import Recorder
+
+        recorder = Recorder(self.log_path)
+        status = "ended"
+        try:
+            recorder.emit("child_ready", run=self.run)
+            _describe(self, recorder)
+        except BaseException as error:  # ours: the adapter's errors are caught inside
+            recorder.emit(
+                "toolkit_error",
+                run=self.run,
+                error=f"{type(error).__name__}: {error}"[:500],
+                traceback="".join(traceback.format_exception(error))[-8000:],
+            )
+            status = "toolkit_error"
+        end_marker(recorder, self.run, status)
+
+
+def _describe(spec: AdapterChildSpec, recorder: Any) -> None:
+    """Loads the adapter and writes ``facts.json`` and the plain run's files."""
+    import jax
+
+    from pathways_chaos.harness.acceptance.loop import plain_run
+
+    try:
+        adapter = load_adapter(spec.adapter_spec)
+    except ChaosConfigError as error:
+        recorder.emit("loop_unloadable", message=str(error))
+        return
+    except BaseException as error:  # importing the team's module: anything goes
+        recorder.emit("loop_unloadable", message=f"{type(error).__name__}: {error}"[:500])
+        return
+    out = Path(spec.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    facts: dict[str, Any] = {
+        "name": adapter.name,
+        "recovery_mode": adapter.recovery_mode,
+        "global_batch": adapter.global_batch,
+        "steps": adapter.steps,
+        "snapshot_interval": adapter.snapshot_interval,
+        "params": adapter.params,
+        "counted_params": None,
+        "expected": None,
+        "plain_failed": None,
+    }
+    try:
+        state = jax.eval_shape(adapter.init_state)
+        facts["counted_params"] = float(sum(int(x.size) for x in jax.tree_util.tree_leaves(state)))
+        plain = plain_run(adapter)
+        if adapter.expected_ids is not None:
+            flat = [i for ids in plain.ids for i in ids]
+            facts["expected"] = [int(i) for i in adapter.expected_ids(len(flat))]
+    except Exception as error:  # the adapter's code: its failure, at its line
+        facts["plain_failed"] = _failure(error)
+    else:
+        files = {}
+        for number, (path, value) in enumerate(plain.state.items()):
+            np.save(out / f"leaf-{number}.npy", np.asarray(value), allow_pickle=False)
+            files[path] = f"leaf-{number}.npy"
+        facts["plain"] = {"ids": plain.ids, "leaves": files}
+    (out / "facts.json").write_text(json.dumps(facts))
+    recorder.emit("run_end", run=spec.run, status="completed")
+
+
+def _failure(error: Exception) -> list[str | None]:
+    said = " ".join(str(error).split())[:300]
+    return [user_frame(error), f"your code raised {type(error).__name__}: {said}"]
+
+
+def describe_adapter(spec: str, workdir: Path | None = None) -> AdapterFacts:
+    """The adapter ``spec`` names, as its child found it; a spec that does not load (or whose
+    module ends its process) is one ``ChaosConfigError`` line."""
+    from pathways_chaos.harness.episodes.supervised_trainer import child_files
+
+    work = workdir or Path(tempfile.mkdtemp(prefix="acceptance-adapter-"))
+    work.mkdir(mode=0o700, parents=True, exist_ok=True)
+    log = work / "adapter.jsonl"
+    out = work / "adapter"
+    files = child_files("1x1", log, work, "adapter")
+    del files["preload"], files["modules"]  # nothing pickled: the spec travels as text
+    child = AdapterChildSpec(**files, adapter_spec=spec, out_dir=str(out))
+    watch = ChildWatch(log, work, deadline=_deadline(), limits=default_limits(), subject="adapter")
+    tail = LogTail(log)
+    events: list[Event] = []
+    ending = watch.child(child, tail, events)
+    watch.log_child_end(events, 1, ending, tail)
+    error = error_of(events)
+    if isinstance(error, ToolkitFailed):  # ours, never the team's bad input
+        raise error
+    if error is not None or not (out / "facts.json").is_file():
+        why = str(error) if error is not None else "its process wrote nothing"
+        raise ChaosConfigError(f"--acceptance-adapter={spec!r}: {why}".replace("\n", " "))
+    facts = json.loads((out / "facts.json").read_text())
+    plain = None
+    if facts.get("plain") is not None:
+        state = {
+            path: np.load(out / file, mmap_mode="r", allow_pickle=False)
+            for path, file in facts["plain"]["leaves"].items()
+        }
+        plain = PlainRun([list(map(int, ids)) for ids in facts["plain"]["ids"]], state)
+    failed = facts.get("plain_failed")
+    return AdapterFacts(
+        source=spec,
+        name=str(facts["name"]),
+        recovery_mode=str(facts["recovery_mode"]),
+        global_batch=int(facts["global_batch"]),
+        steps=int(facts["steps"]),
+        snapshot_interval=int(facts["snapshot_interval"]),
+        params=None if facts["params"] is None else float(facts["params"]),
+        counted_params=facts["counted_params"],
+        expected=facts["expected"],
+        plain=plain,
+        plain_failed=None if failed is None else (failed[0], str(failed[1])),
+    )
+
+
+def _deadline() -> Any:
+    from pathways_chaos.harness.engine.deadline import default_deadline
+
+    return default_deadline()

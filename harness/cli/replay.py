@@ -137,13 +137,14 @@ def _loop_options(items: list[str]) -> dict[str, object]:
 @restores_library_logging
 def replay_loop_main(argv: list[str]) -> int:
     """The loop under the schedule, judged against its fault-free run; 1 when it fails."""
-    from pathways_chaos.harness.errors import ChaosError
+    from pathways_chaos.harness.errors import ChaosConfigError, ChaosError
 
     args = build_loop_parser().parse_args(argv)
     try:
         from pathways_chaos.faults.model import check_schedule_fits, parse_schedule
         from pathways_chaos.harness.engine.topology import SliceTopology, request_cpu_devices
-        from pathways_chaos.harness.episodes.loop_episode import load_loop, refuse_loop_misfits
+        from pathways_chaos.harness.episodes.loop_episode import refuse_loop_misfits
+        from pathways_chaos.harness.episodes.supervisor import check_loop
 
         # Every input is checked before JAX starts.
         topology = SliceTopology.parse(args.topology)
@@ -153,7 +154,9 @@ def replay_loop_main(argv: list[str]) -> int:
         options = _loop_options(args.option)
         request_cpu_devices(topology.device_count)
         quiet_libraries()
-        load_loop(args.loop)  # a bad spec: one line, before any episode
+        problem = check_loop(args.loop, "--loop")  # loaded in a child: one line, before any run
+        if problem is not None:
+            raise ChaosConfigError(problem)
         from pathways_chaos.harness.properties.loop import LoopTarget, play_target
 
         target = LoopTarget(args.loop, tuple(sorted(options.items())), str(args.topology))

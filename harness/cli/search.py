@@ -246,9 +246,11 @@ def _search(args: argparse.Namespace) -> int:
 
     topology = SliceTopology.parse(args.topology) if args.loop else SliceTopology(4, 2)
     if args.loop:
-        from pathways_chaos.harness.episodes.loop_episode import load_loop
+        from pathways_chaos.harness.episodes.supervisor import check_loop
 
-        load_loop(args.loop)  # a bad spec: one line, before JAX
+        problem = check_loop(args.loop, "--loop")  # loaded in a child: one line, never here
+        if problem is not None:
+            raise ChaosConfigError(problem)
     database_dir = args.database
     if database_dir is None and not args.redis:
         database_dir = args.out.parent / "example-db"

@@ -18,7 +18,6 @@ import re
 import shlex
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,11 +61,6 @@ class LoopTarget:
     def num_slices(self) -> int:
         return int(self.topology.lower().partition("x")[0])
 
-    def load(self) -> Callable[..., Any]:
-        from pathways_chaos.harness.episodes.loop_episode import load_loop
-
-        return load_loop(self.spec)
-
     def replay_command(self, schedule: str) -> str:
         parts = ["pathways-chaos", "replay", "--loop", self.spec, "--schedule", schedule]
         if self.topology != str(SliceTopology.DEFAULT):
@@ -85,17 +79,12 @@ def play_target(
     """One episode on a fresh fake cluster (nothing carries over), with its own checkpoint
     folder (and its log at ``log_path`` when given); returns the ``Outcome`` and its wall
     time."""
-    import gc
-
     from pathways_chaos.harness.play import play_loop
 
-    # The last episode's garbage is collected now, not halfway through this one (where the
-    # no-leaks judge would count it as this episode's live arrays).
-    gc.collect()
     with tempfile.TemporaryDirectory(prefix="pathways-chaos-loop-") as tmp:
         t0 = time.perf_counter()
         outcome = play_loop(
-            target.load(),
+            target.spec,  # imported by the episode's child only, never by the search
             schedule,
             baseline=baseline,
             options=dict(target.options),
@@ -103,31 +92,7 @@ def play_target(
             checkpoint_dir=Path(tmp) / "checkpoints",
             log_path=log_path,
         )
-        _release_leftover_snapshotters()
         return outcome, time.perf_counter() - t0
-
-
-def _release_leftover_snapshotters() -> None:
-    """Ends the worker threads of the Snapshotters the loop made and left running.
-
-    Each episode's loop makes its own; without this a search of a hundred schedules leaves
-    ~200 threads, which the interpreter then waits for at exit (minutes, seen under the ci
-    budget). The episode is judged by now; nothing reads them again.
-    """
-    import gc
-
-    from pathways_chaos.harness.engine.snapshotter_release import (
-        live_snapshotter_threads,
-        release_snapshotter,
-    )
-
-    if not live_snapshotter_threads():
-        return
-    from orbax.checkpoint.experimental.v1.training.pathways import Snapshotter
-
-    for obj in gc.get_objects():
-        if isinstance(obj, Snapshotter):
-            release_snapshotter(obj)
 
 
 # -- what an episode covered ---------------------------------------------------------------

@@ -279,3 +279,30 @@ def test_the_sample_loop_passes_a_budgeted_search_and_the_figures_say_what_it_co
     assert figures["episode_shares"]["slice lost"] > 0.5
     # 5-6 schedules fit the budget now that each episode is a child process: not every kind.
     assert "data_loss" in set(figures["fault_kinds"])
+
+
+def test_each_example_of_the_search_imports_the_loop_only_in_its_child(tmp_path):
+    """The search hands the loop's spec to each episode's child: pytest (or the search
+    command) never imports the module under test."""
+    import os
+
+    from pathways_chaos.harness.properties.loop import LoopTarget, play_target
+
+    marker = tmp_path / "imported.txt"
+    loop = tmp_path / "marked_search_loop.py"
+    loop.write_text(
+        "import os\n"
+        f"open({str(marker)!r}, 'a').write(f'{{os.getpid()}}\\n')\n"
+        "from pathways_chaos.harness.reference.user_loop import main\n"
+    )
+    target = LoopTarget(f"{loop}:main", topology="2x1")
+    baseline, _ = play_target(target, "", None)
+    outcome, _ = play_target(
+        target, "data_loss@batch=4:slice=1:repair_after_polls=2", baseline.events
+    )
+
+    assert outcome.verdict.ok, outcome.verdict.violations
+    pids = marker.read_text().split()
+    # the fault-free run's child, the episode's (and a clean rerun's, when it needs one)
+    assert len(set(pids)) >= 2 and str(os.getpid()) not in pids, pids
+    assert not any("marked_search_loop" in name for name in sys.modules)

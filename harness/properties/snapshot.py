@@ -13,6 +13,11 @@ from hypothesis import strategies as st
 from pathways_chaos.harness.engine.snapshotter_release import release_snapshotter
 from pathways_chaos.harness.properties.episode_spec import REFERENCE_TRAINER
 from pathways_chaos.harness.properties.settings import fail
+from pathways_chaos.harness.properties.trainer_sharding import (
+    ShardingUnavailable,
+    partition_spec_of,
+    replica_mesh,
+)
 
 SNAPSHOT_DTYPES = ("float32", "bfloat16", "int32", "uint8", "bool")
 
@@ -88,21 +93,17 @@ def check_snapshot_round_trip(case: SnapshotCase, trainer: str = REFERENCE_TRAIN
     from orbax.checkpoint.experimental.v1.training.pathways import Snapshotter
 
     from pathways_chaos.harness.engine.fake_cluster import FakeCluster
-    from pathways_chaos.harness.engine.recorder import Recorder
     from pathways_chaos.harness.engine.topology import SliceTopology
     from pathways_chaos.harness.judging.snapshot_checks import (
         SnapshotLostError,
         check_replicated_along_replica_axis,
         load_snapshot,
     )
-    from pathways_chaos.harness.play import load_object
-    from pathways_chaos.harness.reference.trainer import TrainerConfig
 
-    placer = load_object(trainer, "trainer")(TrainerConfig(), Recorder(None))
     topology = SliceTopology(case.slices, case.devices_per_slice)
     with FakeCluster(topology) as fake, contextlib.ExitStack() as cleanup:
-        mesh = _mesh(fake.devices, case.slices)
-        sharding = placer.state_sharding(mesh)
+        mesh = replica_mesh(fake.devices, case.slices)
+        sharding = _state_sharding(trainer, case.devices_per_slice, mesh)
         want = jax.tree.map(_host_bytes, case.tree)
         try:  # before placing: a replica-sharded scalar would not even place
             check_replicated_along_replica_axis(
@@ -137,8 +138,8 @@ def check_snapshot_round_trip(case: SnapshotCase, trainer: str = REFERENCE_TRAIN
                 return
             fail("snapshot round-trip", ["every replica was lost but load returned a state"])
         devices = [d for s in survivors for d in fake.slice_devices(s)]
-        new_mesh = _mesh(devices, len(survivors))
-        new_sharding = placer.state_sharding(new_mesh)
+        new_mesh = replica_mesh(devices, len(survivors))
+        new_sharding = _state_sharding(trainer, case.devices_per_slice, new_mesh)
         abstract = jax.tree.map(lambda leaf: _abstract(leaf, new_sharding), case.tree)
         try:
             restored = load_snapshot(snapshotter, abstract)
@@ -172,7 +173,7 @@ def check_save_in_flight(saves: list[tuple[int, bool]]) -> None:
 
     from pathways_chaos.harness.judging.snapshot_checks import load_snapshot
 
-    mesh = _mesh(jax.devices("cpu")[:2], 2)
+    mesh = replica_mesh(jax.devices("cpu")[:2], 2)
     sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     skipped: list[int] = []
     handler = _SkipListener(skipped)
@@ -225,11 +226,23 @@ class _SkipListener(logging.Handler):
             self.skipped.append(int(message.rsplit(" ", 1)[-1]))
 
 
-def _mesh(devices: list[Any], rows: int) -> Any:
+def _state_sharding(trainer: str, devices_per_slice: int, mesh: Any) -> Any:
+    """How ``trainer`` shards its state on ``mesh``: the toolkit's own trainer is asked here;
+    the team's in a child, once per mesh shape (its module is never imported here)."""
     import jax
 
-    array = np.asarray(devices, dtype=object).reshape(rows, -1)
-    return jax.sharding.Mesh(array, ("replica", "data"))
+    from pathways_chaos.harness.engine.recorder import Recorder
+    from pathways_chaos.harness.play import load_object
+    from pathways_chaos.harness.reference.trainer import TrainerConfig
+
+    if trainer.startswith("pathways_chaos."):
+        return load_object(trainer, "trainer")(TrainerConfig(), Recorder(None)).state_sharding(mesh)
+    try:
+        spec = partition_spec_of(trainer, mesh.devices.shape[0], devices_per_slice)
+    except ShardingUnavailable as error:
+        fail("snapshot round-trip", [str(error)])
+        raise  # fail raised already; said for the type checker
+    return jax.sharding.NamedSharding(mesh, spec)
 
 
 def _place(leaf: Any, sharding: Any) -> Any:

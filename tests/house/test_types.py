@@ -100,8 +100,13 @@ def problems(seen: dict[str, str]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Its text differs from run to run (a last comment line): mypy's incremental cache
+    replays the report of a module whose text it has seen, under the path it saw it at, so
+    an unchanged probe at a new temporary path was judged from a stale report."""
+    import uuid
+
     path = tmp_path_factory.mktemp("types") / "probe.py"
-    path.write_text(PROBE)
+    path.write_text(f"{PROBE}# run {uuid.uuid4().hex}\n")
     return path
 
 

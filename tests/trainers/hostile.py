@@ -114,3 +114,24 @@ class ResumesFromMemory(ReferenceTrainer):
         iterator.set_state(position)
         placed = jax.tree.map(lambda a, x: jax.device_put(x, a.sharding), abstract, state)
         return placed, step + 1
+
+
+class ShardsStateAlongReplicas(ReferenceTrainer):
+    """A model-parallel spec put on the wrong axis: each Snapshotter copy holds only a piece;
+    writes the process that asked it how it shards (``TRAINER_PID_FILE``)."""
+
+    def state_sharding(self, mesh: Any) -> Any:
+        import jax
+
+        path = os.environ.get("TRAINER_PID_FILE")
+        if path:
+            with open(path, "a") as f:
+                f.write(f"{os.getpid()}\n")
+        return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("replica"))
+
+
+class ShardingRaises(ReferenceTrainer):
+    """Its ``state_sharding`` needs a config file the test machine does not have."""
+
+    def state_sharding(self, mesh: Any) -> Any:
+        raise FileNotFoundError("sharding.yaml")

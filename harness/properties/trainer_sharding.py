@@ -1,0 +1,139 @@
+"""A trainer's ``state_sharding``, asked of a trainer class this project did not write in a child.
+
+Why: the snapshot round-trip property places its trees as the trainer under test shards its
+state. A ``--chaos-trainer`` class is the team's code, which never runs in the judging process;
+its child builds the same mesh on the same CPU devices, calls ``state_sharding`` and writes
+the ``PartitionSpec`` as JSON (never a pickle), once per mesh shape. What it returns that is not
+a ``NamedSharding`` on that mesh is said in one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Any
+
+from pathways_chaos.harness.engine.recorder import Event, LogTail
+from pathways_chaos.harness.episodes.child import ChildFiles, end_marker
+from pathways_chaos.harness.episodes.child_watch import (
+    ChildWatch,
+    ToolkitFailed,
+    default_limits,
+    error_of,
+)
+from pathways_chaos.harness.errors import ChaosError
+
+
+class ShardingUnavailable(ChaosError):
+    """The trainer's child could not say how it shards its state (its code raised or ended)."""
+
+
+@dataclasses.dataclass(kw_only=True)
+class ShardingChildSpec(ChildFiles):
+    trainer_spec: str
+    slices: int
+    out_file: str
+
+    def run_in_child(self) -> None:
+        from pathways_chaos.harness.engine.recorder import Recorder
+
+        recorder = Recorder(self.log_path)
+        status = "ended"
+        try:
+            recorder.emit("child_ready", run=self.run)
+            _ask(self, recorder)
+        except BaseException as error:  # ours: the trainer's errors are caught inside
+            recorder.emit(
+                "toolkit_error",
+                run=self.run,
+                error=f"{type(error).__name__}: {error}"[:500],
+                traceback="".join(traceback.format_exception(error))[-8000:],
+            )
+            status = "toolkit_error"
+        end_marker(recorder, self.run, status)
+
+
+def _ask(spec: ShardingChildSpec, recorder: Any) -> None:
+    import jax
+
+    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
+    from pathways_chaos.harness.engine.recorder import Recorder
+    from pathways_chaos.harness.engine.topology import SliceTopology
+    from pathways_chaos.harness.engine.user_modules import load_name
+    from pathways_chaos.harness.reference.trainer import TrainerConfig
+
+    try:
+        trainer = load_name(spec.trainer_spec)
+    except BaseException as error:  # importing the team's module: anything goes
+        recorder.emit("loop_unloadable", message=f"{type(error).__name__}: {error}"[:500])
+        return
+    with FakeCluster(SliceTopology.parse(spec.topology)) as fake:
+        mesh = replica_mesh(fake.devices, spec.slices)
+        try:
+            sharding = trainer(TrainerConfig(), Recorder(None)).state_sharding(mesh)
+        except Exception as error:  # the trainer's code: its failure
+            text = f"{type(error).__name__}: {error}"[:2000]
+            recorder.emit("run_end", run=spec.run, status="failed", error=text)
+            return
+        if not isinstance(sharding, jax.sharding.NamedSharding) or sharding.mesh != mesh:
+            text = (
+                f"state_sharding(mesh) returned {type(sharding).__name__}, not a NamedSharding "
+                "on the mesh it was given: return jax.sharding.NamedSharding(mesh, spec)"
+            )
+            recorder.emit("run_end", run=spec.run, status="failed", error=text)
+            return
+        entries = [list(e) if isinstance(e, tuple) else e for e in sharding.spec]
+    Path(spec.out_file).write_text(json.dumps({"spec": entries}))
+    recorder.emit("run_end", run=spec.run, status="completed")
+
+
+def replica_mesh(devices: list[Any], rows: int) -> Any:
+    """The property's mesh: one row per slice, axes ``replica`` and ``data``."""
+    import jax
+    import numpy as np
+
+    array = np.asarray(devices, dtype=object).reshape(rows, -1)
+    return jax.sharding.Mesh(array, ("replica", "data"))
+
+
+@functools.cache
+def partition_spec_of(trainer_spec: str, slices: int, devices_per_slice: int) -> Any:
+    """The ``PartitionSpec`` the trainer ``trainer_spec`` gives its state on a ``slices`` x
+    ``devices_per_slice`` mesh, from its child; ``ShardingUnavailable`` says why there is none."""
+    from jax.sharding import PartitionSpec
+
+    from pathways_chaos.harness.engine.deadline import default_deadline
+    from pathways_chaos.harness.episodes.supervised_trainer import child_files
+
+    work = Path(tempfile.mkdtemp(prefix="trainer-sharding-"))
+    log, out = work / "sharding.jsonl", work / "sharding.json"
+    files = child_files(f"{slices}x{devices_per_slice}", log, work, "sharding")
+    del files["preload"], files["modules"]  # the spec travels as text
+    child = ShardingChildSpec(**files, trainer_spec=trainer_spec, slices=slices, out_file=str(out))
+    watch = ChildWatch(
+        log, work, deadline=default_deadline(), limits=default_limits(), subject="trainer"
+    )
+    tail = LogTail(log)
+    events: list[Event] = []
+    ending = watch.child(child, tail, events)
+    watch.log_child_end(events, 1, ending, tail)
+    error = error_of(events)
+    if isinstance(error, ToolkitFailed):  # ours, never the trainer's failure
+        raise error
+    if error is not None or not out.is_file():
+        why = str(error) if error is not None else "its process wrote nothing"
+        raise ShardingUnavailable(f"the trainer {trainer_spec}'s state_sharding: {why}")
+    entries = json.loads(out.read_text())["spec"]
+    if not isinstance(entries, list) or not all(_entry_ok(e) for e in entries):
+        raise ShardingUnavailable(f"the trainer {trainer_spec}'s child wrote a malformed spec")
+    return PartitionSpec(*(tuple(e) if isinstance(e, list) else e for e in entries))
+
+
+def _entry_ok(entry: Any) -> bool:
+    if entry is None or isinstance(entry, str):
+        return True
+    return isinstance(entry, list) and all(isinstance(x, str) for x in entry)

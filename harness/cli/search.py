@@ -251,6 +251,12 @@ def _search(args: argparse.Namespace) -> int:
         problem = check_loop(args.loop, "--loop")  # loaded in a child: one line, never here
         if problem is not None:
             raise ChaosConfigError(problem)
+    if not args.loop and args.trainer and not str(args.trainer).startswith("pathways_chaos."):
+        from pathways_chaos.harness.episodes.supervised_trainer import check_trainer
+
+        problem = check_trainer(args.trainer, "--trainer")  # in a child, before any folder
+        if problem is not None:
+            raise ChaosConfigError(problem)
     database_dir = args.database
     if database_dir is None and not args.redis:
         database_dir = args.out.parent / "example-db"
@@ -259,10 +265,10 @@ def _search(args: argparse.Namespace) -> int:
     from pathways_chaos.harness.cli.quiet import quiet_libraries
 
     quiet_libraries()
-    if not args.loop and args.trainer:
+    if not args.loop and str(args.trainer or "").startswith("pathways_chaos."):
         from pathways_chaos.harness.play import load_object
 
-        load_object(args.trainer, "--trainer")
+        load_object(args.trainer, "--trainer")  # a bad spec: one line now, not per example
     from pathways_chaos.harness.properties import enable_compilation_cache
     from pathways_chaos.harness.search.shard import ShardSearch
 

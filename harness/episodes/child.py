@@ -221,7 +221,8 @@ def _one_run(spec: ChildSpec, recorder: Any, handoff: dict[str, Any] | None) -> 
     from pathways_chaos.harness.engine.deadline import Deadline
     from pathways_chaos.harness.episodes.loop_episode import LoopWorkload, refuse_loop_misfits
 
-    if spec.probe:
+    if spec.probe:  # ready first: a module that ends the process at import is the loop's
+        recorder.emit("child_ready", run=spec.run)
         return "loaded" if _load(spec, recorder) is not None else "unloadable"
     schedule = parse_schedule(spec.schedule)
     cluster = episode_cluster(spec, recorder.clock, handoff)

@@ -201,6 +201,15 @@ def test_a_loop_module_that_ends_or_raises_at_import_is_one_line(tmp_path, modul
     assert not out.verdict.ok
 
 
+def test_the_check_of_a_loop_spec_names_a_module_that_ends_its_process_at_import():
+    """The load-only child is ready before it imports: the module's exit is the loop's, said
+    with its line, not "the child ended before it loaded the loop (a bug in pathways-chaos)"."""
+    said = supervisor.check_loop(f"{LOOPS / 'exits_at_import.py'}:main")
+
+    assert said is not None and "exited with code 0: os._exit(0) at" in said, said
+    assert "exits_at_import.py:5" in said and "bug in pathways-chaos" not in said, said
+
+
 def test_the_check_of_a_loop_spec_never_imports_it_here(tmp_path):
     module = tmp_path / "import_marker_loop.py"
     module.write_text(

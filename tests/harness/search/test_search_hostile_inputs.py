@@ -16,6 +16,7 @@ from pathways_chaos.harness.cli.main import main
 from tests.folder_state import tree
 
 EMIT = ["--emit-job", "2", "--image", "r/suite:1"]
+EXITS = Path(__file__).parents[2] / "loops" / "exits_at_import.py"
 
 
 def _run(*args: str) -> tuple[int, str, str]:
@@ -54,6 +55,9 @@ ROWS: list[tuple[str, list[str], str]] = [
     ("--loop ''", _search("--loop", ""), "--loop"),
     ("--trainer ''", _search("--trainer", ""), "--trainer"),
     ("--out is a symlink", _search(), "symlink"),
+    # code that ends its process at import: loaded in a child, one line, no folder made
+    ("--loop exits at import", _search("--loop", f"{EXITS}:main"), "exited with code 0"),
+    ("--trainer exits at import", _search("--trainer", f"{EXITS}:T"), "exited with code 0"),
 ]
 
 

@@ -222,7 +222,17 @@ def _read_checked(path: Path) -> bytes | None:
         os.close(fd)
 
 
-def _parse_journal(raw: bytes, path: Path) -> tuple[JournalContents, str]:
+def parse_journal(
+    raw: bytes, path: Path, signing_key: bytes | None = None
+) -> tuple[JournalContents, str]:
+    """Parses and verifies every line (with ``signing_key``, else the user's journal key);
+    returns the contents and the last record's MAC."""
+    return _parse_journal(raw, path, signing_key)
+
+
+def _parse_journal(
+    raw: bytes, path: Path, signing_key: bytes | None = None
+) -> tuple[JournalContents, str]:
     """Parses and verifies every line; returns the contents and the last record's MAC."""
     header: dict[str, Any] | None = None
     changes: list[dict[str, Any]] = []
@@ -246,7 +256,7 @@ def _parse_journal(raw: bytes, path: Path) -> tuple[JournalContents, str]:
                 problems.append(f"line {number}: {why}")
             continue
         assert isinstance(record, dict)
-        key = key or journal_key()
+        key = key or signing_key or journal_key()
         if not mac_ok(key, previous, record):
             raise JournalRefused(
                 f"refused: journal {path} line {number} is not as your pathways-chaos wrote it "
@@ -336,6 +346,9 @@ class RollbackJournal:
         #: The holder identity of the Lease behind ``fence``: another process writing this
         #: journal for the same session (an episode's child) checks that the Lease names it.
         self.lease_holder: str | None = None
+        #: A ``JournalMirror``: every record written here is also written on the cluster
+        #: (``journal_mirror``), so a rollback from anywhere finds it if this file is lost.
+        self.mirror: Any = None
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -439,6 +452,8 @@ class RollbackJournal:
             os.write(fd, prefix + line)
             os.fsync(fd)
             self._last_mac, self._size = mac, size + len(prefix) + len(line)
+            if self.mirror is not None:  # before the change, as the line above
+                self.mirror.append(entry)
         finally:
             os.close(fd)
         if new_file:  # the directory entry must be durable too, or the file can vanish
@@ -499,20 +514,12 @@ class RollbackJournal:
         else:
             self.header = contents.header
             self._check_same_cluster(ClusterIdentity.of(api_client))
-        for entry in pending:
-            refused = scope_problem(entry, contents.header)
-            if refused is not None:
-                result.errors.append(f"#{entry['seq']} {entry['action']}: {refused}")
-                continue
-            try:
-                line = undo_entry(api_client, entry, dry_run=dry_run)
-            except Exception as error:  # keep going: one failure must not strand the rest
-                result.errors.append(f"#{entry['seq']} {entry['action']}: {short_error(error)}")
-                continue
-            result.lines.append(f"#{entry['seq']} {line}")
-            if not dry_run:
-                with self._lock:
-                    self._append({"undone": entry["seq"], "result": line})
+
+        def note(record: dict[str, Any]) -> None:
+            with self._lock:
+                self._append(record)
+
+        undo_pending(api_client, contents, pending, result, note, dry_run=dry_run)
         if seqs is None and not dry_run:
             self._replayed = True
         return result
@@ -541,6 +548,18 @@ class RollbackJournal:
                 atexit.unregister(at_exit)
                 restore_sigterm()
 
+    def _drop_mirror(self) -> None:
+        """Everything undone: the cluster's copy goes (a failure to delete it is only said;
+        a later ``rollback --cluster`` finds nothing pending in it)."""
+        if self.mirror is None or self.pending():
+            return
+        try:
+            self.mirror.remove()
+        except Exception as error:
+            print(
+                f"pathways-chaos: the journal's mirror stays: {short_error(error)}", file=sys.stderr
+            )
+
     def final_replay(self, api_client: ApiClient) -> bool:
         """The guard's rollback: retried through an API outage, then one line saying what is left.
 
@@ -558,6 +577,7 @@ class RollbackJournal:
                 why = short_error(error)
             else:
                 if not result.errors:
+                    self._drop_mirror()
                     if result.skipped:
                         print(
                             f"pathways-chaos: rollback skipped lines of {self.path}: "
@@ -576,6 +596,32 @@ class RollbackJournal:
             file=sys.stderr,
         )
         return False
+
+
+def undo_pending(
+    api_client: ApiClient,
+    contents: JournalContents,
+    pending: list[dict[str, Any]],
+    result: ReplayResult,
+    note_undone: Callable[[dict[str, Any]], None],
+    *,
+    dry_run: bool = False,
+) -> None:
+    """Undoes ``pending`` (newest first) within what the journal's header allowed; each undo
+    is noted (``{"undone": seq, "result": ...}``) where the journal lives, file or mirror."""
+    for entry in pending:
+        refused = scope_problem(entry, contents.header)
+        if refused is not None:
+            result.errors.append(f"#{entry['seq']} {entry['action']}: {refused}")
+            continue
+        try:
+            line = undo_entry(api_client, entry, dry_run=dry_run)
+        except Exception as error:  # keep going: one failure must not strand the rest
+            result.errors.append(f"#{entry['seq']} {entry['action']}: {short_error(error)}")
+            continue
+        result.lines.append(f"#{entry['seq']} {line}")
+        if not dry_run:
+            note_undone({"undone": entry["seq"], "result": line})
 
 
 def _what(entry: dict[str, Any]) -> str:

@@ -300,3 +300,28 @@ def check_holder(api_client: ApiClient, namespace: str, jobset: str, holder: str
             f"refused: lease {namespace}/{name} expired (the session stopped renewing it): "
             "stopped before the change"
         )
+
+
+def live_holder(api_client: ApiClient, namespace: str, jobset: str, run_id: str) -> str | None:
+    """The holder identity when session ``run_id`` still holds the target's Lease (renewed
+    within its duration), else None: a dead session's changes are anyone's to undo."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    try:
+        current: Any = client.CoordinationV1Api(api_client).read_namespaced_lease(
+            lease_name(jobset), namespace
+        )
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+    spec = current.spec
+    holder = str(spec.holder_identity or "")
+    if not run_id or not holder.endswith(f" run {run_id}"):
+        return None
+    renewed = spec.renew_time or spec.acquire_time
+    duration = spec.lease_duration_seconds or DEFAULT_LEASE_SECONDS
+    if renewed is None or (_now() - renewed).total_seconds() >= duration:
+        return None
+    return holder

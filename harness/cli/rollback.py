@@ -87,6 +87,15 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="undo a journal written on another host: you checked its session has ended",
     )
+    parser.add_argument(
+        "--cluster",
+        help=(
+            "CONTEXT or KUBECONFIG:CONTEXT: undo what dead sessions on --jobset left, from the "
+            "journals mirrored on the cluster itself (no journal file needed)"
+        ),
+    )
+    parser.add_argument("--namespace", help="with --cluster: the JobSet's namespace")
+    parser.add_argument("--jobset", help="with --cluster: the JobSet's name")
     return parser
 
 
@@ -94,9 +103,11 @@ def rollback_main(argv: list[str]) -> int:
     """``pathways-chaos rollback JOURNAL | --pending``: undo what a crashed run left behind."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if bool(args.journal) == bool(args.pending):
-        parser.error("name one JOURNAL, or pass --pending (not both)")
+    if sum(map(bool, (args.journal, args.pending, args.cluster))) != 1:
+        parser.error("name one JOURNAL, or pass --pending, or --cluster (one of them)")
     try:
+        if args.cluster:
+            return _rollback_mirrored(args)
         if args.pending:
             return _rollback_pending(args)
         return _rollback_one(args, Path(args.journal))
@@ -216,6 +227,43 @@ def _rollback_pending(args: argparse.Namespace) -> int:
         except ChaosError as error:  # one journal's problem must not strand the others
             print(f"pathways-chaos rollback: {error}", file=sys.stderr)
             code = max(code, error.exit_code)
+    return code
+
+
+def _rollback_mirrored(args: argparse.Namespace) -> int:
+    """``--cluster``: every dead session's journal mirrored beside the JobSet, verified with the
+    cluster's key and undone; a live session's is left to it."""
+    from pathways_chaos.faults.journal_mirror import read_mirrors, roll_back_mirror
+    from pathways_chaos.faults.lease import live_holder
+    from pathways_chaos.harness.kube.kube_cluster import ClusterSpec, connect
+
+    spec = ClusterSpec.parse(args.cluster, args.namespace, args.jobset)
+    try:
+        api = connect(spec)
+    except ChaosError as error:
+        raise _ClusterUnreachable(str(error).replace("--cluster: ", "", 1)) from None
+    code = EXIT_OK
+    found = read_mirrors(api, spec.namespace, spec.jobset)
+    if not any(m.contents.pending() for m in found):
+        print(f"{spec.namespace}/{spec.jobset}: no journal left on the cluster, nothing to undo")
+    for mirrored in found:
+        where = f"{spec.namespace}/{mirrored.name}"
+        for problem in mirrored.contents.problems:
+            print(f"SKIPPED {where}: {problem}", file=sys.stderr)
+            code = max(code, EXIT_INCOMPLETE)
+        if not mirrored.contents.pending():
+            continue
+        holder = live_holder(api, spec.namespace, spec.jobset, mirrored.run_id)
+        if holder is not None:
+            print(f"{where}: skipped, its session ({holder}) holds the Lease and rolls it back")
+            continue
+        print(f"{where}:")
+        result = roll_back_mirror(api, spec.namespace, spec.jobset, mirrored, dry_run=args.dry_run)
+        for line in result.lines:
+            print(line)
+        for failed in result.errors:
+            print(f"FAILED {failed}", file=sys.stderr)
+        code = max(code, EXIT_OK if result.ok else EXIT_INCOMPLETE)
     return code
 
 

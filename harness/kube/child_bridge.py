@@ -36,6 +36,7 @@ class BridgeBinding:
     ) -> KubeBridgedCluster:
         """The child's bridged fake (not started): its own API client, the session's journal."""
         from pathways_chaos.faults.journal import RollbackJournal
+        from pathways_chaos.faults.journal_mirror import JournalMirror
         from pathways_chaos.faults.kube_target import KubeTarget
         from pathways_chaos.faults.lease import check_holder
         from pathways_chaos.harness.kube.kube_cluster import connect
@@ -44,9 +45,12 @@ class BridgeBinding:
         journal = None
         if self.journal_path is not None:
             journal = RollbackJournal(self.journal_path, run_id=self.run_id)
-            if self.lease_holder is not None:
+            if self.lease_holder is not None:  # armed: fenced and mirrored as the session's
                 journal.fence = functools.partial(
                     check_holder, api, self.spec.namespace, self.spec.jobset, self.lease_holder
+                )
+                journal.mirror = JournalMirror(
+                    api, self.spec.namespace, self.spec.jobset, self.run_id
                 )
         target = KubeTarget(
             api_client=api,

@@ -217,6 +217,9 @@ NEEDED_PERMISSIONS = (
     ("list", "batch", "jobs", "", True),
     ("create", "coordination.k8s.io", "leases", "", True),
     ("update", "coordination.k8s.io", "leases", "", True),
+    ("create", "", "configmaps", "", True),  # the journal's mirror (faults/journal_mirror.py)
+    ("update", "", "configmaps", "", True),
+    ("create", "", "secrets", "", True),  # its key, made once
 )
 
 

@@ -346,6 +346,8 @@ class RollbackJournal:
         #: The holder identity of the Lease behind ``fence``: another process writing this
         #: journal for the same session (an episode's child) checks that the Lease names it.
         self.lease_holder: str | None = None
+        #: The changes this object recorded (another process may write the same journal).
+        self.written_here: set[int] = set()
         #: A ``JournalMirror``: every record written here is also written on the cluster
         #: (``journal_mirror``), so a rollback from anywhere finds it if this file is lost.
         self.mirror: Any = None
@@ -402,6 +404,7 @@ class RollbackJournal:
                 **details,
             }
             self._append(entry, numbered=True)
+            self.written_here.add(self._seq)
             return self._seq
 
     def _append(self, entry: dict[str, Any], *, numbered: bool = False) -> None:

@@ -295,7 +295,10 @@ def check_holder(api_client: ApiClient, namespace: str, jobset: str, holder: str
         )
     renewed = spec.renew_time or spec.acquire_time
     duration = spec.lease_duration_seconds or DEFAULT_LEASE_SECONDS
-    if renewed is None or (_now() - renewed).total_seconds() >= duration:
+    # The session renews every third of the duration and, when it finds its Lease expired
+    # but not taken, takes it back: a renewal or two missed in an API blip is not a loss.
+    # Three durations without one is a session that stopped (a child dies with it anyway).
+    if renewed is None or (_now() - renewed).total_seconds() >= 3 * duration:
         raise LeaseLost(
             f"refused: lease {namespace}/{name} expired (the session stopped renewing it): "
             "stopped before the change"

@@ -187,7 +187,7 @@ def _play_in_child(
     bridged = _bridged(cluster)
     if isinstance(cluster, FakeCluster):
         shape, clock = cluster.topology, "fake" if cluster.clock.fake else "real"
-        down = sorted(cluster.down_slices())
+        down = bridged.ready_for_an_episode() if bridged else sorted(cluster.down_slices())
     elif isinstance(topology, str):
         shape = SliceTopology.parse(topology)
     else:
@@ -270,7 +270,10 @@ def play_loop(
     clock_kind = (
         clock if cluster is None else ("fake" if getattr(cluster.clock, "fake", False) else "real")
     )
-    result = _supervised(loop, plan, shape, clock_kind, *common, bridged=bridged)
+    from pathways_chaos.harness.engine.backend import SliceStates
+
+    own_down: list[int] = sorted(cluster.down_slices()) if isinstance(cluster, SliceStates) else []
+    result = _supervised(loop, plan, shape, clock_kind, *common, bridged=bridged, down=own_down)
     log = (
         None if log_path is None else Path(log_path).with_name(Path(log_path).stem + "-clean.jsonl")
     )
@@ -281,6 +284,7 @@ def play_loop(
             clean,
             *(shape, clock_kind, options, log, where, (), lineage, False, deadline),
             bridged=bridged,
+            down=own_down,
         )
 
     verdict = _judged(result, baseline, clean_rerun, checkpoint_dir, rerun)
@@ -311,16 +315,17 @@ def _supervised(
     deadline: Deadline | None,
     *,
     bridged: KubeBridgedCluster | None = None,
+    down: Iterable[int] = (),
 ) -> LoopResult:
     """The user's loop in child processes (one per run); this process only reads its log.
 
-    ``bridged``: the session's cluster, put back as the test found it before the episode, whose
-    faults the children act out through the API."""
+    ``down``: the slices the test took down before the episode (a fake's). ``bridged``: the
+    session's cluster, whose faults the children act out through the API; what earlier
+    episodes changed is undone first, and the slices the test took down stay down."""
     from pathways_chaos.harness.episodes.supervisor import run_supervised_loop_episode
     from pathways_chaos.harness.kube.child_bridge import binding_of
 
-    if bridged is not None:
-        bridged.ready_for_an_episode()
+    down = bridged.ready_for_an_episode() if bridged is not None else list(down)
     return run_supervised_loop_episode(
         loop,
         plan,
@@ -334,6 +339,7 @@ def _supervised(
         show_library_logs=show_library_logs,
         deadline=deadline,
         kube=None if bridged is None else binding_of(bridged),
+        down=down,
     )
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import tempfile
 import traceback
 from pathlib import Path
 from typing import Any
@@ -45,9 +44,10 @@ class AdapterBySpec:
         return (load_adapter, (self.source,))
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class AdapterFacts:
-    """What the checks read of an adapter, said by its child, and its plain run."""
+    """What the checks read of an adapter, said by its child; its plain run is made by a
+    second child the first time a check needs it (manifest rows only need the fields)."""
 
     source: str
     name: str
@@ -57,26 +57,37 @@ class AdapterFacts:
     snapshot_interval: int
     params: float | None
     counted_params: float | None  # in the initial state (None: init_state failed)
-    expected: list[int] | None  # the declared order, as long as the plain run's ids
-    plain: PlainRun | None
-    #: ``[where, message]`` of what the adapter's code raised (``where`` None: our code did)
-    plain_failed: tuple[str | None, str] | None = None
+    workdir: Path
+    #: what the plain run's child said: the run, the declared order, or what stopped it
+    _plain: tuple[PlainRun | None, list[int] | None, list[Any] | None] | None = None
 
     def plain_run(self) -> PlainRun:
         """The plain baseline run, or what stopped it: the team's line, or (no line of
         theirs) a bug of ours."""
-        if self.plain is not None:
-            return self.plain
-        where, message = self.plain_failed or (None, "the adapter's child made no plain run")
+        plain, _, failed = self._made()
+        if plain is not None:
+            return plain
+        where, message = failed or (None, "the adapter's child made no plain run")
         if where is None:
             raise RuntimeError(f"pathways-chaos failed in the adapter's child: {message}")
-        raise UserCodeFailed(where, message)
+        raise UserCodeFailed(str(where), str(message))
+
+    @property
+    def expected(self) -> list[int] | None:
+        """The order the adapter declares, as long as its plain run's ids (None: none)."""
+        return self._made()[1]
+
+    def _made(self) -> tuple[PlainRun | None, list[int] | None, list[Any] | None]:
+        if self._plain is None:
+            self._plain = _plain_in_child(self.source, self.workdir)
+        return self._plain
 
 
 @dataclasses.dataclass(kw_only=True)
 class AdapterChildSpec(ChildFiles):
     adapter_spec: str
     out_dir: str
+    plain: bool = False  # False: the adapter's fields; True: its plain one-device run
 
     def run_in_child(self) -> None:
         from pathways_chaos.harness.engine.recorder import Recorder
@@ -98,11 +109,8 @@ class AdapterChildSpec(ChildFiles):
 
 
 def _describe(spec: AdapterChildSpec, recorder: Any) -> None:
-    """Loads the adapter and writes ``facts.json`` and the plain run's files."""
-    import jax
-
-    from pathways_chaos.harness.acceptance.loop import plain_run
-
+    """Loads the adapter and writes ``facts.json`` (or, ``plain``, ``plain.json`` and the
+    plain run's files)."""
     try:
         adapter = load_adapter(spec.adapter_spec)
     except ChaosConfigError as error:
@@ -113,6 +121,16 @@ def _describe(spec: AdapterChildSpec, recorder: Any) -> None:
         return
     out = Path(spec.out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    if spec.plain:
+        (out / "plain.json").write_text(json.dumps(_plain(adapter, out)))
+    else:
+        (out / "facts.json").write_text(json.dumps(_fields(adapter)))
+    recorder.emit("run_end", run=spec.run, status="completed")
+
+
+def _fields(adapter: Any) -> dict[str, Any]:
+    import jax
+
     facts: dict[str, Any] = {
         "name": adapter.name,
         "recovery_mode": adapter.recovery_mode,
@@ -121,26 +139,35 @@ def _describe(spec: AdapterChildSpec, recorder: Any) -> None:
         "snapshot_interval": adapter.snapshot_interval,
         "params": adapter.params,
         "counted_params": None,
-        "expected": None,
-        "plain_failed": None,
     }
     try:
         state = jax.eval_shape(adapter.init_state)
         facts["counted_params"] = float(sum(int(x.size) for x in jax.tree_util.tree_leaves(state)))
+    except Exception:  # init_state raised: the plain run (the rows that need it) says where
+        pass
+    return facts
+
+
+def _plain(adapter: Any, out: Path) -> dict[str, Any]:
+    from pathways_chaos.harness.acceptance.loop import plain_run
+    from pathways_chaos.harness.engine.digest import host_array
+
+    said: dict[str, Any] = {"expected": None, "failed": None, "plain": None}
+    try:
         plain = plain_run(adapter)
         if adapter.expected_ids is not None:
             flat = [i for ids in plain.ids for i in ids]
-            facts["expected"] = [int(i) for i in adapter.expected_ids(len(flat))]
+            said["expected"] = [int(i) for i in adapter.expected_ids(len(flat))]
     except Exception as error:  # the adapter's code: its failure, at its line
-        facts["plain_failed"] = _failure(error)
-    else:
-        files = {}
-        for number, (path, value) in enumerate(plain.state.items()):
-            np.save(out / f"leaf-{number}.npy", np.asarray(value), allow_pickle=False)
-            files[path] = f"leaf-{number}.npy"
-        facts["plain"] = {"ids": plain.ids, "leaves": files}
-    (out / "facts.json").write_text(json.dumps(facts))
-    recorder.emit("run_end", run=spec.run, status="completed")
+        said["failed"] = _failure(error)
+        return said
+    files = {}
+    for number, (path, value) in enumerate(plain.state.items()):
+        # bfloat16 and typed keys as numpy can read them back (float32, exact; key data)
+        np.save(out / f"leaf-{number}.npy", host_array(value), allow_pickle=False)
+        files[path] = f"leaf-{number}.npy"
+    said["plain"] = {"ids": plain.ids, "leaves": files}
+    return said
 
 
 def _failure(error: Exception) -> list[str | None]:
@@ -148,38 +175,11 @@ def _failure(error: Exception) -> list[str | None]:
     return [user_frame(error), f"your code raised {type(error).__name__}: {said}"]
 
 
-def describe_adapter(spec: str, workdir: Path | None = None) -> AdapterFacts:
-    """The adapter ``spec`` names, as its child found it; a spec that does not load (or whose
-    module ends its process) is one ``ChaosConfigError`` line."""
-    from pathways_chaos.harness.episodes.supervised_trainer import child_files
-
-    work = workdir or Path(tempfile.mkdtemp(prefix="acceptance-adapter-"))
-    work.mkdir(mode=0o700, parents=True, exist_ok=True)
-    log = work / "adapter.jsonl"
-    out = work / "adapter"
-    files = child_files("1x1", log, work, "adapter")
-    del files["preload"], files["modules"]  # nothing pickled: the spec travels as text
-    child = AdapterChildSpec(**files, adapter_spec=spec, out_dir=str(out))
-    watch = ChildWatch(log, work, deadline=_deadline(), limits=default_limits(), subject="adapter")
-    tail = LogTail(log)
-    events: list[Event] = []
-    ending = watch.child(child, tail, events)
-    watch.log_child_end(events, 1, ending, tail)
-    error = error_of(events)
-    if isinstance(error, ToolkitFailed):  # ours, never the team's bad input
-        raise error
-    if error is not None or not (out / "facts.json").is_file():
-        why = str(error) if error is not None else "its process wrote nothing"
-        raise ChaosConfigError(f"--acceptance-adapter={spec!r}: {why}".replace("\n", " "))
-    facts = json.loads((out / "facts.json").read_text())
-    plain = None
-    if facts.get("plain") is not None:
-        state = {
-            path: np.load(out / file, mmap_mode="r", allow_pickle=False)
-            for path, file in facts["plain"]["leaves"].items()
-        }
-        plain = PlainRun([list(map(int, ids)) for ids in facts["plain"]["ids"]], state)
-    failed = facts.get("plain_failed")
+def describe_adapter(spec: str, workdir: Path) -> AdapterFacts:
+    """The adapter ``spec`` names, as its child found it (its files under ``workdir``, which
+    the caller owns); a spec that does not load (or whose module ends its process) is one
+    ``ChaosConfigError`` line."""
+    facts = json.loads(_in_child(spec, workdir, plain=False).read_text())
     return AdapterFacts(
         source=spec,
         name=str(facts["name"]),
@@ -189,10 +189,51 @@ def describe_adapter(spec: str, workdir: Path | None = None) -> AdapterFacts:
         snapshot_interval=int(facts["snapshot_interval"]),
         params=None if facts["params"] is None else float(facts["params"]),
         counted_params=facts["counted_params"],
-        expected=facts["expected"],
-        plain=plain,
-        plain_failed=None if failed is None else (failed[0], str(failed[1])),
+        workdir=workdir,
     )
+
+
+def _plain_in_child(
+    spec: str, workdir: Path
+) -> tuple[PlainRun | None, list[int] | None, list[Any] | None]:
+    out = _in_child(spec, workdir, plain=True)
+    said = json.loads(out.read_text())
+    plain = None
+    if said.get("plain") is not None:
+        state = {
+            path: np.load(out.parent / file, mmap_mode="r", allow_pickle=False)
+            for path, file in said["plain"]["leaves"].items()
+        }
+        plain = PlainRun([list(map(int, ids)) for ids in said["plain"]["ids"]], state)
+    return plain, said.get("expected"), said.get("failed")
+
+
+def _in_child(spec: str, workdir: Path, *, plain: bool) -> Path:
+    """Runs the adapter's child; the JSON file it wrote, or why it wrote none (one line)."""
+    from pathways_chaos.harness.episodes.supervised_trainer import child_files
+
+    tag = "plain" if plain else "adapter"
+    work = workdir / tag
+    work.mkdir(mode=0o700, parents=True, exist_ok=True)
+    log, out = work / f"{tag}.jsonl", work / "out"
+    files = child_files("1x1", log, work, tag)
+    del files["preload"], files["modules"]  # nothing pickled: the spec travels as text
+    child = AdapterChildSpec(**files, adapter_spec=spec, out_dir=str(out), plain=plain)
+    watch = ChildWatch(log, work, deadline=_deadline(), limits=default_limits(), subject="adapter")
+    tail = LogTail(log)
+    events: list[Event] = []
+    ending = watch.child(child, tail, events)
+    watch.log_child_end(events, 1, ending, tail)
+    error = error_of(events)
+    if isinstance(error, ToolkitFailed):  # ours, never the team's bad input
+        raise error
+    written = out / ("plain.json" if plain else "facts.json")
+    if error is None and written.is_file():
+        return written
+    why = " ".join((str(error) if error is not None else "its process wrote nothing").split())
+    if plain:  # a row's run: the adapter's own failure, where a row shows it
+        raise UserCodeFailed(spec, f"the adapter's plain run: {why}")
+    raise ChaosConfigError(f"--acceptance-adapter={spec!r}: {why}")
 
 
 def _deadline() -> Any:

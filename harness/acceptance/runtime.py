@@ -111,6 +111,8 @@ class RuntimeRuns:
             log_path=self.workdir / f"{name}.jsonl",
             replay=False,  # the runtime checks judge against the adapter's own baseline
             expect_completed=False,
+            # in a child, even an adapter the package ships (its spec starts pathways_chaos.)
+            isolate=True if isinstance(self.adapter, AdapterFacts) else None,
         ).result
 
     def close(self) -> None:

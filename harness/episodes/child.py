@@ -93,6 +93,8 @@ class ChildSpec(ChildFiles):
     modules: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     #: The options as the log shows them (``repr``, made by the parent).
     options_shown: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: Slices down before the episode starts (the test's own; on --cluster, acted out by it).
+    down: list[int] = dataclasses.field(default_factory=list)
 
     def run_in_child(self) -> None:
         run_child(self)
@@ -225,7 +227,7 @@ def _one_run(spec: ChildSpec, recorder: Any, handoff: dict[str, Any] | None) -> 
         recorder.emit("child_ready", run=spec.run)
         return "loaded" if _load(spec, recorder) is not None else "unloadable"
     schedule = parse_schedule(spec.schedule)
-    cluster = episode_cluster(spec, recorder.clock, handoff)
+    cluster = episode_cluster(spec, recorder.clock, handoff, spec.down if spec.run == 1 else ())
     if spec.run == 1:
         refuse_loop_misfits(schedule)
         recorder.emit(
@@ -251,6 +253,8 @@ def _one_run(spec: ChildSpec, recorder: Any, handoff: dict[str, Any] | None) -> 
     again = False
     error: BaseException | None = None
     with cluster:
+        if spec.run == 1:  # the test's own down slices (a next run has them in its handoff)
+            cluster.go_on_from({"down": [[index, "DATA_LOSS", None] for index in spec.down]})
         workload.begin(recorder)
         with contextlib.ExitStack() as stack:
             workload.enter(stack)

@@ -57,9 +57,11 @@ class SupervisedLoopEpisode:
         deadline: Deadline | None = None,
         limits: ChildLimits | None = None,
         kube: BridgeBinding | None = None,
+        down: Iterable[int] = (),
     ) -> None:
         refuse_loop_misfits(schedule)
         self.kube = kube
+        self.down = sorted(down)  # slices down before the episode starts (the test's own)
         self.schedule, self.topology, self.clock = schedule, topology, clock
         self.options = dict(options or {})
         self.checkpoint_dir = None if checkpoint_dir is None else str(checkpoint_dir)
@@ -133,6 +135,7 @@ class SupervisedLoopEpisode:
             modules=named_modules(self.loop_pickle or b"") + named_modules(self.options_pickle),
             options_shown={k: repr(v) for k, v in self.options.items()},
             kube=self.kube,
+            down=self.down,
         )
 
 

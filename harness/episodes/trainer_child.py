@@ -70,7 +70,7 @@ def _one_run(spec: TrainerChildSpec, recorder: Any, handoff: dict[str, Any] | No
     from pathways_chaos.harness.episodes.episode import TrainerWorkload
 
     schedule = parse_schedule(spec.schedule)
-    cluster = episode_cluster(spec, recorder.clock, handoff, spec.down)
+    cluster = episode_cluster(spec, recorder.clock, handoff, spec.down if spec.run == 1 else ())
     config = pickle.loads(spec.config_pickle)
     # Everything before this line is the toolkit's start-up; the trainer's wall time starts here.
     recorder.emit("child_ready", run=spec.run)

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 
 from pathways_chaos.harness.engine.clock import Clock
 from pathways_chaos.harness.engine.topology import SliceTopology
+from pathways_chaos.harness.errors import ChaosError
 from pathways_chaos.harness.kube.kube_cluster import ClusterSpec, KubeBridgedCluster
 
 
@@ -45,6 +46,11 @@ class BridgeBinding:
         journal = None
         if self.journal_path is not None:
             journal = RollbackJournal(self.journal_path, run_id=self.run_id)
+            if self.spec.armed and journal.header is None:  # the session binds it, never a child
+                raise ChaosError(
+                    f"the session's journal {self.journal_path} names no cluster yet: the "
+                    "judging process binds it before an episode's child may change anything"
+                )
             if self.lease_holder is not None:  # armed: fenced and mirrored as the session's
                 journal.fence = functools.partial(
                     check_holder, api, self.spec.namespace, self.spec.jobset, self.lease_holder

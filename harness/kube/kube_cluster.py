@@ -364,6 +364,7 @@ class KubeBridgedCluster(_KubeSliceActions, FakeCluster):
         self._follower = HealthFollower(self, hosts_per_slice)
         #: Slices an earlier run of the episode left down (their Nodes cordoned): not waited for.
         self.down_at_start = frozenset(down_at_start)
+        self._children_act = False
 
     def start(self) -> None:
         super().start()
@@ -404,31 +405,45 @@ class KubeBridgedCluster(_KubeSliceActions, FakeCluster):
         """A next run's fake goes on from the slices the previous run left down, which the
         cluster still shows (Pods gone, Nodes cordoned): marked down here, not acted out again."""
         for index, code, polls_left in state.get("down") or []:
-            self._follower.begin_fault(int(index))
+            if polls_left is None:  # still down on the cluster: its own waits decide
+                self._follower.begin_fault(int(index))
             polls = None if polls_left is None else max(1, int(polls_left))
             FakeCluster.lose_slice(self, int(index), str(code), polls)
 
-    def ready_for_an_episode(self) -> None:
-        """Before an episode whose faults a child process acts out: what the session changed
-        so far undone (its journal replayed) and every slice running, as at the test's start."""
+    def ready_for_an_episode(self) -> list[int]:
+        """Before an episode whose faults a child process acts out; returns the slices the
+        test itself took down, which the child starts without.
+
+        From the first such episode on, this process's view of the slices is the test's own:
+        the children's kills are not losses here. What earlier episodes' children changed (the
+        journal's entries this process did not write) is undone, and every slice the test did
+        not take down is waited for. The journal is bound here, so its header names this
+        process (the session), never a child that comes and goes."""
         from pathways_chaos.harness.errors import ChaosError
 
+        self._children_act = True
+        if self.health is not None:  # the manager's reports are the children's to follow
+            self.health.on_report = None
         journal = self.target.journal
-        if self.target.armed and journal is not None and journal.pending():
-            result = journal.replay(self.target.api_client)
-            if result.errors:
-                raise ChaosError(
-                    "the cluster could not be put back before the next episode: "
-                    + "; ".join(result.errors)
-                )
+        if self.target.armed and journal is not None:
+            self.target.check()
+            theirs = {e["seq"] for e in journal.pending() if e["seq"] not in journal.written_here}
+            if theirs:
+                result = journal.replay(self.target.api_client, seqs=theirs)
+                if result.errors:
+                    raise ChaosError(
+                        "the cluster could not be put back before the next episode: "
+                        + "; ".join(result.errors)
+                    )
+        own = sorted(self.down_slices())
         for s in range(self.num_slices):
-            self._wait_running(s)
-            self._follower.end_fault(s)
-            if self.state(s) is SliceState.DOWN:  # this process's view, lost by the child
-                FakeCluster.repair_slice(self, s)
-        self.down_at_start = frozenset()
+            if s not in own:
+                self._wait_running(s)
+        return own
 
     def _lost_outside(self, slice_index: int) -> None:
+        if self._children_act:  # an episode's child lost it: not the test's own view
+            return
         if self.health is None:  # with reports, the slice goes down once its process dies
             super().lose_slice(slice_index)
 

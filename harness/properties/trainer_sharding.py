@@ -75,7 +75,7 @@ def _ask(spec: ShardingChildSpec, recorder: Any) -> None:
         mesh = replica_mesh(fake.devices, spec.slices)
         try:
             sharding = trainer(TrainerConfig(), Recorder(None)).state_sharding(mesh)
-        except Exception as error:  # the trainer's code: its failure
+        except BaseException as error:  # the trainer's code (a SystemExit too): its failure
             text = f"{type(error).__name__}: {error}"[:2000]
             recorder.emit("run_end", run=spec.run, status="failed", error=text)
             return
@@ -87,6 +87,13 @@ def _ask(spec: ShardingChildSpec, recorder: Any) -> None:
             recorder.emit("run_end", run=spec.run, status="failed", error=text)
             return
         entries = [list(e) if isinstance(e, tuple) else e for e in sharding.spec]
+        if not all(_entry_ok(e) for e in entries):
+            text = (
+                f"state_sharding(mesh) returned {sharding.spec}: the snapshot round trip "
+                "places by axis names (None, a name, or a tuple of names per dimension)"
+            )
+            recorder.emit("run_end", run=spec.run, status="failed", error=text)
+            return
     Path(spec.out_file).write_text(json.dumps({"spec": entries}))
     recorder.emit("run_end", run=spec.run, status="completed")
 
@@ -100,36 +107,48 @@ def replica_mesh(devices: list[Any], rows: int) -> Any:
     return jax.sharding.Mesh(array, ("replica", "data"))
 
 
-@functools.cache
 def partition_spec_of(trainer_spec: str, slices: int, devices_per_slice: int) -> Any:
     """The ``PartitionSpec`` the trainer ``trainer_spec`` gives its state on a ``slices`` x
-    ``devices_per_slice`` mesh, from its child; ``ShardingUnavailable`` says why there is none."""
+    ``devices_per_slice`` mesh, from its child; ``ShardingUnavailable`` says why there is none.
+    Asked once per shape: its answer, or why there is none, is kept for the session."""
+    said = _asked(trainer_spec, slices, devices_per_slice)
+    if isinstance(said, str):
+        raise ShardingUnavailable(said)
+    return said
+
+
+@functools.cache
+def _asked(trainer_spec: str, slices: int, devices_per_slice: int) -> Any:
+    """The spec, or (a str) why there is none; a failure of ours raises and is not kept."""
     from jax.sharding import PartitionSpec
 
     from pathways_chaos.harness.engine.deadline import default_deadline
     from pathways_chaos.harness.episodes.supervised_trainer import child_files
 
-    work = Path(tempfile.mkdtemp(prefix="trainer-sharding-"))
-    log, out = work / "sharding.jsonl", work / "sharding.json"
-    files = child_files(f"{slices}x{devices_per_slice}", log, work, "sharding")
-    del files["preload"], files["modules"]  # the spec travels as text
-    child = ShardingChildSpec(**files, trainer_spec=trainer_spec, slices=slices, out_file=str(out))
-    watch = ChildWatch(
-        log, work, deadline=default_deadline(), limits=default_limits(), subject="trainer"
-    )
-    tail = LogTail(log)
-    events: list[Event] = []
-    ending = watch.child(child, tail, events)
-    watch.log_child_end(events, 1, ending, tail)
-    error = error_of(events)
-    if isinstance(error, ToolkitFailed):  # ours, never the trainer's failure
-        raise error
-    if error is not None or not out.is_file():
-        why = str(error) if error is not None else "its process wrote nothing"
-        raise ShardingUnavailable(f"the trainer {trainer_spec}'s state_sharding: {why}")
-    entries = json.loads(out.read_text())["spec"]
+    with tempfile.TemporaryDirectory(prefix="trainer-sharding-") as folder:
+        work = Path(folder)
+        log, out = work / "sharding.jsonl", work / "sharding.json"
+        files = child_files(f"{slices}x{devices_per_slice}", log, work, "sharding")
+        del files["preload"], files["modules"]  # the spec travels as text
+        child = ShardingChildSpec(
+            **files, trainer_spec=trainer_spec, slices=slices, out_file=str(out)
+        )
+        watch = ChildWatch(
+            log, work, deadline=default_deadline(), limits=default_limits(), subject="trainer"
+        )
+        tail = LogTail(log)
+        events: list[Event] = []
+        ending = watch.child(child, tail, events)
+        watch.log_child_end(events, 1, ending, tail)
+        error = error_of(events)
+        if isinstance(error, ToolkitFailed):  # ours, never the trainer's failure
+            raise error
+        if error is not None or not out.is_file():
+            why = str(error) if error is not None else "its process wrote nothing"
+            return f"the trainer {trainer_spec}'s state_sharding: {why}"
+        entries = json.loads(out.read_text())["spec"]
     if not isinstance(entries, list) or not all(_entry_ok(e) for e in entries):
-        raise ShardingUnavailable(f"the trainer {trainer_spec}'s child wrote a malformed spec")
+        return f"the trainer {trainer_spec}'s child wrote a malformed spec"
     return PartitionSpec(*(tuple(e) if isinstance(e, list) else e for e in entries))
 
 

@@ -213,8 +213,8 @@ def test_a_child_acting_for_the_session_checks_the_lease_names_the_session(
     pathways_workload: PathwaysWorkload,
 ) -> None:
     """``check_holder``, the fence of an episode's child process: it passes while the Lease
-    names the session it acts for, refuses once another session holds it or it has expired,
-    and never takes the Lease itself."""
+    names the session it acts for (a renewal missed in a blip included), refuses once another
+    session holds it or it went three durations unrenewed, and never takes the Lease itself."""
     from pathways_chaos.faults.lease import check_holder
 
     workload = pathways_workload
@@ -225,7 +225,9 @@ def test_a_child_acting_for_the_session_checks_the_lease_names_the_session(
         check_holder(api, ns, jobset, session.holder)  # held and renewed: goes on
         with pytest.raises(LeaseLost, match=r"held by .*run session-a, not by this session"):
             check_holder(api, ns, jobset, session.holder.replace("session-a", "session-x"))
-        stall(session)
+        stall(session)  # one duration without a renewal: an API blip, still the session's
+        check_holder(api, ns, jobset, session.holder)
+        time.sleep(2 * session.duration_s)  # three: the session stopped
         with pytest.raises(LeaseLost, match="expired"):
             check_holder(api, ns, jobset, session.holder)
         lease: Any = client.CoordinationV1Api(api).read_namespaced_lease(session.name, ns)

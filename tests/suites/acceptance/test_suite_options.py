@@ -179,3 +179,56 @@ def test_an_adapter_whose_module_exits_at_import_is_one_line(tmp_path):
     assert out.returncode == 1, out.stdout[-3000:]
     line = next(x for x in out.stdout.splitlines() if "--acceptance-adapter=" in x)
     assert "exited with code 3: os._exit(3) at" in line and "exits_adapter.py:2" in line, line
+
+
+BF16_ADAPTER = """
+import jax.numpy as jnp
+import numpy as np
+
+from pathways_chaos.harness.acceptance.adapter import TrainingAdapter
+
+
+def init():
+    return {"w": jnp.zeros((4,), jnp.bfloat16)}
+
+
+def step(state, batch):
+    return {"w": state["w"] + batch["x"].mean(0).astype(jnp.bfloat16)}, jnp.float32(0)
+
+
+class Counter:
+    def __init__(self, global_batch):
+        self.at, self.size = 0, global_batch
+
+    def __next__(self):
+        ids = np.arange(self.at, self.at + self.size)
+        self.at += self.size
+        return {"id": ids, "x": np.ones((self.size, 4), np.float32) * (ids[:, None] % 3)}
+
+    def get_state(self):
+        return {"at": self.at}
+
+    def set_state(self, state):
+        self.at = int(state["at"])
+
+
+adapter = TrainingAdapter(
+    name="bf16", init_state=init, train_step=step, make_iterator=Counter,
+    batch_ids=lambda batch: batch["id"].tolist(),
+)
+"""
+
+
+def test_an_adapter_whose_state_is_bfloat16_is_compared_not_unjudged(tmp_path):
+    """The plain run's state crosses from the adapter's child as files numpy can read back
+    (bfloat16 as float32, exact), so the migrated run is compared with it."""
+    adapter = tmp_path / "bf16_adapter.py"
+    adapter.write_text(BF16_ADAPTER)
+    out = pytest_run(
+        ROOT,
+        "suites/acceptance",
+        "--acceptance-checks=data-order",
+        f"--acceptance-adapter={adapter}:adapter",
+    )
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert table_rows(out.stdout) == {"data-order": "PASS"}

@@ -25,3 +25,23 @@ def test_an_mtc_property_finding_fails_an_outcome_the_oracle_passed() -> None:
         broken.raise_if_failed()
     with pytest.raises(OracleViolation, match="lost a sample"):
         Outcome(result, _verdict(["lost a sample"])).raise_if_failed()  # type: ignore[arg-type]
+
+
+def test_a_loop_in_its_child_starts_without_the_slices_the_test_took_down(tmp_path) -> None:
+    """``play_loop(cluster=fake)`` with slice 3 down before the episode: the loop's child starts
+    on the other three, as the in-process loop did (the child makes its own fake)."""
+    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
+    from pathways_chaos.harness.engine.topology import SliceTopology
+    from pathways_chaos.harness.play import play_loop
+
+    with FakeCluster(SliceTopology(4, 2)) as fake:
+        fake.lose_slice(3)
+        out = play_loop(
+            "pathways_chaos.harness.reference.user_loop:main",
+            cluster=fake,
+            checkpoint_dir=tmp_path / "checkpoints",
+            clean_rerun=False,
+        )
+    meshes = [e for e in out.result.events if e["kind"] == "mesh"]
+    assert meshes and meshes[0]["slices"] == [0, 1, 2], meshes[:1]
+    assert out.result.completed, out.result.error

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +21,7 @@ import numpy as np
 from pathways_chaos.harness.acceptance.adapter import load_adapter
 from pathways_chaos.harness.acceptance.loop import PlainRun
 from pathways_chaos.harness.acceptance.table import UserCodeFailed, user_frame
-from pathways_chaos.harness.engine.recorder import Event, LogTail
-from pathways_chaos.harness.episodes.child import ChildFiles, end_marker
+from pathways_chaos.harness.episodes.child import ChildFiles, one_off
 from pathways_chaos.harness.episodes.child_watch import (
     ChildWatch,
     ToolkitFailed,
@@ -90,22 +88,7 @@ class AdapterChildSpec(ChildFiles):
     plain: bool = False  # False: the adapter's fields; True: its plain one-device run
 
     def run_in_child(self) -> None:
-        from pathways_chaos.harness.engine.recorder import Recorder
-
-        recorder = Recorder(self.log_path)
-        status = "ended"
-        try:
-            recorder.emit("child_ready", run=self.run)
-            _describe(self, recorder)
-        except BaseException as error:  # ours: the adapter's errors are caught inside
-            recorder.emit(
-                "toolkit_error",
-                run=self.run,
-                error=f"{type(error).__name__}: {error}"[:500],
-                traceback="".join(traceback.format_exception(error))[-8000:],
-            )
-            status = "toolkit_error"
-        end_marker(recorder, self.run, status)
+        one_off(self, lambda recorder: _describe(self, recorder))
 
 
 def _describe(spec: AdapterChildSpec, recorder: Any) -> None:
@@ -216,15 +199,10 @@ def _in_child(spec: str, workdir: Path, *, plain: bool) -> Path:
     work = workdir / tag
     work.mkdir(mode=0o700, parents=True, exist_ok=True)
     log, out = work / f"{tag}.jsonl", work / "out"
-    files = child_files("1x1", log, work, tag)
-    del files["preload"], files["modules"]  # nothing pickled: the spec travels as text
+    files = child_files("1x1", log, work, tag, pickled=False)  # the spec travels as text
     child = AdapterChildSpec(**files, adapter_spec=spec, out_dir=str(out), plain=plain)
     watch = ChildWatch(log, work, deadline=_deadline(), limits=default_limits(), subject="adapter")
-    tail = LogTail(log)
-    events: list[Event] = []
-    ending = watch.child(child, tail, events)
-    watch.log_child_end(events, 1, ending, tail)
-    error = error_of(events)
+    error = error_of(watch.one(child))
     if isinstance(error, ToolkitFailed):  # ours, never the team's bad input
         raise error
     written = out / ("plain.json" if plain else "facts.json")

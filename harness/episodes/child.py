@@ -17,6 +17,7 @@ import pickle
 import signal
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -160,14 +161,35 @@ def run_child(spec: ChildSpec) -> None:
     try:
         status = _one_run(spec, recorder, handoff)
     except BaseException as error:  # ours: the loop's errors were caught inside
-        recorder.emit(
-            "toolkit_error",
-            run=spec.run,
-            error=f"{type(error).__name__}: {error}"[:500],
-            traceback="".join(traceback.format_exception(error))[-8000:],
-        )
+        toolkit_error(recorder, spec.run, error)
         status = "toolkit_error"
     end_marker(recorder, spec.run, status)
+
+
+def one_off(spec: ChildFiles, body: Callable[[Any], None]) -> None:
+    """A one-off child's work (an answer, a replay: no next run): its log, its ready marker,
+    ``body(recorder)`` (which catches the subject's own errors), a failure of the toolkit's
+    logged as ``toolkit_error``, and the end marker."""
+    from pathways_chaos.harness.engine.recorder import Recorder
+
+    recorder = Recorder(spec.log_path)
+    status = "ended"
+    try:
+        recorder.emit("child_ready", run=spec.run)
+        body(recorder)
+    except BaseException as error:  # ours: the subject's errors are caught inside ``body``
+        toolkit_error(recorder, spec.run, error)
+        status = "toolkit_error"
+    end_marker(recorder, spec.run, status)
+
+
+def toolkit_error(recorder: Any, run: int, error: BaseException) -> None:
+    recorder.emit(
+        "toolkit_error",
+        run=run,
+        error=f"{type(error).__name__}: {error}"[:500],
+        traceback="".join(traceback.format_exception(error))[-8000:],
+    )
 
 
 def end_marker(recorder: Any, run: int, status: str) -> None:

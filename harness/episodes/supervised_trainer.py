@@ -217,21 +217,29 @@ def check_trainer(spec: str, flag: str = "--chaos-trainer") -> str | None:
 
 
 def child_files(
-    topology: str, log_path: Path, work: Path, tag: str, data: bytes = b"", *, run: int = 1
+    topology: str,
+    log_path: Path,
+    work: Path,
+    tag: str,
+    data: bytes = b"",
+    *,
+    run: int = 1,
+    pickled: bool = True,
 ) -> dict[str, Any]:
-    """The ``ChildFiles`` fields of a trainer's child (episode, replay): its log, where its
-    stacks and fatal calls go, this process's ``sys.path``, and the modules ``data`` (the
-    pickled trainer) needs loaded from files."""
-    return {
+    """The ``ChildFiles`` fields of a child: its log, where its stacks and fatal calls go,
+    this process's ``sys.path``, and (``pickled``: a trainer's child) the modules ``data``
+    (the pickled trainer) needs loaded from files."""
+    files: dict[str, Any] = {
         "topology": topology,
         "log_path": str(log_path),
         "run": run,
         "stack_file": str(work / f"stacks-{tag}.txt"),
         "witness_file": str(work / f"exits-{tag}.txt"),
         "sys_path": [os.path.abspath(p or os.curdir) for p in sys.path],
-        "preload": file_modules(data),
-        "modules": named_modules(data),
     }
+    if pickled:
+        files |= {"preload": file_modules(data), "modules": named_modules(data)}
+    return files
 
 
 def replay_logged_trainer(episode_log: Path, spec: str, topology: str) -> Replayed:
@@ -271,11 +279,7 @@ def replay_in_child(
         episode_log=str(episode_log),
         out_dir=str(out),
     )
-    tail = LogTail(log)
-    events: list[Event] = []
-    ending = watch.child(spec, tail, events)
-    watch.log_child_end(events, 1, ending, tail)
-    error = error_of(events)
+    error = error_of(watch.one(spec))
     if error is not None:
         return f"{type(error).__name__}: {error}"
     index = json.loads((out / "replay.json").read_text())

@@ -13,7 +13,6 @@ import contextlib
 import dataclasses
 import json
 import pickle
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +22,11 @@ from pathways_chaos.harness.episodes.child import (
     episode_cluster,
     hand_off,
     load_pickled,
+    one_off,
     prior_run,
     resume,
     run_clock,
+    toolkit_error,
 )
 
 
@@ -57,7 +58,7 @@ class TrainerChildSpec(ChildFiles):
         try:
             status = _one_run(self, recorder, handoff)
         except BaseException as error:  # ours: the trainer's errors end its runs inside
-            _toolkit_error(recorder, self.run, error)
+            toolkit_error(recorder, self.run, error)
             status = "toolkit_error"
         end_marker(recorder, self.run, status)
 
@@ -137,25 +138,20 @@ class ReplayChildSpec(ChildFiles):
     modules: list[tuple[str, str]] = dataclasses.field(default_factory=list)
 
     def run_in_child(self) -> None:
-        from pathways_chaos.harness.engine.recorder import LogTail, Recorder
+        one_off(self, lambda recorder: _replay_logged(self, recorder))
 
-        recorder = Recorder(self.log_path)
-        status = "ended"
-        try:
-            from pathways_chaos.harness.judging.committed import committed_lineage, run_start
 
-            events = LogTail(self.episode_log).read(final=True)
-            lineage, _ = committed_lineage(events)
-            start = run_start(events)
-            assert start is not None, "the episode's log has no run_start"
-            recorder.emit("child_ready", run=self.run)
-            factory = _load_factory(self, recorder)
-            if factory is not None:
-                _replay(self, _trainer_class(factory), start, lineage, recorder)
-        except BaseException as error:
-            _toolkit_error(recorder, self.run, error)
-            status = "toolkit_error"
-        end_marker(recorder, self.run, status)
+def _replay_logged(spec: ReplayChildSpec, recorder: Any) -> None:
+    from pathways_chaos.harness.engine.recorder import LogTail
+    from pathways_chaos.harness.judging.committed import committed_lineage, run_start
+
+    events = LogTail(spec.episode_log).read(final=True)
+    lineage, _ = committed_lineage(events)
+    start = run_start(events)
+    assert start is not None, "the episode's log has no run_start"
+    factory = _load_factory(spec, recorder)
+    if factory is not None:
+        _replay(spec, _trainer_class(factory), start, lineage, recorder)
 
 
 def _replay(spec: ReplayChildSpec, cls: Any, start: Any, lineage: Any, recorder: Any) -> None:
@@ -229,12 +225,3 @@ def _trainer_class(factory: Any) -> Any:
     while isinstance(factory, functools.partial):
         factory = factory.func
     return factory
-
-
-def _toolkit_error(recorder: Any, run: int, error: BaseException) -> None:
-    recorder.emit(
-        "toolkit_error",
-        run=run,
-        error=f"{type(error).__name__}: {error}"[:500],
-        traceback="".join(traceback.format_exception(error))[-8000:],
-    )

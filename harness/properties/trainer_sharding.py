@@ -13,12 +13,10 @@ import dataclasses
 import functools
 import json
 import tempfile
-import traceback
 from pathlib import Path
 from typing import Any
 
-from pathways_chaos.harness.engine.recorder import Event, LogTail
-from pathways_chaos.harness.episodes.child import ChildFiles, end_marker
+from pathways_chaos.harness.episodes.child import ChildFiles, one_off
 from pathways_chaos.harness.episodes.child_watch import (
     ChildWatch,
     ToolkitFailed,
@@ -39,22 +37,7 @@ class ShardingChildSpec(ChildFiles):
     out_file: str
 
     def run_in_child(self) -> None:
-        from pathways_chaos.harness.engine.recorder import Recorder
-
-        recorder = Recorder(self.log_path)
-        status = "ended"
-        try:
-            recorder.emit("child_ready", run=self.run)
-            _ask(self, recorder)
-        except BaseException as error:  # ours: the trainer's errors are caught inside
-            recorder.emit(
-                "toolkit_error",
-                run=self.run,
-                error=f"{type(error).__name__}: {error}"[:500],
-                traceback="".join(traceback.format_exception(error))[-8000:],
-            )
-            status = "toolkit_error"
-        end_marker(recorder, self.run, status)
+        one_off(self, lambda recorder: _ask(self, recorder))
 
 
 def _ask(spec: ShardingChildSpec, recorder: Any) -> None:
@@ -128,19 +111,14 @@ def _asked(trainer_spec: str, slices: int, devices_per_slice: int) -> Any:
     with tempfile.TemporaryDirectory(prefix="trainer-sharding-") as folder:
         work = Path(folder)
         log, out = work / "sharding.jsonl", work / "sharding.json"
-        files = child_files(f"{slices}x{devices_per_slice}", log, work, "sharding")
-        del files["preload"], files["modules"]  # the spec travels as text
+        files = child_files(f"{slices}x{devices_per_slice}", log, work, "sharding", pickled=False)
         child = ShardingChildSpec(
             **files, trainer_spec=trainer_spec, slices=slices, out_file=str(out)
         )
         watch = ChildWatch(
             log, work, deadline=default_deadline(), limits=default_limits(), subject="trainer"
         )
-        tail = LogTail(log)
-        events: list[Event] = []
-        ending = watch.child(child, tail, events)
-        watch.log_child_end(events, 1, ending, tail)
-        error = error_of(events)
+        error = error_of(watch.one(child))
         if isinstance(error, ToolkitFailed):  # ours, never the trainer's failure
             raise error
         if error is not None or not out.is_file():

@@ -86,7 +86,12 @@ def test_scopes_names_and_bindings() -> None:
     for doc in docs:
         for rule in doc.get("rules", []):
             assert "*" not in [*rule["apiGroups"], *rule["resources"], *rule["verbs"]]
-            assert "secrets" not in rule["resources"]
+    # Secrets: only the journal mirror's key, read by its name; create cannot be named in RBAC.
+    secrets = [r for d in docs for r in d.get("rules", []) if "secrets" in r["resources"]]
+    assert sorted((r["verbs"], r.get("resourceNames")) for r in secrets) == [
+        (["create"], None),
+        (["get"], ["pathways-chaos-journal-key"]),
+    ]
     (jobsets,) = [
         r for d in docs if d["kind"] == "Role" for r in d["rules"] if "jobsets" in r["resources"]
     ]
@@ -191,8 +196,11 @@ def test_run_suite_kubeconfig_authenticates_as_the_runner_with_exactly_its_right
             ("jobs", "delete", "default"): False,
             ("jobs", "patch", ns): False,
             ("nodes", "delete", ""): False,
-            ("secrets", "get", ns): False,
-            ("configmaps", "get", ns): False,
+            ("secrets", "get", ns): False,  # any Secret; only the journal key, by name
+            ("secrets", "list", ns): False,
+            ("configmaps", "get", "default"): False,
+            # the journal's mirror beside the JobSet, in the namespace only
+            **{("configmaps", v, ns): True for v in ("get", "list", "create", "update", "delete")},
         }
         groups = {"jobs": "batch"}
         seen = {
@@ -207,6 +215,9 @@ def test_run_suite_kubeconfig_authenticates_as_the_runner_with_exactly_its_right
         assert not allowed("get", "jobsets", name="someone-elses", **jobset)
         assert not allowed("patch", "jobsets", name=JOBSET_NAME, **jobset)
         assert not allowed("list", "jobsets", **jobset)
+        key = {"namespace": ns, "name": "pathways-chaos-journal-key"}
+        assert allowed("get", "secrets", **key)
+        assert not allowed("get", "secrets", namespace=ns, name="someone-elses")
         # And real calls, not just reviews: the namespace's Pods yes, another's no.
         core: Any = client.CoreV1Api(api)
         assert core.list_namespaced_pod(ns).items == []

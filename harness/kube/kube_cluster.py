@@ -438,7 +438,13 @@ class KubeBridgedCluster(_KubeSliceActions, FakeCluster):
         own = sorted(self.down_slices())
         for s in range(self.num_slices):
             if s not in own:
-                self._wait_running(s)
+                try:
+                    self._wait_running(s)
+                except TimeoutError as error:  # the JobSet, not the loop nor the toolkit
+                    raise ChaosConfigError(
+                        f"the episode needs a healthy JobSet, but {error}: check the JobSet's "
+                        f"Pods (kubectl -n {self.spec.namespace} get pods) and run again"
+                    ) from None
         return own
 
     def _lost_outside(self, slice_index: int) -> None:

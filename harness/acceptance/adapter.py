@@ -104,9 +104,31 @@ class TrainingAdapter:
 
     def ids_of(self, batch: Batch) -> list[int]:
         """The batch's sample ids, or one id made from a sha256 of its bytes."""
-        if self.batch_ids is not None:
-            return [int(i) for i in self.batch_ids(batch)]
-        return [fingerprint(batch)]
+        if self.batch_ids is None:
+            return [fingerprint(batch)]
+        given = self.batch_ids(batch)
+        try:
+            return [int(i) for i in given]
+        except (TypeError, ValueError):
+            raise AdapterContractError(
+                f"adapter {self.name!r}: batch_ids",
+                f"batch_ids returned {shown_value(given)}: return the batch's sample ids as "
+                "integers (or leave batch_ids out: a fingerprint of the batch stands in)",
+            ) from None
+
+
+class AdapterContractError(Exception):
+    """What the adapter's code returned breaks the adapter's contract: the team's to fix, at
+    ``where`` (the field), not a failure of the toolkit's."""
+
+    def __init__(self, where: str, message: str) -> None:
+        super().__init__(message)
+        self.where = where
+
+
+def shown_value(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:80] + "..."
 
 
 class ManagerView:

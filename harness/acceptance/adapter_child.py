@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from pathways_chaos.harness.acceptance.adapter import load_adapter
+from pathways_chaos.harness.acceptance.adapter import AdapterContractError, load_adapter
 from pathways_chaos.harness.acceptance.loop import PlainRun
 from pathways_chaos.harness.acceptance.table import UserCodeFailed, user_frame
 from pathways_chaos.harness.episodes.child import ChildFiles, one_off
@@ -28,6 +28,7 @@ from pathways_chaos.harness.episodes.child_watch import (
     default_limits,
     error_of,
 )
+from pathways_chaos.harness.episodes.loop_episode import said_at_its_line
 from pathways_chaos.harness.errors import ChaosConfigError
 
 
@@ -100,7 +101,7 @@ def _describe(spec: AdapterChildSpec, recorder: Any) -> None:
         recorder.emit("loop_unloadable", message=str(error))
         return
     except BaseException as error:  # importing the team's module: anything goes
-        recorder.emit("loop_unloadable", message=f"{type(error).__name__}: {error}"[:500])
+        recorder.emit("loop_unloadable", message=said_at_its_line(error))
         return
     out = Path(spec.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -141,7 +142,7 @@ def _plain(adapter: Any, out: Path) -> dict[str, Any]:
         if adapter.expected_ids is not None:
             flat = [i for ids in plain.ids for i in ids]
             said["expected"] = [int(i) for i in adapter.expected_ids(len(flat))]
-    except Exception as error:  # the adapter's code: its failure, at its line
+    except (Exception, SystemExit, KeyboardInterrupt) as error:  # the adapter's, at its line
         said["failed"] = _failure(error)
         return said
     files = {}
@@ -153,8 +154,10 @@ def _plain(adapter: Any, out: Path) -> dict[str, Any]:
     return said
 
 
-def _failure(error: Exception) -> list[str | None]:
+def _failure(error: BaseException) -> list[str | None]:
     said = " ".join(str(error).split())[:300]
+    if isinstance(error, AdapterContractError):  # raised by us about what its code returned
+        return [error.where, said]
     return [user_frame(error), f"your code raised {type(error).__name__}: {said}"]
 
 

@@ -164,10 +164,9 @@ def load_loop(spec: str, flag: str = "--chaos-loop") -> Callable[..., Any]:
         if not sep or not attr:
             raise ValueError("no colon")
         loop = load_name(spec, "pathways_chaos_loop_")
-    except Exception as error:  # anything the user's module does at import
-        raise ChaosConfigError(
-            f"{flag}={shown!r} cannot be loaded ({_one_line(error)}): {_fix(error, spec, how)}"
-        ) from None
+    except (Exception, SystemExit, KeyboardInterrupt) as error:  # anything it does at import
+        said, fix = said_at_its_line(error), _fix(error, spec, how)
+        raise ChaosConfigError(f"{flag}={shown!r} cannot be loaded ({said}): {fix}") from None
     if inspect.isclass(loop) or not callable(loop):
         what = "a class" if inspect.isclass(loop) else f"a {type(loop).__name__}"
         raise ChaosConfigError(
@@ -195,7 +194,7 @@ def _fix(error: BaseException, spec: str, how: str) -> str:
     return "the module raised while it was imported: fix the line named, then run again"
 
 
-def _one_line(error: BaseException) -> str:
+def said_at_its_line(error: BaseException) -> str:
     """An exception as one line, with the file and line it came from when it has one."""
     import traceback
 

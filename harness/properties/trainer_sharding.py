@@ -23,6 +23,7 @@ from pathways_chaos.harness.episodes.child_watch import (
     default_limits,
     error_of,
 )
+from pathways_chaos.harness.episodes.loop_episode import said_at_its_line
 from pathways_chaos.harness.errors import ChaosError
 
 
@@ -59,7 +60,7 @@ def _ask(spec: ShardingChildSpec, recorder: Any) -> None:
         try:
             sharding = trainer(TrainerConfig(), Recorder(None)).state_sharding(mesh)
         except BaseException as error:  # the trainer's code (a SystemExit too): its failure
-            text = f"{type(error).__name__}: {error}"[:2000]
+            text = said_at_its_line(error)
             recorder.emit("run_end", run=spec.run, status="failed", error=text)
             return
         if not isinstance(sharding, jax.sharding.NamedSharding) or sharding.mesh != mesh:

@@ -184,6 +184,7 @@ def test_a_loop_sees_fresh_signal_handling_whatever_the_judge_ignores(
     [
         ("exits_at_import", "exited with code 0: os._exit(0) at"),
         ("raises_at_import", "RuntimeError: boom at import at"),
+        ("sysexit_at_import", "SystemExit: 0 at"),
         # the fix a found module needs is not a spelling one
         ("raises_at_import", "the module raised while it was imported"),
     ],

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).parents[3]
 SAMPLES = ROOT / "suites" / "acceptance" / "samples"
 
@@ -232,3 +234,50 @@ def test_an_adapter_whose_state_is_bfloat16_is_compared_not_unjudged(tmp_path):
     )
     assert out.returncode == 0, out.stdout[-3000:]
     assert table_rows(out.stdout) == {"data-order": "PASS"}
+
+
+#: Variants of the bfloat16 adapter a black-box tester wrote: (code before the adapter is made,
+#: code after it, the row it must give, a phrase its line must carry). A correct state with a
+#: NaN leaf passes (NaN where the baseline has NaN is the same state); the team's own failures
+#: FAIL at their line or field, never as "a bug in pathways-chaos".
+NAN_LEAF = """
+def init():
+    return {"w": jnp.zeros((4,), jnp.bfloat16), "best": jnp.float32(jnp.nan)}
+
+
+def step(state, batch):
+    w = state["w"] + batch["x"].mean(0).astype(jnp.bfloat16)
+    return {"w": w, "best": state["best"]}, jnp.float32(0)
+"""
+ADAPTER_VARIANTS = {
+    "a NaN leaf": (NAN_LEAF, "", "PASS", "final state matches"),
+    "ids that are not ints": (
+        "",
+        "adapter = dataclasses.replace(adapter, batch_ids=lambda b: [f's{i}' for i in b['id']])",
+        "FAIL",
+        "batch_ids returned ['s0'",
+    ),
+    "sys.exit in the step": (
+        "def step(state, batch):\n    raise SystemExit(2)\n",
+        "",
+        "FAIL",
+        "in step: your code raised SystemExit: 2",
+    ),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(ADAPTER_VARIANTS))
+def test_an_adapters_own_failure_is_its_row_and_a_nan_leaf_is_no_difference(tmp_path, variant):
+    before, after, row, says = ADAPTER_VARIANTS[variant]
+    made = "\nadapter = TrainingAdapter("
+    text = BF16_ADAPTER.replace(made, "\n" + before + made)
+    adapter = tmp_path / "variant_adapter.py"
+    adapter.write_text("import dataclasses\n" + text + after + "\n")
+    out = pytest_run(
+        ROOT,
+        "suites/acceptance",
+        "--acceptance-checks=data-order",
+        f"--acceptance-adapter={adapter}:adapter",
+    )
+    assert table_rows(out.stdout) == {"data-order": row}, out.stdout[-3000:]
+    assert says in out.stdout and "bug in pathways-chaos" not in out.stdout, out.stdout[-3000:]

@@ -112,6 +112,7 @@ def build_loop_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="a keyword option for the loop (VALUE as JSON, else a string); repeatable",
     )
+    add_deadline_arguments(parser)
     return parser
 
 
@@ -147,6 +148,7 @@ def replay_loop_main(argv: list[str]) -> int:
         from pathways_chaos.harness.episodes.supervisor import check_loop
 
         # Every input is checked before JAX starts.
+        apply_deadline_arguments(args)
         topology = SliceTopology.parse(args.topology)
         schedule = parse_schedule(args.schedule)
         check_schedule_fits(schedule, topology.num_slices, kubernetes=False)

@@ -306,3 +306,15 @@ def test_each_example_of_the_search_imports_the_loop_only_in_its_child(tmp_path)
     # the fault-free run's child, the episode's (and a clean rerun's, when it needs one)
     assert len(set(pids)) >= 2 and str(os.getpid()) not in pids, pids
     assert not any("marked_search_loop" in name for name in sys.modules)
+
+
+def test_replay_of_a_loop_takes_the_wall_deadline_the_docs_give_it():
+    """``replay --loop ... --wall-deadline S``: a loop that blocks ends at S, named, not after
+    the default 600 s; a bad value is one line."""
+    hangs = f"{ROOT / 'tests' / 'loops' / 'hostile.py'}:waits_on_an_event"
+    out = _run([str(CLI), "replay", "--loop", hangs, "--wall-deadline", "6"], timeout=120)
+    assert out.returncode == 1, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "wall-time deadline of 6 s: the loop was blocked at" in out.stdout, out.stdout[-2000:]
+    bad = _run([str(CLI), "replay", "--loop", SAMPLE, "--wall-deadline", "soon"], timeout=120)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert "--wall-deadline='soon'" in bad.stderr

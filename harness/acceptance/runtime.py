@@ -372,15 +372,20 @@ def _lineage_ids(result: EpisodeResult) -> list[list[int]]:
 
 
 def _episode_failed(what: str, result: EpisodeResult) -> list[Finding]:
+    from pathways_chaos.harness.judging.process_exit import process_exit
+
+    ended = process_exit(result.events)  # a process its iterator or step left running
+    said = [] if isinstance(ended, str) else ended
+    left = [Finding(what, x.replace("the loop", "the adapter's code", 1)) for x in said]
     if result.completed:
-        return []
+        return left
     end = _run_end(result) or {}
     error = end.get("error") or (
         f"{type(result.error).__name__}: {result.error}" if result.error else "no run_end"
     )
     if end.get("cause"):
         error = f"{error} (cause: {end['cause']})"
-    return [Finding(what, f"did not complete: {' '.join(str(error).split())[:240]}")]
+    return [Finding(what, f"did not complete: {' '.join(str(error).split())[:240]}"), *left]
 
 
 def _first_difference(

@@ -249,6 +249,21 @@ def step(state, batch):
     w = state["w"] + batch["x"].mean(0).astype(jnp.bfloat16)
     return {"w": w, "best": state["best"]}, jnp.float32(0)
 """
+FORKS_A_SLEEPER = """
+import os
+import time
+
+
+class ForksASleeper(Counter):
+    def __next__(self):
+        if self.at == 0 and os.fork() == 0:
+            time.sleep(300)
+            os._exit(0)
+        return super().__next__()
+
+
+adapter = dataclasses.replace(adapter, make_iterator=ForksASleeper)
+"""
 ADAPTER_VARIANTS = {
     "a NaN leaf": (NAN_LEAF, "", "PASS", "final state matches"),
     "ids that are not ints": (
@@ -256,6 +271,12 @@ ADAPTER_VARIANTS = {
         "adapter = dataclasses.replace(adapter, batch_ids=lambda b: [f's{i}' for i in b['id']])",
         "FAIL",
         "batch_ids returned ['s0'",
+    ),
+    "an iterator that forks a sleeper": (
+        "",
+        FORKS_A_SLEEPER,
+        "FAIL",
+        "the adapter's code left 1 process running",
     ),
     "sys.exit in the step": (
         "def step(state, batch):\n    raise SystemExit(2)\n",

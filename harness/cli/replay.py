@@ -174,7 +174,7 @@ def replay_loop_main(argv: list[str]) -> int:
     print(f"replay: {args.topology} fake cluster, loop {args.loop}")
     print(f"schedule: {schedule.to_text() or '(none)'}")
     if not baseline.result.completed:
-        print(f"the fault-free run did not complete: {baseline.result.error!r}")
+        print(f"the fault-free run did not complete: {baseline.result.error}")
     for e in outcome.of_kind("run_end"):
         why = e.get("error") or ""
         print(f"run {e['run']}: {e['status']} {why}".rstrip())

@@ -258,7 +258,8 @@ class ChildWatch:
                 return Ending(
                     None,
                     f"the episode passed its wall-time deadline of {wall:g} s: the "
-                    f"{self.subject} was {_blocked(where)} (raise it with --chaos-wall-deadline=S)",
+                    f"{self.subject} was {_blocked(where)} (raise it: --chaos-wall-deadline=S "
+                    "in pytest, --wall-deadline S on the command line)",
                     where,
                     deadline=True,
                 )

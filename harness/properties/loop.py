@@ -298,7 +298,7 @@ class LoopSearch:
             if not outcome.result.completed:
                 raise PropertyFailure(
                     f"the fault-free run of {self.target.spec} did not complete "
-                    f"({outcome.result.error!r}): fix the loop before searching its faults"
+                    f"({outcome.result.error}): fix the loop before searching its faults"
                 )
             self._baseline = list(outcome.events)
             self._shape = LoopShape.of(self._baseline, seconds)

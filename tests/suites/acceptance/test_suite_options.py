@@ -110,21 +110,18 @@ def test_an_unknown_check_is_a_one_line_usage_error():
     )
 
 
-def test_the_loop_under_acceptance_is_imported_only_by_its_runs(tmp_path):
-    """``--chaos-loop`` in the acceptance suite: its module runs in the runs' child processes,
-    never in pytest's (a module that exits at import would otherwise end the session)."""
-    marker = tmp_path / "imported.txt"
-    loop = tmp_path / "marked_loop.py"
-    loop.write_text(
-        "import os\n"
-        f"open({str(marker)!r}, 'a').write(f'{{os.getpid()}}\\n')\n"
-        "from pathways_chaos.harness.reference.user_loop import main\n"
-    )
+def _marked(module: Path, marker: Path, body: str) -> Path:
+    """A module that writes the pid of each process importing it to ``marker``, then ``body``."""
+    module.write_text(f"import os\nopen({str(marker)!r}, 'a').write(f'{{os.getpid()}}\\n')\n{body}")
+    return module
+
+
+def _suite_and_its_pid(*args: str) -> tuple[int, int, str]:
+    """The acceptance suite in a new pytest process: its pid, exit code and output."""
     process = subprocess.Popen(
         [
             *(sys.executable, "-m", "pytest", "suites/acceptance", "-q", "-p", "no:randomly"),
-            *("-p", "no:cacheprovider", "--acceptance-checks=data-order"),
-            f"--chaos-loop={loop}:main",
+            *("-p", "no:cacheprovider", *args),
         ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -132,41 +129,39 @@ def test_the_loop_under_acceptance_is_imported_only_by_its_runs(tmp_path):
         text=True,
     )
     stdout, _ = process.communicate(timeout=300)
-    assert process.returncode == 0, stdout[-3000:]
+    return process.pid, process.returncode, stdout
+
+
+def test_the_loop_under_acceptance_is_imported_only_by_its_runs(tmp_path):
+    """``--chaos-loop`` in the acceptance suite: its module runs in the runs' child processes,
+    never in pytest's (a module that exits at import would otherwise end the session)."""
+    marker = tmp_path / "imported.txt"
+    body = "from pathways_chaos.harness.reference.user_loop import main\n"
+    loop = _marked(tmp_path / "marked_loop.py", marker, body)
+    pid, code, stdout = _suite_and_its_pid(
+        "--acceptance-checks=data-order", f"--chaos-loop={loop}:main"
+    )
+    assert code == 0, stdout[-3000:]
     assert table_rows(stdout) == {"data-order": "PASS"}
     pids = marker.read_text().split()
-    assert pids and str(process.pid) not in pids, (process.pid, pids)
+    assert pids and str(pid) not in pids, (pid, pids)
 
 
 def test_the_adapter_under_acceptance_is_imported_only_by_child_processes(tmp_path):
     """``--acceptance-adapter``: the team's module is loaded by the adapter's child (its fields,
     its plain run) and by each episode's child, never by pytest."""
     marker = tmp_path / "imported.txt"
-    adapter = tmp_path / "marked_adapter.py"
     port = SAMPLES / "good_port" / "train.py"
-    adapter.write_text(
-        "import os, sys\n"
-        f"open({str(marker)!r}, 'a').write(f'{{os.getpid()}}\\n')\n"
-        f"sys.path.insert(0, {str(port.parent)!r})\n"
-        "from train import adapter\n"
+    body = f"import sys\nsys.path.insert(0, {str(port.parent)!r})\nfrom train import adapter\n"
+    adapter = _marked(tmp_path / "marked_adapter.py", marker, body)
+    pid, code, stdout = _suite_and_its_pid(
+        "--acceptance-checks=data-order,interruption", f"--acceptance-adapter={adapter}:adapter"
     )
-    process = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "pytest", "suites/acceptance", "-q", "-p", "no:randomly"),
-            *("-p", "no:cacheprovider", "--acceptance-checks=data-order,interruption"),
-            f"--acceptance-adapter={adapter}:adapter",
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    stdout, _ = process.communicate(timeout=300)
-    assert process.returncode == 0, stdout[-3000:]
+    assert code == 0, stdout[-3000:]
     assert table_rows(stdout) == {"data-order": "PASS", "interruption": "PASS"}
     pids = marker.read_text().split()
-    # the adapter's own child, the migrated and the interrupted runs' children
-    assert len(set(pids)) >= 3 and str(process.pid) not in pids, (process.pid, pids)
+    # the adapter's own child, its plain run's, the migrated and the interrupted runs' children
+    assert len(set(pids)) >= 3 and str(pid) not in pids, (pid, pids)
 
 
 def test_an_adapter_whose_module_exits_at_import_is_one_line(tmp_path):

@@ -11,6 +11,7 @@ import pytest
 from kubernetes import client
 
 from pathways_chaos.faults.journal import RollbackJournal
+from pathways_chaos.fixtures.control_plane import wait_for
 from pathways_chaos.fixtures.kubernetes.pathways_jobset import PathwaysWorkload
 from pathways_chaos.harness.engine.topology import SliceTopology
 from pathways_chaos.harness.errors import ChaosConfigError
@@ -47,6 +48,9 @@ def test_a_jobset_that_is_not_running_is_one_line_before_an_episode(
                 core.patch_node(name, {"spec": {"unschedulable": True}})
             for pod in workload.worker_pods(1):
                 core.delete_namespaced_pod(pod.metadata.name, workload.namespace)
+            # the bridge's watch has seen them go (else its view still shows them running)
+            gone = workload.hosts_per_slice
+            wait_for(lambda: cluster.bridge.running(1) < gone, 30, what="slice 1 Pods gone")
             with pytest.raises(ChaosConfigError) as said:
                 cluster.ready_for_an_episode()
         finally:

@@ -223,9 +223,7 @@ class TargetLease:
                 )
 
     def _expired(self, current: Any) -> bool:
-        renewed = current.spec.renew_time or current.spec.acquire_time
-        duration = current.spec.lease_duration_seconds or self.duration_s
-        return renewed is None or (_now() - renewed).total_seconds() >= duration
+        return _durations_unrenewed(current.spec, self.duration_s) >= 1
 
     def release(self) -> None:
         """Deletes the Lease if it is still ours (a successor's is left alone)."""
@@ -293,12 +291,10 @@ def check_holder(api_client: ApiClient, namespace: str, jobset: str, holder: str
             f"refused: lease {namespace}/{name} is held by {spec.holder_identity or 'nobody'}, "
             f"not by this session ({holder}): stopped before the change"
         )
-    renewed = spec.renew_time or spec.acquire_time
-    duration = spec.lease_duration_seconds or DEFAULT_LEASE_SECONDS
     # The session renews every third of the duration and, when it finds its Lease expired
     # but not taken, takes it back: a renewal or two missed in an API blip is not a loss.
     # Three durations without one is a session that stopped (a child dies with it anyway).
-    if renewed is None or (_now() - renewed).total_seconds() >= 3 * duration:
+    if _durations_unrenewed(spec, DEFAULT_LEASE_SECONDS) >= 3:
         raise LeaseLost(
             f"refused: lease {namespace}/{name} expired (the session stopped renewing it): "
             "stopped before the change"
@@ -323,8 +319,13 @@ def live_holder(api_client: ApiClient, namespace: str, jobset: str, run_id: str)
     holder = str(spec.holder_identity or "")
     if not run_id or not holder.endswith(f" run {run_id}"):
         return None
+    return None if _durations_unrenewed(spec, DEFAULT_LEASE_SECONDS) >= 1 else holder
+
+
+def _durations_unrenewed(spec: Any, default_s: int) -> float:
+    """How many of its durations a Lease has gone without a renewal (infinite: never held)."""
     renewed = spec.renew_time or spec.acquire_time
-    duration = spec.lease_duration_seconds or DEFAULT_LEASE_SECONDS
-    if renewed is None or (_now() - renewed).total_seconds() >= duration:
-        return None
-    return holder
+    if renewed is None:
+        return float("inf")
+    duration = spec.lease_duration_seconds or default_s
+    return (_now() - renewed).total_seconds() / duration

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from pathways_chaos.harness.episodes.loop_episode import LoopResult
     from pathways_chaos.harness.judging.loop_oracle import LoopVerdict
     from pathways_chaos.harness.judging.oracle import Verdict
+    from pathways_chaos.harness.kube.child_bridge import BridgeBinding
     from pathways_chaos.harness.kube.kube_cluster import KubeBridgedCluster
     from pathways_chaos.harness.reference.trainer import TrainerConfig
 
@@ -181,19 +182,16 @@ def _play_in_child(
     from pathways_chaos.harness.engine.topology import SliceTopology
     from pathways_chaos.harness.episodes.supervised_trainer import SupervisedTrainerEpisode
     from pathways_chaos.harness.judging import oracle
-    from pathways_chaos.harness.kube.child_bridge import binding_of
 
-    down: list[int] = []
-    bridged = _bridged(cluster)
+    down, kube = _handed_over(cluster)
     if isinstance(cluster, FakeCluster):
         shape, clock = cluster.topology, "fake" if cluster.clock.fake else "real"
-        down = bridged.ready_for_an_episode() if bridged else sorted(cluster.down_slices())
     elif isinstance(topology, str):
         shape = SliceTopology.parse(topology)
     else:
         shape = topology or SliceTopology.DEFAULT
     # The one-line refusals, before any child starts.
-    check_schedule_fits(plan, shape.num_slices, kubernetes=bridged is not None)
+    check_schedule_fits(plan, shape.num_slices, kubernetes=kube is not None)
     config.check_fits(shape.num_slices)
     episode = SupervisedTrainerEpisode(
         factory,
@@ -204,7 +202,7 @@ def _play_in_child(
         down=down,
         log_path=log_path,
         listeners=listeners,
-        kube=None if bridged is None else binding_of(bridged),
+        kube=kube,
     )
     result = episode.run()
     verdict = oracle.check(
@@ -263,17 +261,13 @@ def play_loop(
 
     plan = parse_schedule(schedule) if isinstance(schedule, str) else schedule
     common = (options, log_path, checkpoint_dir, listeners, lineage, show_library_logs, deadline)
-    bridged = _bridged(cluster)
-    if (isinstance(cluster, KubeBacked) and bridged is None) or not isolate:
+    if (isinstance(cluster, KubeBacked) and _bridged(cluster) is None) or not isolate:
         return _play_loop_in_process(loop, plan, baseline, clean_rerun, cluster, *common)
     shape = _shape_of(cluster, topology)
     clock_kind = (
         clock if cluster is None else ("fake" if getattr(cluster.clock, "fake", False) else "real")
     )
-    from pathways_chaos.harness.engine.backend import SliceStates
-
-    own_down: list[int] = sorted(cluster.down_slices()) if isinstance(cluster, SliceStates) else []
-    result = _supervised(loop, plan, shape, clock_kind, *common, bridged=bridged, down=own_down)
+    result = _supervised(loop, plan, shape, clock_kind, *common, cluster=cluster)
     log = (
         None if log_path is None else Path(log_path).with_name(Path(log_path).stem + "-clean.jsonl")
     )
@@ -283,8 +277,7 @@ def play_loop(
             loop,
             clean,
             *(shape, clock_kind, options, log, where, (), lineage, False, deadline),
-            bridged=bridged,
-            down=own_down,
+            cluster=cluster,
         )
 
     verdict = _judged(result, baseline, clean_rerun, checkpoint_dir, rerun)
@@ -314,18 +307,13 @@ def _supervised(
     show_library_logs: bool,
     deadline: Deadline | None,
     *,
-    bridged: KubeBridgedCluster | None = None,
-    down: Iterable[int] = (),
+    cluster: ClusterBackend | None = None,
 ) -> LoopResult:
-    """The user's loop in child processes (one per run); this process only reads its log.
-
-    ``down``: the slices the test took down before the episode (a fake's). ``bridged``: the
-    session's cluster, whose faults the children act out through the API; what earlier
-    episodes changed is undone first, and the slices the test took down stay down."""
+    """The user's loop in child processes (one per run), starting from what ``cluster`` hands
+    over (``_handed_over``); this process only reads its log."""
     from pathways_chaos.harness.episodes.supervisor import run_supervised_loop_episode
-    from pathways_chaos.harness.kube.child_bridge import binding_of
 
-    down = bridged.ready_for_an_episode() if bridged is not None else list(down)
+    down, kube = _handed_over(cluster)
     return run_supervised_loop_episode(
         loop,
         plan,
@@ -338,9 +326,22 @@ def _supervised(
         lineage=lineage,
         show_library_logs=show_library_logs,
         deadline=deadline,
-        kube=None if bridged is None else binding_of(bridged),
+        kube=kube,
         down=down,
     )
+
+
+def _handed_over(cluster: ClusterBackend | None) -> tuple[list[int], BridgeBinding | None]:
+    """What an episode's child starts from on ``cluster``: the slices the test took down and,
+    on the fake bridged to the JobSet, the binding its faults go through (what earlier
+    episodes' children changed undone first; ``ready_for_an_episode``)."""
+    from pathways_chaos.harness.engine.backend import SliceStates
+    from pathways_chaos.harness.kube.child_bridge import binding_of
+
+    bridged = _bridged(cluster)
+    if bridged is not None:
+        return bridged.ready_for_an_episode(), binding_of(bridged)
+    return (sorted(cluster.down_slices()) if isinstance(cluster, SliceStates) else []), None
 
 
 def _bridged(cluster: ClusterBackend | None) -> KubeBridgedCluster | None:

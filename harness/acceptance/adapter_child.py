@@ -22,12 +22,7 @@ from pathways_chaos.harness.acceptance.adapter import AdapterContractError, load
 from pathways_chaos.harness.acceptance.loop import PlainRun
 from pathways_chaos.harness.acceptance.table import UserCodeFailed, user_frame
 from pathways_chaos.harness.episodes.child import ChildFiles, one_off
-from pathways_chaos.harness.episodes.child_watch import (
-    ChildWatch,
-    ToolkitFailed,
-    default_limits,
-    error_of,
-)
+from pathways_chaos.harness.episodes.child_watch import one_off_error
 from pathways_chaos.harness.episodes.loop_episode import said_at_its_line
 from pathways_chaos.harness.errors import ChaosConfigError
 
@@ -204,10 +199,7 @@ def _in_child(spec: str, workdir: Path, *, plain: bool) -> Path:
     log, out = work / f"{tag}.jsonl", work / "out"
     files = child_files("1x1", log, work, tag, pickled=False)  # the spec travels as text
     child = AdapterChildSpec(**files, adapter_spec=spec, out_dir=str(out), plain=plain)
-    watch = ChildWatch(log, work, deadline=_deadline(), limits=default_limits(), subject="adapter")
-    error = error_of(watch.one(child))
-    if isinstance(error, ToolkitFailed):  # ours, never the team's bad input
-        raise error
+    error = one_off_error(child, work, "adapter")
     written = out / ("plain.json" if plain else "facts.json")
     if error is None and written.is_file():
         return written
@@ -215,9 +207,3 @@ def _in_child(spec: str, workdir: Path, *, plain: bool) -> Path:
     if plain:  # a row's run: the adapter's own failure, where a row shows it
         raise UserCodeFailed(spec, f"the adapter's plain run: {why}")
     raise ChaosConfigError(f"--acceptance-adapter={spec!r}: {why}")
-
-
-def _deadline() -> Any:
-    from pathways_chaos.harness.engine.deadline import default_deadline
-
-    return default_deadline()

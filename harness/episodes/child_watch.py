@@ -30,6 +30,7 @@ from pathways_chaos.harness.engine.deadline import (
     Deadline,
     EpisodeDeadlineExceeded,
     UnsatisfiableWait,
+    default_deadline,
 )
 from pathways_chaos.harness.engine.recorder import Event, LogTail, Recorder, set_aside
 from pathways_chaos.harness.episodes import exit_witness, fork_server
@@ -386,6 +387,23 @@ class ChildWatch:
 
 
 # -- helpers -----------------------------------------------------------------------------------
+def one_off_error(child: ChildFiles, work: Path, subject: str) -> BaseException | None:
+    """Runs a one-off child (an adapter's or a trainer's answer) under the default deadline
+    and limits: None, or how its subject failed; a failure of ours is raised (``ToolkitFailed``),
+    never the subject's."""
+    watch = ChildWatch(
+        Path(child.log_path),
+        work,
+        deadline=default_deadline(),
+        limits=default_limits(),
+        subject=subject,
+    )
+    error = error_of(watch.one(child))
+    if isinstance(error, ToolkitFailed):
+        raise error
+    return error
+
+
 def write_private(path: Path, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as f:

@@ -17,12 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pathways_chaos.harness.episodes.child import ChildFiles, one_off
-from pathways_chaos.harness.episodes.child_watch import (
-    ChildWatch,
-    ToolkitFailed,
-    default_limits,
-    error_of,
-)
+from pathways_chaos.harness.episodes.child_watch import one_off_error
 from pathways_chaos.harness.episodes.loop_episode import said_at_its_line
 from pathways_chaos.harness.errors import ChaosError
 
@@ -106,7 +101,6 @@ def _asked(trainer_spec: str, slices: int, devices_per_slice: int) -> Any:
     """The spec, or (a str) why there is none; a failure of ours raises and is not kept."""
     from jax.sharding import PartitionSpec
 
-    from pathways_chaos.harness.engine.deadline import default_deadline
     from pathways_chaos.harness.episodes.supervised_trainer import child_files
 
     with tempfile.TemporaryDirectory(prefix="trainer-sharding-") as folder:
@@ -116,12 +110,7 @@ def _asked(trainer_spec: str, slices: int, devices_per_slice: int) -> Any:
         child = ShardingChildSpec(
             **files, trainer_spec=trainer_spec, slices=slices, out_file=str(out)
         )
-        watch = ChildWatch(
-            log, work, deadline=default_deadline(), limits=default_limits(), subject="trainer"
-        )
-        error = error_of(watch.one(child))
-        if isinstance(error, ToolkitFailed):  # ours, never the trainer's failure
-            raise error
+        error = one_off_error(child, work, "trainer")
         if error is not None or not out.is_file():
             why = str(error) if error is not None else "its process wrote nothing"
             return f"the trainer {trainer_spec}'s state_sharding: {why}"

@@ -213,10 +213,10 @@ def main() -> None:
     if args.unwatched is not None:
         unwatched_child(args.unwatched)
         return
-    from pathways_chaos.harness.episodes import supervisor
+    from pathways_chaos.harness.episodes import child_watch
 
     # The 100M model's child holds its state, a snapshot and the host copy it returns.
-    supervisor.set_default_limits(supervisor.ChildLimits(memory_bytes=20 * supervisor.GIB))
+    child_watch.set_default_limits(child_watch.ChildLimits(memory_bytes=20 * child_watch.GIB))
     modes = ["watched", "unwatched"] + (["watched_no_lineage"] if args.no_lineage_too else [])
     result: dict[str, Any] = {"bench": "scale", "loop": "bench/scale_loop.py:train"}
     result["topology"] = TOPOLOGY

@@ -123,9 +123,16 @@ def _where_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _job_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--emit-job``: the Indexed Job instead of a search."""
-    job = parser.add_argument_group("--emit-job: print the Indexed Job instead of searching")
+    """``--emit-job``: the nightly's JobSet (or the shards' Indexed Job) instead of a search."""
+    job = parser.add_argument_group(
+        "--emit-job: print the nightly (a JobSet of N shards and their merge) instead of searching"
+    )
     job.add_argument("--emit-job", default=None, metavar="N", help="N shards")
+    job.add_argument(
+        "--shards-only",
+        action="store_true",
+        help="print the shards' Indexed Job alone (no JobSet, no merge: run search merge by hand)",
+    )
     job.add_argument("--image", default=None, help="the suite image (ci/gke/Dockerfile)")
     job.add_argument("--job-name", default="pathways-chaos-search")
     job.add_argument("--namespace", default=None)
@@ -154,6 +161,9 @@ def _merge_arguments(parser: argparse.ArgumentParser) -> None:
     )
     merge.add_argument("--html", type=Path, default=None, metavar="PATH", help="the report")
     merge.add_argument("--json", type=Path, default=None, metavar="PATH", help="its figures")
+    merge.add_argument(
+        "--junit", type=Path, default=None, metavar="PATH", help="one test case per shard"
+    )
 
 
 @restores_library_logging
@@ -166,10 +176,14 @@ def search_main(argv: list[str]) -> int:
         return merge_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
-        if args.html is not None or args.json is not None:
+        if args.html is not None or args.json is not None or args.junit is not None:
             raise ChaosConfigError(
-                "--html and --json are for the merge: pathways-chaos search merge DIR... "
-                "--html PATH"
+                "--html, --json and --junit are for the merge: pathways-chaos search merge "
+                "DIR... --html PATH"
+            )
+        if args.shards_only and args.emit_job is None:
+            raise ChaosConfigError(
+                "--shards-only is for --emit-job N: it prints the shards' Indexed Job alone"
             )
         _numbers(args)
         _check_subject(args)
@@ -347,6 +361,7 @@ def _emit_job(args: argparse.Namespace, argv: list[str]) -> int:
         memory=parse_memory(args.memory),
         backoff_limit=args.backoff_limit,
         service_account=args.service_account,
+        with_merge=not args.shards_only,
     )
     sys.stdout.write(job_yaml(options))
     return 0

@@ -385,12 +385,13 @@ def input_files(folders: list[Path]) -> list[Path]:
     return [p for f in folders if f.is_dir() for p in sorted(f.glob("shard-*-of-*.json*"))]
 
 
-def _check_outputs(html_path: Path, json_path: Path | None, folders: list[Path]) -> None:
+def _check_outputs(outputs: dict[str, Path | None], folders: list[Path]) -> None:
     """The report files are never one of the merge's own inputs, nor each other."""
-    inputs = input_files(folders)
-    check_not_an_input(html_path, inputs, what="--html")
-    if json_path is not None:
-        check_not_an_input(json_path, [*inputs, html_path], what="--json")
+    taken = input_files(folders)
+    for flag, path in outputs.items():
+        if path is not None:
+            check_not_an_input(path, taken, what=flag)
+            taken.append(path)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -402,6 +403,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("folders", nargs="+", type=Path, metavar="DIR")
     parser.add_argument("--html", type=Path, required=True, metavar="PATH")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="figures as JSON")
+    parser.add_argument(
+        "--junit", type=Path, default=None, metavar="PATH", help="one test case per shard"
+    )
     return parser
 
 
@@ -410,12 +414,18 @@ def merge_main(argv: list[str]) -> int:
     try:
         if args.html.is_dir():
             raise ChaosConfigError(f"--html {args.html} is a folder: name a file")
-        _check_outputs(args.html, args.json, args.folders)
+        _check_outputs(
+            {"--html": args.html, "--json": args.json, "--junit": args.junit}, args.folders
+        )
         merged = merge(args.folders)
         write_atomic(args.html, render_html(merged).encode(), what="--html")
         if args.json is not None:
             data = (json.dumps(to_json(merged), indent=2) + "\n").encode()
             write_atomic(args.json, data, what="--json")
+        if args.junit is not None:
+            from pathways_chaos.harness.search.junit import render_junit
+
+            write_atomic(args.junit, render_junit(merged).encode(), what="--junit")
     except ChaosConfigError as error:
         print(f"pathways-chaos search merge: error: {error}", file=sys.stderr)
         return error.exit_code
@@ -427,6 +437,13 @@ def merge_main(argv: list[str]) -> int:
         )
         return 2
     print(merged.summary())
+    for finding in merged.findings:
+        print(
+            f"  shard {finding['shard']}, {finding['property']}: "
+            f"{finding['schedule'] or '(no fault)'}"
+        )
+        if finding.get("replay"):
+            print(f"    replay: {finding['replay']}")
     print(f"report: {args.html}")
     return 1 if merged.findings or merged.errors or not merged.complete else 0
 

@@ -1,14 +1,19 @@
-"""The search as Kubernetes runs it: ``search --emit-job 4`` applied to the local twin (a real
-API server, its job controller and scheduler, Pods run as processes, Indexed Jobs emulated on
-1.20), one real Redis example database. One shard finds the broken trainer's failure, a later
-run replays it first, the merged report shows all four shards."""
+"""The nightly as Kubernetes runs it: what ``search --emit-job`` prints (a JobSet of the shards and
+their merge) applied to the local twin (a real API server, its job controller and scheduler, the
+JobSet stand-in, Pods run as processes, Indexed Jobs emulated on 1.20), one real Redis example
+database. The broken trainer's nightly ends Failed with the merged report on the volume naming
+the shard that found it; a later run replays it first; a planted broken loop fails the nightly
+and the sample loop passes it."""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import json
+import shutil
 import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +31,8 @@ pytestmark = [
 MUTANT = spec_of(IteratorRestoredFromCurrentPosition)
 IMAGE = "REGISTRY/pathways-chaos-suite:0.1.0"  # the twin maps it to this checkout's venv
 HOST_PATH = "/pathways-chaos-search"
+JOB_LABEL = "job-name"
+INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 
 
 def _cli(*args: str) -> tuple[int, str, str]:
@@ -38,46 +45,120 @@ def _cli(*args: str) -> tuple[int, str, str]:
 
 
 @pytest.fixture(scope="module")
-def job_run(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def twin() -> Iterator[Any]:
+    from pathways_chaos.fixtures.twin.twin import NodePool, Twin
+
+    with Twin([NodePool("cpu-np", 1)]) as running:
+        yield running
+
+
+def run_nightly(
+    twin: Any, kept: Path, shards: int, *search_args: str, timeout: float = 900
+) -> dict[str, Any]:
+    """Emits the nightly, applies it in a new namespace, waits for the JobSet to end; returns
+    its status, its Pods' indexes and a copy of the run's folder (the twin's goes with it)."""
     from kubernetes import client
 
     from pathways_chaos.faults.watching import wait_for
-    from pathways_chaos.fixtures.twin.indexed import apply_indexed_job
-    from pathways_chaos.fixtures.twin.twin import NodePool, Twin
+    from pathways_chaos.fixtures.twin.jobset import GROUP, VERSION
 
     ns = f"search-{uuid.uuid4().hex[:6]}"
     code, text, err = _cli(
-        "search", "--emit-job", "4", "--image", IMAGE, "--namespace", ns,
-        "--host-path", HOST_PATH, "--cpu", "100m", "--memory", "1Gi",
-        "--trainer", MUTANT, "--properties", "snapshot,dataset,mesh", "--redis", redis_url,
-        "--seed", "0", "--rounds", "1", "--examples-per-round", "4", "--budget", "600",
+        "search", "--emit-job", str(shards), "--image", IMAGE, "--namespace", ns,
+        "--host-path", HOST_PATH, "--cpu", "100m", "--memory", "1Gi", "--budget", "600",
+        *search_args,
     )  # fmt: skip
     assert code == 0, err
-    job = yaml.safe_load(text)
-    with Twin([NodePool("cpu-np", 1)]) as twin:
-        client.CoreV1Api(twin.api).create_namespace({"metadata": {"name": ns}})
-        created = apply_indexed_job(twin.api, ns, job)
-        batch = client.BatchV1Api(twin.api)
+    jobset = yaml.safe_load(text)
+    client.CoreV1Api(twin.api).create_namespace({"metadata": {"name": ns}})
+    twin.apply([jobset], namespace=ns)
+    custom = client.CustomObjectsApi(twin.api)
+    name = jobset["metadata"]["name"]
 
-        def done() -> Any:
-            status = batch.read_namespaced_job_status(job["metadata"]["name"], ns).status
-            if status.failed:
-                pytest.fail(f"a shard's Pod failed: {status}")
-            return status if (status.succeeded or 0) >= 4 else None
+    def ended() -> Any:
+        status = custom.get_namespaced_custom_object(GROUP, VERSION, ns, "jobsets", name)
+        return status if (status.get("status") or {}).get("terminalState") else None
 
-        wait_for(done, 600, interval=0.5, what="the search Job's 4 completions")
-        pods = client.CoreV1Api(twin.api).list_namespaced_pod(ns).items
-        indexes = sorted(
-            p.metadata.annotations["batch.kubernetes.io/job-completion-index"] for p in pods
-        )
-        host = twin.workdir / "kubelet" / "nodes" / "cpu-np-0" / "host"
-        out = host / HOST_PATH.lstrip("/") / "results" / created.metadata.uid
-        kept = tmp_path_factory.mktemp("twin-search") / "results"
-        import shutil
+    final = wait_for(ended, timeout, interval=0.5, what=f"the nightly in {ns} to end")
+    pods = client.CoreV1Api(twin.api).list_namespaced_pod(ns).items
+    shard_pods = [p for p in pods if p.metadata.labels.get(JOB_LABEL) == f"{name}-shards-0"]
+    host = twin.workdir / "kubelet" / "nodes" / "cpu-np-0" / "host"
+    out = host / HOST_PATH.lstrip("/") / "results" / final["metadata"]["uid"]
+    shutil.copytree(out, kept)
+    merge_pods = [p for p in pods if p.metadata.labels.get(JOB_LABEL) == f"{name}-merge-0"]
+    merge_log = "".join(
+        client.CoreV1Api(twin.api).read_namespaced_pod_log(p.metadata.name, ns) for p in merge_pods
+    )
+    return {
+        "out": kept,
+        "status": final["status"],
+        "indexes": sorted(p.metadata.annotations[INDEX_ANNOTATION] for p in shard_pods),
+        "merge_log": merge_log,
+        "uid": final["metadata"]["uid"],
+        "events": list(twin.controller.events),
+    }
 
-        shutil.copytree(out, kept)  # the twin's folder goes with it
-    reports = [json.loads((kept / f"shard-{i}-of-4.json").read_text()) for i in range(4)]
-    return {"out": kept, "reports": reports, "indexes": indexes, "uid": created.metadata.uid}
+
+@pytest.fixture(scope="module")
+def job_run(twin: Any, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    run = run_nightly(
+        twin, tmp_path_factory.mktemp("twin-search") / "results", 4,
+        "--trainer", MUTANT, "--properties", "snapshot,dataset,mesh", "--redis", redis_url,
+        "--seed", "0", "--rounds", "1", "--examples-per-round", "4",
+    )  # fmt: skip
+    run["reports"] = [
+        json.loads((run["out"] / f"shard-{i}-of-4.json").read_text()) for i in range(4)
+    ]
+    return run
+
+
+def test_the_nightly_failed_because_its_merge_found_the_failure(job_run: dict[str, Any]) -> None:
+    status = job_run["status"]
+    assert status["terminalState"] == "Failed", job_run["events"]
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert "merge-0" in failed["message"], failed  # the shards completed; the merge is red
+    assert "1 failure" in job_run["merge_log"] and "shard 1, dataset: " in job_run["merge_log"]
+    assert "replay: pathways-chaos replay --schedule " in job_run["merge_log"]
+    out = job_run["out"]
+    figures = json.loads((out / "report.json").read_text())
+    assert figures["shards"] == [0, 1, 2, 3] and figures["missing"] == []
+    (finding,) = figures["findings"]
+    assert finding["shard"] == 1 and finding["replay"].startswith("pathways-chaos replay ")
+    assert "No two shards ran the same seed" in (out / "report.html").read_text()
+    suite = ET.fromstring((out / "report.xml").read_text())
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    assert sorted(cases) == ["shard 0", "shard 1", "shard 2", "shard 3"]
+    failure = cases["shard 1"].find("failure")
+    assert failure is not None and finding["replay"] in (failure.text or "")
+    assert all(cases[f"shard {i}"].find("failure") is None for i in (0, 2, 3))
+
+
+@pytest.mark.parametrize(
+    ("loop", "ends"),
+    [
+        ("pathways_chaos.harness.reference.user_loop:main", "Completed"),
+        (
+            "pathways_chaos.harness.reference.user_loop_bugs:iterator_from_current_position",
+            "Failed",
+        ),
+    ],
+    ids=["sample-loop-passes", "planted-broken-loop-fails"],
+)
+def test_a_loop_nightly_ends_as_the_search_found(
+    twin: Any, redis_url: str, tmp_path: Path, loop: str, ends: str
+) -> None:
+    run = run_nightly(
+        twin, tmp_path / "results", 2, "--loop", loop, "--properties", "dataset",
+        "--redis", redis_url, "--seed", "7", "--rounds", "1", "--examples-per-round", "2",
+        "--no-shrink",  # found is enough to fail the night; shrinking a loop's costs minutes
+    )  # fmt: skip
+    assert run["status"]["terminalState"] == ends, (run["events"], run["merge_log"])
+    assert run["indexes"] == ["0", "1"]
+    figures = json.loads((run["out"] / "report.json").read_text())
+    assert figures["shards"] == [0, 1] and figures["errors"] == []
+    assert bool(figures["findings"]) is (ends == "Failed"), figures["findings"]
+    for finding in figures["findings"]:
+        assert finding["replay"].startswith(f"pathways-chaos replay --loop {loop} ")
 
 
 def test_each_pod_ran_its_own_shard_and_one_found_the_failure(job_run: dict[str, Any]) -> None:
@@ -110,14 +191,3 @@ def test_a_later_run_replays_the_failure_first(
     assert proc.returncode == 0, proc.stderr[-3000:]
     first = json.loads((tmp_path / "again" / "shard-0-of-1.jsonl").read_text().splitlines()[0])
     assert first["schedule"] == finding["schedule"] and not first["ok"] and first["from_database"]
-
-
-def test_the_merged_report_shows_all_four_shards(job_run: dict[str, Any], tmp_path: Path) -> None:
-    page, figures = tmp_path / "search.html", tmp_path / "search.json"
-    code, out, _ = _cli(
-        "search", "merge", str(job_run["out"]), "--html", str(page), "--json", str(figures)
-    )
-    assert code == 1 and "4 of 4 shards, 1 failure" in out
-    data = json.loads(figures.read_text())
-    assert data["shards"] == [0, 1, 2, 3] and data["missing"] == [] and data["overlaps"] == []
-    assert "No two shards ran the same seed" in page.read_text()

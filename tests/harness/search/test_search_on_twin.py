@@ -7,18 +7,14 @@ and the sample loop passes it."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import shutil
-import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from pathways_chaos.fixtures.control_plane import find_kube_binaries
 from pathways_chaos.harness.reference.mutants import IteratorRestoredFromCurrentPosition, spec_of
@@ -29,19 +25,7 @@ pytestmark = [
 ]
 
 MUTANT = spec_of(IteratorRestoredFromCurrentPosition)
-IMAGE = "REGISTRY/pathways-chaos-suite:0.1.0"  # the twin maps it to this checkout's venv
-HOST_PATH = "/pathways-chaos-search"
-JOB_LABEL = "job-name"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
-
-
-def _cli(*args: str) -> tuple[int, str, str]:
-    from pathways_chaos.harness.cli.main import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(args))
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -52,49 +36,27 @@ def twin() -> Iterator[Any]:
         yield running
 
 
-def run_nightly(
-    twin: Any, kept: Path, shards: int, *search_args: str, timeout: float = 900
-) -> dict[str, Any]:
-    """Emits the nightly, applies it in a new namespace, waits for the JobSet to end; returns
-    its status, its Pods' indexes and a copy of the run's folder (the twin's goes with it)."""
+def run_nightly(twin: Any, kept: Path, shards: int, *search_args: str) -> dict[str, Any]:
+    """The nightly applied and waited for; its status, its shards' indexes, the merge's log and
+    a copy of the run's folder (the twin's goes with it)."""
     from kubernetes import client
 
-    from pathways_chaos.faults.watching import wait_for
-    from pathways_chaos.fixtures.twin.jobset import GROUP, VERSION
+    from pathways_chaos.fixtures.twin.nightly import apply_nightly, merge_log, wait_nightly
 
-    ns = f"search-{uuid.uuid4().hex[:6]}"
-    code, text, err = _cli(
-        "search", "--emit-job", str(shards), "--image", IMAGE, "--namespace", ns,
-        "--host-path", HOST_PATH, "--cpu", "100m", "--memory", "1Gi", "--budget", "600",
-        *search_args,
-    )  # fmt: skip
-    assert code == 0, err
-    jobset = yaml.safe_load(text)
-    client.CoreV1Api(twin.api).create_namespace({"metadata": {"name": ns}})
-    twin.apply([jobset], namespace=ns)
-    custom = client.CustomObjectsApi(twin.api)
-    name = jobset["metadata"]["name"]
-
-    def ended() -> Any:
-        status = custom.get_namespaced_custom_object(GROUP, VERSION, ns, "jobsets", name)
-        return status if (status.get("status") or {}).get("terminalState") else None
-
-    final = wait_for(ended, timeout, interval=0.5, what=f"the nightly in {ns} to end")
-    pods = client.CoreV1Api(twin.api).list_namespaced_pod(ns).items
-    shard_pods = [p for p in pods if p.metadata.labels.get(JOB_LABEL) == f"{name}-shards-0"]
-    host = twin.workdir / "kubelet" / "nodes" / "cpu-np-0" / "host"
-    out = host / HOST_PATH.lstrip("/") / "results" / final["metadata"]["uid"]
-    shutil.copytree(out, kept)
-    merge_pods = [p for p in pods if p.metadata.labels.get(JOB_LABEL) == f"{name}-merge-0"]
-    merge_log = "".join(
-        client.CoreV1Api(twin.api).read_namespaced_pod_log(p.metadata.name, ns) for p in merge_pods
+    nightly = apply_nightly(twin, shards, "--budget", "600", *search_args)
+    status = wait_nightly(twin, nightly, 900)
+    pods = (
+        client.CoreV1Api(twin.api)
+        .list_namespaced_pod(nightly.namespace, label_selector=f"job-name={nightly.name}-shards-0")
+        .items
     )
+    shutil.copytree(nightly.results, kept)
     return {
         "out": kept,
-        "status": final["status"],
-        "indexes": sorted(p.metadata.annotations[INDEX_ANNOTATION] for p in shard_pods),
-        "merge_log": merge_log,
-        "uid": final["metadata"]["uid"],
+        "status": status,
+        "indexes": sorted(p.metadata.annotations[INDEX_ANNOTATION] for p in pods),
+        "merge_log": merge_log(twin, nightly),
+        "uid": nightly.uid,
         "events": list(twin.controller.events),
     }
 

@@ -4,9 +4,12 @@ differs always changes it. One function for the reference trainer (its own state
 black-box observer (a user's tree, read mid-recovery).
 
 Each leaf is read as 32-bit words (a 16-, 8- or sub-byte element widened exactly, a 64-bit one
-as two words, a typed PRNG key as its ``key_data``); word ``w`` at flat index ``i`` adds
-``mix(w ^ i * c ^ s)`` to each of two lanes (two seeds ``s``) modulo 2^32. ``mix`` (murmur3's
-finaliser) is a bijection, so changing one word changes both sums; a sum modulo 2^32 does not
+as two words, a typed PRNG key as its ``key_data``); word ``w`` at flat index ``i`` gives
+``h = mix(w ^ i * c ^ s)`` and adds ``h`` to one lane and ``h * (2i + 1)`` to the other, modulo
+2^32. ``mix`` (murmur3's finaliser) is a bijection and so is a product by an odd number, so
+changing one word changes both sums; one ``mix`` per word, not one per lane, because on CPU
+devices the digest's arithmetic is what watching costs (issue 33: 0.82 s against 1.28 s for a
+384 MB leaf on 8 CPU devices, a plain sum of the words 0.62 s); a sum modulo 2^32 does not
 depend on the order it is taken in, so the digest is the same however the leaf is sharded,
 on one device or many, on the device or the host. A large device leaf is checked by a jitted
 program on its own devices and only its 8 bytes come to the host; a small one (below
@@ -24,7 +27,7 @@ import numpy as np
 
 #: Device leaves from this size on are checked where they live; smaller ones on the host.
 DEVICE_MIN_BYTES = 1 << 22
-_SEEDS = (0x9E3779B9, 0x7F4A7C15)
+_SEED = 0x9E3779B9
 _M1, _M2 = 0x85EBCA6B, 0xC2B2AE35
 _WEYL = 0x9E3779B1  # odd: i -> i * _WEYL is a bijection modulo 2^32
 #: Host words checked at a time (bounds the host's temporaries).
@@ -68,8 +71,12 @@ def _sums(leaf: Any, lanes: Any) -> tuple[int, int]:
         return host_lanes(leaf)
     import jax
 
-    host = np.asarray(jax.device_get(lanes))
-    return int(host[0]), int(host[1])
+    sums = [0, 0]
+    for part in jax.device_get(lanes):  # one pair per distinct shard: their sum is the leaf's
+        sums = [
+            (total + int(v)) & 0xFFFFFFFF for total, v in zip(sums, np.asarray(part), strict=True)
+        ]
+    return sums[0], sums[1]
 
 
 def _seal(leaf: Any, sums: tuple[int, int]) -> str:
@@ -85,9 +92,14 @@ def _dtype_of(leaf: Any) -> np.dtype[Any]:
 
 
 def _start_on_device(leaf: Any) -> Any:
-    """The leaf's two sums as a device array (not waited for); the ``RuntimeError`` of a leaf
-    on a lost slice or deleted; or None: a host leaf, a small one, or one the program cannot
-    take (pinned host memory, a layout it refuses), which the host then checks."""
+    """The leaf's two sums as device arrays, one pair per distinct shard (not waited for); the
+    ``RuntimeError`` of a leaf on a lost slice or deleted; or None: a host leaf, a small one, or
+    one the program cannot take (pinned host memory, a layout it refuses), which the host then
+    checks.
+
+    Each distinct shard is checked once, on one device holding it, with its place in the whole
+    leaf: a replicated copy is not read again (a program over the global array would have every
+    replica sum the same words: 4x the work on the fake's 4x2 mesh)."""
     import jax
 
     if not isinstance(leaf, jax.Array) or getattr(leaf, "nbytes", 0) < DEVICE_MIN_BYTES:
@@ -95,7 +107,18 @@ def _start_on_device(leaf: Any) -> Any:
     try:
         if str(leaf.sharding.memory_kind) not in ("device", "None"):
             return None
-        return _device_checksum()(leaf)
+        if not leaf.is_fully_addressable:
+            return [_device_checksum()(leaf)]
+        strides = [int(np.prod(leaf.shape[k + 1 :], dtype=object)) for k in range(leaf.ndim)]
+        strides_arg = np.asarray([st % (1 << 32) for st in strides], np.uint32)
+        distinct: dict[tuple[int, ...], Any] = {}
+        for shard in leaf.addressable_shards:
+            starts = tuple(0 if sl.start is None else int(sl.start) for sl in shard.index)
+            distinct.setdefault(starts, shard.data)
+        return [
+            _shard_checksum()(data, np.asarray(starts, np.uint32), strides_arg)
+            for starts, data in distinct.items()
+        ]
     except RuntimeError as error:
         return error
     except Exception:
@@ -139,10 +162,12 @@ def _words(x: Any, xp: Any, bitcast: Any) -> Any:
 
 
 def _lane_terms(words: Any, index: Any, xp: Any) -> tuple[Any, Any]:
-    """Each word's two terms: ``mix`` of the word, its place (a Weyl sequence: distinct for
-    every index below 2^32) and the lane's seed. For a fixed place, a bijection of the word."""
+    """Each word's two terms: ``h``, the ``mix`` of the word, its place (a Weyl sequence:
+    distinct for every index below 2^32) and a seed; and ``h`` times the odd ``2i + 1``. For a
+    fixed place each is a bijection of the word."""
     place = index * xp.uint32(_WEYL)
-    return tuple(_mix(words ^ place ^ xp.uint32(seed), xp) for seed in _SEEDS)
+    h = _mix(words ^ place ^ xp.uint32(_SEED), xp)
+    return h, h * (index * xp.uint32(2) + xp.uint32(1))
 
 
 @functools.cache
@@ -159,6 +184,35 @@ def _device_checksum() -> Any:
         for axis in reversed(range(words.ndim)):
             iota = lax.broadcasted_iota(jnp.uint32, words.shape, axis)
             index = index + iota * jnp.uint32(stride % (1 << 32))
+            stride *= words.shape[axis]
+        terms = _lane_terms(words, index, jnp)
+        return jnp.stack([jnp.sum(t, dtype=jnp.uint32) for t in terms])
+
+    return jax.jit(checksum)
+
+
+@functools.cache
+def _shard_checksum() -> Any:
+    """The two sums of one shard, its words placed by their flat index in the whole leaf:
+    ``offsets`` is where the shard starts, ``strides`` the whole leaf's element strides (mod
+    2^32); the words a wide element becomes follow it (trailing axes of ``_words``)."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    def checksum(x: Any, offsets: Any, strides: Any) -> Any:
+        words = _words(x, jnp, lax.bitcast_convert_type)
+        extra = words.shape[x.ndim :]
+        per_element = int(np.prod(extra, dtype=object)) % (1 << 32)
+        index = jnp.zeros(x.shape, jnp.uint32)
+        for axis in range(x.ndim):
+            iota = lax.broadcasted_iota(jnp.uint32, x.shape, axis) + offsets[axis]
+            index = index + iota * strides[axis]
+        index = index.reshape(x.shape + (1,) * len(extra)) * jnp.uint32(per_element)
+        stride = 1
+        for axis in reversed(range(x.ndim, words.ndim)):
+            iota = lax.broadcasted_iota(jnp.uint32, words.shape, axis)
+            index = index + iota * jnp.uint32(stride)
             stride *= words.shape[axis]
         terms = _lane_terms(words, index, jnp)
         return jnp.stack([jnp.sum(t, dtype=jnp.uint32) for t in terms])

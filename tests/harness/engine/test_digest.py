@@ -27,7 +27,17 @@ def _mesh_sharded(x):
     return jax.device_put(x, NamedSharding(mesh, P(None, "model") if x.ndim > 1 else P("model")))
 
 
+def _replicated_over_two(x):
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:4]).reshape(2, 2), ("replica", "model"))
+    return jax.device_put(x, NamedSharding(mesh, P(None, "model") if x.ndim > 1 else P("model")))
+
+
 DTYPES = [
+    "complex64",
     "float32",
     "bfloat16",
     "float16",
@@ -48,9 +58,13 @@ def test_device_and_host_agree_for_every_dtype(on_device, dtype):
     values = np.random.default_rng(0).normal(size=(6, 8)) * 3
     x = jnp.asarray(values).astype(getattr(jnp, dtype))
     on_host = np.asarray(x)
-    assert isinstance(digest_mod._start_on_device(x), jax.Array)  # the device path ran
+    lanes = digest_mod._start_on_device(x)
+    assert lanes and all(isinstance(part, jax.Array) for part in lanes)  # the device path ran
     assert leaf_digest(x) == leaf_digest(on_host)
     assert leaf_digest(_mesh_sharded(x)) == leaf_digest(on_host)  # however it is sharded
+    replicated = _replicated_over_two(x)  # 2 model shards, each held by 2 devices
+    assert len(digest_mod._start_on_device(replicated)) == 2  # each distinct shard read once
+    assert leaf_digest(replicated) == leaf_digest(on_host)
 
 
 def test_one_changed_value_changes_the_digest_on_device_and_host(on_device):
@@ -91,7 +105,7 @@ def test_a_broken_checksum_that_ignores_the_index_is_caught(on_device, monkeypat
     monkeypatch.setattr(
         digest_mod,
         "_lane_terms",
-        lambda w, i, xp: tuple(digest_mod._mix(w ^ xp.uint32(s), xp) for s in digest_mod._SEEDS),
+        lambda w, i, xp: (digest_mod._mix(w ^ xp.uint32(digest_mod._SEED), xp),) * 2,
     )
     digest_mod._device_checksum.cache_clear()
     try:

@@ -25,6 +25,8 @@ import json
 import os
 import socket
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -47,12 +49,26 @@ def _lines(folder: Path) -> list[dict[str, Any]]:
     ]
 
 
+def _nightly(twin: Any, shards: int, *search_args: str) -> tuple[Any, float]:
+    """The nightly ``pathways-chaos search --emit-job`` prints, created on the twin; and the
+    ``perf_counter`` just before it was (its life starts there)."""
+    import yaml
+
+    from pathways_chaos.fixtures.twin.nightly import apply_nightly, emit_arguments, new_namespace
+
+    command = [sys.executable, "-m", "pathways_chaos.harness.cli.main"]
+    arguments = emit_arguments(shards, new_namespace(), *search_args)
+    printed = subprocess.run([*command, *arguments], capture_output=True, text=True, check=True)
+    jobset = yaml.safe_load(printed.stdout)
+    t0 = time.perf_counter()
+    return apply_nightly(twin, jobset), t0
+
+
 def throughput(twin: Any, shards: int, budget: float, redis: str) -> dict[str, Any]:
-    from pathways_chaos.fixtures.twin.nightly import apply_nightly, wait_nightly
+    from pathways_chaos.fixtures.twin.nightly import wait_nightly
 
     load = os.getloadavg()[0]
-    t0 = time.perf_counter()
-    nightly = apply_nightly(
+    nightly, t0 = _nightly(
         twin, shards, "--properties", "dataset", "--budget", f"{budget:g}", "--seed", "0",
         "--redis", redis,
     )  # fmt: skip
@@ -77,10 +93,9 @@ def throughput(twin: Any, shards: int, budget: float, redis: str) -> dict[str, A
 
 
 def first_failure(twin: Any, shards: int, redis: str) -> dict[str, Any]:
-    from pathways_chaos.fixtures.twin.nightly import apply_nightly, wait_nightly
+    from pathways_chaos.fixtures.twin.nightly import wait_nightly
 
-    t0 = time.perf_counter()
-    nightly = apply_nightly(
+    nightly, t0 = _nightly(
         twin, shards, "--loop", BROKEN_LOOP, "--properties", "dataset", "--budget", "300",
         "--seed", "11", "--rounds", "1", "--examples-per-round", "4", "--no-shrink",
         "--redis", redis,

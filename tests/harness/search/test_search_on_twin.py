@@ -28,6 +28,22 @@ MUTANT = spec_of(IteratorRestoredFromCurrentPosition)
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 
 
+def emit(arguments: list[str]) -> dict[str, Any]:
+    """``pathways-chaos ARGUMENTS`` as a user runs it (``--emit-job`` imports no JAX), parsed."""
+    import contextlib
+    import io
+
+    import yaml
+
+    from pathways_chaos.harness.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(arguments)
+    assert code == 0, err.getvalue()
+    return dict(yaml.safe_load(out.getvalue()))
+
+
 @pytest.fixture(scope="module")
 def twin() -> Iterator[Any]:
     from pathways_chaos.fixtures.twin.twin import NodePool, Twin
@@ -41,9 +57,17 @@ def run_nightly(twin: Any, kept: Path, shards: int, *search_args: str) -> dict[s
     a copy of the run's folder (the twin's goes with it)."""
     from kubernetes import client
 
-    from pathways_chaos.fixtures.twin.nightly import apply_nightly, merge_log, wait_nightly
+    from pathways_chaos.fixtures.twin.nightly import (
+        apply_nightly,
+        emit_arguments,
+        merge_log,
+        new_namespace,
+        wait_nightly,
+    )
 
-    nightly = apply_nightly(twin, shards, "--budget", "600", *search_args)
+    nightly = apply_nightly(
+        twin, emit(emit_arguments(shards, new_namespace(), "--budget", "600", *search_args))
+    )
     status = wait_nightly(twin, nightly, 900)
     pods = (
         client.CoreV1Api(twin.api)
@@ -51,10 +75,23 @@ def run_nightly(twin: Any, kept: Path, shards: int, *search_args: str) -> dict[s
         .items
     )
     shutil.copytree(nightly.results, kept)
+    core: Any = client.CoreV1Api(twin.api)
+    failed = {
+        p.metadata.name: str(core.read_namespaced_pod_log(p.metadata.name, nightly.namespace))[
+            -2000:
+        ]
+        for p in pods
+        if p.status.phase == "Failed"
+    }
     return {
+        "failed_pods": failed,
         "out": kept,
         "status": status,
-        "indexes": sorted(p.metadata.annotations[INDEX_ANNOTATION] for p in pods),
+        # the index of each shard Pod that succeeded (a retried Pod's failure is in
+        # failed_pods: seen once under two parallel twins, the run's folder gone mid-run)
+        "indexes": sorted(
+            p.metadata.annotations[INDEX_ANNOTATION] for p in pods if p.status.phase == "Succeeded"
+        ),
         "merge_log": merge_log(twin, nightly),
         "uid": nightly.uid,
         "events": list(twin.controller.events),
@@ -115,7 +152,7 @@ def test_a_loop_nightly_ends_as_the_search_found(
         "--no-shrink",  # found is enough to fail the night; shrinking a loop's costs minutes
     )  # fmt: skip
     assert run["status"]["terminalState"] == ends, (run["events"], run["merge_log"])
-    assert run["indexes"] == ["0", "1"]
+    assert run["indexes"] == ["0", "1"], run["failed_pods"]
     figures = json.loads((run["out"] / "report.json").read_text())
     assert figures["shards"] == [0, 1] and figures["errors"] == []
     assert bool(figures["findings"]) is (ends == "Failed"), figures["findings"]

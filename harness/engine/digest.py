@@ -107,10 +107,10 @@ def _start_on_device(leaf: Any) -> Any:
     try:
         if str(leaf.sharding.memory_kind) not in ("device", "None"):
             return None
-        if not leaf.is_fully_addressable:
-            return [_device_checksum()(leaf)]
         strides = [int(np.prod(leaf.shape[k + 1 :], dtype=object)) for k in range(leaf.ndim)]
         strides_arg = np.asarray([st % (1 << 32) for st in strides], np.uint32)
+        if not leaf.is_fully_addressable:  # the whole leaf as one "shard" starting at 0
+            return [_shard_checksum()(leaf, np.zeros(leaf.ndim, np.uint32), strides_arg)]
         distinct: dict[tuple[int, ...], Any] = {}
         for shard in leaf.addressable_shards:
             starts = tuple(0 if sl.start is None else int(sl.start) for sl in shard.index)
@@ -171,31 +171,11 @@ def _lane_terms(words: Any, index: Any, xp: Any) -> tuple[Any, Any]:
 
 
 @functools.cache
-def _device_checksum() -> Any:
-    import jax
-    import jax.numpy as jnp
-    from jax import lax
-
-    def checksum(x: Any) -> Any:
-        words = _words(x, jnp, lax.bitcast_convert_type)
-        # the flat (row-major) index, modulo 2^32, without a reshape (no resharding)
-        index = jnp.zeros(words.shape, jnp.uint32)
-        stride = 1
-        for axis in reversed(range(words.ndim)):
-            iota = lax.broadcasted_iota(jnp.uint32, words.shape, axis)
-            index = index + iota * jnp.uint32(stride % (1 << 32))
-            stride *= words.shape[axis]
-        terms = _lane_terms(words, index, jnp)
-        return jnp.stack([jnp.sum(t, dtype=jnp.uint32) for t in terms])
-
-    return jax.jit(checksum)
-
-
-@functools.cache
 def _shard_checksum() -> Any:
-    """The two sums of one shard, its words placed by their flat index in the whole leaf:
-    ``offsets`` is where the shard starts, ``strides`` the whole leaf's element strides (mod
-    2^32); the words a wide element becomes follow it (trailing axes of ``_words``)."""
+    """The two sums of one shard (or of a whole leaf, at offset 0), its words placed by their
+    flat index in the whole leaf: ``offsets`` is where the shard starts, ``strides`` the whole
+    leaf's element strides (mod 2^32); the words a wide element becomes follow it (trailing
+    axes of ``_words``)."""
     import jax
     import jax.numpy as jnp
     from jax import lax

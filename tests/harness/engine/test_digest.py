@@ -107,11 +107,11 @@ def test_a_broken_checksum_that_ignores_the_index_is_caught(on_device, monkeypat
         "_lane_terms",
         lambda w, i, xp: (digest_mod._mix(w ^ xp.uint32(digest_mod._SEED), xp),) * 2,
     )
-    digest_mod._device_checksum.cache_clear()
+    digest_mod._shard_checksum.cache_clear()
     try:
         assert leaf_digest(jnp.asarray(swapped)) == leaf_digest(jnp.asarray(base))
     finally:
-        digest_mod._device_checksum.cache_clear()
+        digest_mod._shard_checksum.cache_clear()
 
 
 def test_a_typed_key_digests_as_its_key_data(on_device):

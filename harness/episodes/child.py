@@ -198,7 +198,7 @@ def end_marker(recorder: Any, run: int, status: str) -> None:
         "child_exit",
         run=run,
         status=status,
-        threads=threads_left(),
+        **lingering_threads(),
         peak_rss_bytes=peak_rss_bytes(),
     )
     recorder.close()
@@ -216,28 +216,43 @@ def peak_rss_bytes() -> int | None:
     return None
 
 
-def threads_left() -> list[str]:
+def lingering_threads() -> dict[str, Any]:
     """Non-daemon threads still running once the run is over: each keeps the process from
-    exiting (named, with the innermost frame of the loop's own code where it has one)."""
+    exiting. ``threads`` names them, with the innermost frame of the loop's own code where a
+    thread has one; ``library_threads`` lists the installed libraries (by top-level package)
+    whose code a thread with no line of the loop's runs, so a wait inside a library (orbax's,
+    after a save that raised) is not blamed on the loop. A thread in the standard library's
+    code only (``Thread(target=time.sleep)``) is counted as the loop's: nothing else starts it."""
     import threading
 
     from pathways_chaos.harness.blackbox.values import is_plumbing
 
     frames = sys._current_frames()
-    out = []
+    out, libraries, own = [], [], 0
     for thread in threading.enumerate():
         if thread is threading.main_thread() or thread.daemon or not thread.is_alive():
             continue
-        where, frame = "", frames.get(thread.ident or -1)
+        where, library, frame = "", "", frames.get(thread.ident or -1)
         while frame is not None:
-            if not is_plumbing(frame.f_code.co_filename):
-                where = f" at {frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+            filename = frame.f_code.co_filename
+            if not is_plumbing(filename):
+                where = f" at {filename}:{frame.f_lineno} in {frame.f_code.co_name}"
                 break
+            if not library and "site-packages/" in filename:  # the innermost library's
+                library = filename.split("site-packages/", 1)[1].split("/")[0]
             frame = frame.f_back
         target = getattr(thread, "_target", None)
         what = f", running {getattr(target, '__qualname__', target)!s}" if target else ""
         out.append(f"{thread.name!r}{what}{where}")
-    return out
+        if where or not library:  # the loop's line, or the standard library's only
+            own += 1
+        else:
+            libraries.append(library.removesuffix(".py"))
+    return {
+        "threads": out,
+        "threads_in_loop_code": own,
+        "library_threads": sorted(set(libraries)),
+    }
 
 
 def _one_run(spec: ChildSpec, recorder: Any, handoff: dict[str, Any] | None) -> str:

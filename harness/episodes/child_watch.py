@@ -117,6 +117,8 @@ class Ending:
     left: list[str] = dataclasses.field(default_factory=list)
     deadline: bool = False
     toolkit: bool = False  # ended by the toolkit's own failure, before the loop was loaded
+    #: Why whether it exits could not be judged (only a library's threads kept it alive).
+    exit_not_judged: str | None = None
 
 
 class ChildWatch:
@@ -234,6 +236,9 @@ class ChildWatch:
             if marker_at is not None and now - marker_at > self.limits.exit_grace_s:
                 where = self._stacks_then_kill(child, spec)
                 threads = _threads_named(events, run)
+                libraries = _library_threads(events, run)
+                if threads and libraries:
+                    return Ending(None, where=where, exit_not_judged=self._library_wait(libraries))
                 return Ending(
                     None,
                     f"the {self.subject}'s process did not exit "
@@ -271,6 +276,15 @@ class ChildWatch:
                     where = self._stacks_then_kill(child, spec)
                     return Ending(None, over + _at(where), where)
             time.sleep(0.05)
+
+    def _library_wait(self, libraries: list[str]) -> str:
+        return (
+            f"its process was still running {self.limits.exit_grace_s:g} s after the run ended, "
+            f"held only by threads of {', '.join(libraries)} with no line of the "
+            f"{self.subject}'s in their stacks (a library's own wait, for example orbax's "
+            "after a save that raised, which ends at that library's timeout); pathways-chaos "
+            "does not wait that long"
+        )
 
     def _feed(self, new: list[Event], events: list[Event]) -> None:
         for event in new:
@@ -376,6 +390,11 @@ class ChildWatch:
                     "cause": ending.cause,
                     "left_behind": ending.left,
                     "after_end": ended,
+                    **(
+                        {"exit_not_judged": ending.exit_not_judged}
+                        if ending.exit_not_judged
+                        else {}
+                    ),
                 },
             )
         )
@@ -421,6 +440,17 @@ def _threads_named(events: list[Event], run: int) -> list[str]:
     for event in reversed(events):
         if event["kind"] == "child_exit" and event.get("run") == run:
             return [str(t) for t in event.get("threads") or []]
+    return []
+
+
+def _library_threads(events: list[Event], run: int) -> list[str]:
+    """The libraries holding the process when every lingering thread is in library code
+    (none in the loop's own); empty otherwise."""
+    for event in reversed(events):
+        if event["kind"] == "child_exit" and event.get("run") == run:
+            if event.get("threads_in_loop_code", 1):
+                return []
+            return [str(x) for x in event.get("library_threads") or []]
     return []
 
 

@@ -13,12 +13,15 @@ from pathways_chaos.harness.judging.wording import plural as _plural
 def process_exit(events: Sequence[Event]) -> list[str] | str:
     """The loop's processes ended cleanly: no thread kept one alive after its run ended, and
     nothing it started was still running (a real job's Pod would hang, or its workers be cut
-    off mid-work)."""
+    off mid-work). Not judged when only a library's threads held a process: whether that
+    library's wait ends is not the loop's to show."""
     children = [e for e in events if e["kind"] == "child_end"]
     if not children:
         return "the loop ran in the judging process (no child process to watch)"
-    found = []
+    found, unknown = [], []
     for e in children:
+        if e.get("exit_not_judged"):
+            unknown.append(f"run {e.get('run')}: {_line(str(e['exit_not_judged']), 400)}")
         if e.get("after_end") and e.get("cause"):
             found.append(_line(e["cause"], 500))
         left = [str(x) for x in e.get("left_behind") or []]
@@ -28,4 +31,6 @@ def process_exit(events: Sequence[Event]) -> list[str] | str:
                 f"{e.get('run')} ended ({'; '.join(left[:3])}{'; ...' if len(left) > 3 else ''}): "
                 "pathways-chaos ended them; join or terminate what the loop starts"
             )
+    if not found and unknown:
+        return "; ".join(unknown)
     return found

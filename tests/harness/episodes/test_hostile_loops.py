@@ -250,3 +250,21 @@ def test_a_loop_that_resumes_from_module_state_fails_as_on_gke(tmp_path):
     assert [e["status"] for e in out.of_kind("run_end")] == ["suspended", "completed"]
     assert not out.verdict.ok
     assert "started over" in out.verdict.violations[0], out.verdict.summary()
+
+
+def test_a_process_held_only_by_a_library_thread_is_not_judged_and_names_the_library(
+    tmp_path, small_limits
+):
+    """orbax's thread left by a save that raised keeps the process up to orbax's timeout: the
+    loop is not blamed for it, nor passed on it (``leaves_a_thread`` above, a thread of the
+    loop's own, still fails)."""
+    out = play_loop(
+        f"{LOOPS / 'library_threads.py'}:orbax_save_that_raised",
+        log_path=tmp_path / "episode.jsonl",
+        checkpoint_dir=tmp_path / "checkpoints",
+    )
+
+    assert out.verdict.ok, out.verdict.summary()
+    reason = out.verdict.not_judged["process-exit"]
+    assert "threads of orbax" in reason and "no line of the loop's" in reason, reason
+    assert [e["status"] for e in out.of_kind("run_end")] == ["completed"]

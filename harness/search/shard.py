@@ -9,12 +9,13 @@ not searched again by this shard (the same bug again is no news); the others go 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -27,6 +28,9 @@ from pathways_chaos.harness.search.database import (
     saved,
 )
 from pathways_chaos.harness.search.plan import SEED_SPAN, ShardPlan
+
+#: Wall seconds an episode may run past the shard's budget before it is ended.
+EPISODE_GRACE_S = 5.0
 
 #: Schema tag of every line and report, so ``merge`` refuses what it cannot read.
 FORMAT = "pathways-chaos-search/1"
@@ -245,9 +249,26 @@ class ShardSearch:
             for prop in list(todo):
                 if self.over_budget():
                     break
-                if self._search(prop):
+                with self._episodes_within_budget():
+                    done = self._search(prop)
+                if done:
                     todo.remove(prop)
             self._round += 1
+
+    @contextlib.contextmanager
+    def _episodes_within_budget(self) -> Iterator[None]:
+        """No episode outlives the budget: a loop that hangs (its fault-free run included) is
+        ended where the budget ends, plus ``EPISODE_GRACE_S``, not at the default deadline."""
+        from pathways_chaos.harness.engine.deadline import default_deadline, set_default_deadline
+
+        left = max(self._deadline - time.monotonic(), 0.0) + EPISODE_GRACE_S
+        current = default_deadline()
+        wall = round(left if current.wall_s is None else min(current.wall_s, left), 1)
+        previous = set_default_deadline(dataclasses.replace(current, wall_s=wall))
+        try:
+            yield
+        finally:
+            set_default_deadline(previous)
 
     def _search(self, prop: str) -> bool:
         """One seeded search of ``prop``; True when it is done for this shard (it failed)."""

@@ -342,6 +342,13 @@ class ChildWatch:
             elif where is not None:
                 how += f" at {where}"
             return Ending(code, f"the {self.subject}'s process {how}{_last_seen(events)}", where)
+        if witness is not None and witness.startswith("os.exec"):
+            return Ending(
+                code,
+                f"the {self.subject}'s process replaced itself with another program, which "
+                f"then exited with code {code}: {witness}{_last_seen(events)} (a Pod's "
+                "container would run that program instead of the rest of the job)",
+            )
         if witness is not None and witness.startswith("os._exit"):
             return Ending(
                 code,

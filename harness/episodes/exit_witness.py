@@ -2,7 +2,8 @@
 
 An episode's child cannot stop a loop from calling ``os._exit`` (under any name: ``from os
 import _exit``, ``posix._exit``), ``os.abort``, ``os.kill``/``os.killpg`` on itself or
-``signal.raise_signal``/``signal.pthread_kill``; it can only say afterwards where it happened.
+``signal.raise_signal``/``signal.pthread_kill``, or replacing it (the ``os.exec*`` family); it can
+only say afterwards where it happened.
 ``sys.monitoring``'s CALL event sees the callable at each call site: a fatal one has its
 call and the caller's line written to a file (one ``write``, which survives the process); any
 other call site is disabled after its first call, so watching costs one callback per call site.
@@ -35,6 +36,12 @@ def _fatal_callables() -> dict[int, str]:
         signal.raise_signal: "signal.raise_signal",
         signal.pthread_kill: "signal.pthread_kill",
     }
+    # The exec family replaces the process: the loop's run ends there, with no end marker.
+    for name in ("execv", "execve", "execl", "execle", "execlp", "execlpe", "execvp", "execvpe"):
+        for module in (os, posix):
+            fn = getattr(module, name, None)
+            if fn is not None:
+                named[fn] = f"os.{name}"
     return {id(fn): name for fn, name in named.items()}
 
 
@@ -49,6 +56,7 @@ def install(path: str) -> None:
     # The preemption notice's os.kill is the toolkit's, not the loop's; so is the fork server's
     # os._exit that ends a forked child after its run.
     own = {slice_faults.__file__, str(Path(__file__).with_name("fork_server.py"))}
+    os_file = os.execl.__code__.co_filename  # "<frozen os>" in a frozen standard library
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
 
     def on_call(code: Any, offset: int, callable_: Any, arg0: Any) -> Any:
@@ -57,6 +65,8 @@ def install(path: str) -> None:
             return monitoring.DISABLE
         if code.co_filename in own:
             return None  # the toolkit's own preemption notice, not the loop's exit
+        if code.co_filename == os_file:
+            return None  # os.execl's own call to execv: the loop's call site is written
         if name == "os.kill" and arg0 not in (0, os.getpid()):
             return None  # a signal to another process does not end this one
         if name == "os.killpg" and arg0 not in (0, os.getpgrp()):

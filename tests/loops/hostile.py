@@ -52,6 +52,14 @@ def restores_os_exit(**_: Any) -> Any:
     os._exit(4)
 
 
+def execs_true(**_: Any) -> Any:
+    os.execv("/bin/true", ["true"])  # the process becomes another program, which exits 0
+
+
+def execs_python(**_: Any) -> Any:
+    os.execl(sys.executable, "python", "-c", "raise SystemExit(5)")
+
+
 def aborts(**_: Any) -> Any:
     os.abort()
 

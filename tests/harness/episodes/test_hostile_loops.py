@@ -38,6 +38,14 @@ TABLE = [
     ("imported_exit", "exited with code 0: os._exit(0)"),
     ("posix_exit_7", "exited with code 7: os._exit(7)"),
     ("restores_os_exit", "exited with code 4: os._exit(4)"),
+    (
+        "execs_true",
+        "replaced itself with another program, which then exited with code 0: os.execv(",
+    ),
+    (
+        "execs_python",
+        "replaced itself with another program, which then exited with code 5: os.execl(",
+    ),
     ("aborts", "killed by SIGABRT the loop sent itself: os.abort()"),
     ("kills_itself", "killed by SIGKILL the loop sent itself: os.kill("),
     ("kills_its_group", "killed by SIGKILL the loop sent itself: os.killpg("),
@@ -76,6 +84,8 @@ TABLE = [
 FRAMED = {
     "sys_exit_3",
     "os_exit_0",
+    "execs_true",
+    "execs_python",
     "imported_exit",
     "posix_exit_7",
     "restores_os_exit",

@@ -311,10 +311,11 @@ def _supervised(
 ) -> LoopResult:
     """The user's loop in child processes (one per run), starting from what ``cluster`` hands
     over (``_handed_over``); this process only reads its log."""
+    from pathways_chaos.harness.episodes.child_watch import SetupFailed, ToolkitFailed
     from pathways_chaos.harness.episodes.supervisor import run_supervised_loop_episode
 
     down, kube = _handed_over(cluster)
-    return run_supervised_loop_episode(
+    result = run_supervised_loop_episode(
         loop,
         plan,
         topology=shape,
@@ -329,6 +330,11 @@ def _supervised(
         kube=kube,
         down=down,
     )
+    if isinstance(result.error, (ToolkitFailed, SetupFailed)):
+        # Ours, or the setup's: raised, never judged as the loop's failure (the chaos fixture
+        # reports the first as an error of the toolkit, the second as its one line).
+        raise result.error
+    return result
 
 
 def _handed_over(cluster: ClusterBackend | None) -> tuple[list[int], BridgeBinding | None]:

@@ -184,11 +184,17 @@ def one_off(spec: ChildFiles, body: Callable[[Any], None]) -> None:
 
 
 def toolkit_error(recorder: Any, run: int, error: BaseException) -> None:
+    """The toolkit could not run the subject: its own bug, or (``config``) the setup's, such
+    as a ``--cluster`` JobSet that is not running, said as the one line it is."""
+    from pathways_chaos.harness.errors import ChaosConfigError
+
+    config = isinstance(error, ChaosConfigError)
     recorder.emit(
         "toolkit_error",
         run=run,
-        error=f"{type(error).__name__}: {error}"[:500],
+        error=str(error)[:500] if config else f"{type(error).__name__}: {error}"[:500],
         traceback="".join(traceback.format_exception(error))[-8000:],
+        **({"config": True} if config else {}),
     )
 
 
@@ -276,20 +282,22 @@ def _one_run(spec: ChildSpec, recorder: Any, handoff: dict[str, Any] | None) -> 
             options=spec.options_shown,
             isolation="child",
         )
-    # Everything before this line is the toolkit's start-up; the loop's wall time starts here.
-    recorder.emit("child_ready", run=spec.run)
-    loop = _load(spec, recorder)
-    if loop is None:
-        return "unloadable"
-    options: dict[str, Any] = pickle.loads(spec.options_pickle)
-    settings = (spec.lineage, spec.show_library_logs, Deadline(fake_s=spec.fake_s, wall_s=None))
-    workload = LoopWorkload(
-        cluster, loop, schedule, options, spec.checkpoint_dir, spec.step_seconds, settings
-    )
-    workload.name = spec.name
-    again = False
-    error: BaseException | None = None
+    # Started before the ready marker: a bridged cluster waits there for the JobSet's slices,
+    # which is start-up, not the loop's time (a JobSet not running is the setup's one line).
     with cluster:
+        # Everything before this line is the toolkit's start-up; the loop's wall time starts here.
+        recorder.emit("child_ready", run=spec.run)
+        loop = _load(spec, recorder)
+        if loop is None:
+            return "unloadable"
+        options: dict[str, Any] = pickle.loads(spec.options_pickle)
+        settings = (spec.lineage, spec.show_library_logs, Deadline(fake_s=spec.fake_s, wall_s=None))
+        workload = LoopWorkload(
+            cluster, loop, schedule, options, spec.checkpoint_dir, spec.step_seconds, settings
+        )
+        workload.name = spec.name
+        again = False
+        error: BaseException | None = None
         if spec.run == 1:  # the test's own down slices (a next run has them in its handoff)
             cluster.go_on_from({"down": [[index, "DATA_LOSS", None] for index in spec.down]})
         workload.begin(recorder)

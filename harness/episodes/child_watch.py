@@ -103,6 +103,11 @@ class ToolkitFailed(ChaosError):
     """The toolkit itself failed in the child: a bug in pathways-chaos, not in the loop."""
 
 
+class SetupFailed(ChaosConfigError):
+    """The child could not set the episode up for a reason of the setup's, said in one line
+    (a ``--cluster`` JobSet that is not running): neither the loop's failure nor our bug."""
+
+
 #: A running child: spawned with ``python -m`` or forked by the fork server.
 Child = subprocess.Popen[bytes] | fork_server.ForkedChild
 
@@ -471,6 +476,8 @@ def error_of(events: list[Event]) -> BaseException | None:
         return LoopUnloadable(str(unloadable.get("message", "")))
     toolkit = next((e for e in events if e["kind"] == "toolkit_error"), None)
     if toolkit is not None:
+        if toolkit.get("config"):  # the setup's (a JobSet not running), not a bug of ours
+            return SetupFailed(str(toolkit.get("error", "")))
         return ToolkitFailed(str(toolkit.get("error", "")))
     ends = [e for e in events if e["kind"] == "run_end"]
     failed = ends[-1] if ends and ends[-1].get("status") == "failed" else None

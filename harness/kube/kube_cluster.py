@@ -373,7 +373,7 @@ class KubeBridgedCluster(_KubeSliceActions, FakeCluster):
         self.bridge.start()
         for s in range(self.num_slices):  # an episode starts on a healthy JobSet
             if s not in self.down_at_start:
-                self._wait_running(s)
+                self._wait_healthy(s)
         if self.health is not None:  # from now on a host the manager reports gone is a loss
             self._follower.follow(self.health)
 
@@ -438,14 +438,19 @@ class KubeBridgedCluster(_KubeSliceActions, FakeCluster):
         own = sorted(self.down_slices())
         for s in range(self.num_slices):
             if s not in own:
-                try:
-                    self._wait_running(s)
-                except TimeoutError as error:  # the JobSet, not the loop nor the toolkit
-                    raise ChaosConfigError(
-                        f"the episode needs a healthy JobSet, but {error}: check the JobSet's "
-                        f"Pods (kubectl -n {self.spec.namespace} get pods) and run again"
-                    ) from None
+                self._wait_healthy(s)
         return own
+
+    def _wait_healthy(self, slice_index: int) -> None:
+        """Waits for a slice's Pods; a JobSet that is not running is the cluster's state, in
+        one line (neither the loop's failure nor the toolkit's)."""
+        try:
+            self._wait_running(slice_index)
+        except TimeoutError as error:
+            raise ChaosConfigError(
+                f"the episode needs a healthy JobSet, but {error}: check the JobSet's "
+                f"Pods (kubectl -n {self.spec.namespace} get pods) and run again"
+            ) from None
 
     def _lost_outside(self, slice_index: int) -> None:
         if self._children_act:  # an episode's child lost it: not the test's own view

@@ -3,6 +3,7 @@ importing JAX on a busy CI machine is ours, and a child that never gets ready is
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -52,10 +53,31 @@ def test_a_child_never_ready_is_the_toolkits_failure_not_the_loops(
 ) -> None:
     monkeypatch.setenv(fork_server.START_VAR, "spawn")
     previous = child_watch.set_default_limits(child_watch.ChildLimits(startup_s=0.2))
-    try:
-        out = play_loop(NAPS, checkpoint_dir=tmp_path)
+    log = tmp_path / "episode.jsonl"
+    try:  # raised, never judged: a verdict would read "the loop never finished a run"
+        with pytest.raises(child_watch.ToolkitFailed, match="not ready to load the loop"):
+            play_loop(NAPS, checkpoint_dir=tmp_path, log_path=log)
     finally:
         child_watch.set_default_limits(previous)
-    assert isinstance(out.result.error, child_watch.ToolkitFailed), out.result.error
-    assert "not ready to load the loop" in str(out.result.error)
-    assert not [e for e in out.result.events if e["kind"] == "run_end"]
+    kinds = [json.loads(line)["kind"] for line in log.read_text().splitlines()]
+    assert "toolkit_error" in kinds and "run_end" not in kinds, kinds
+
+
+def test_a_setup_failure_in_the_child_is_its_one_line_not_the_loops_nor_ours() -> None:
+    """A child that could not set the episode up for the setup's reason (a --cluster JobSet
+    not running, ``ChaosConfigError``) is ``SetupFailed``, said as its message; any other
+    exception of the child's is ours (``ToolkitFailed``, with its type)."""
+    from pathways_chaos.harness.engine.recorder import Recorder
+    from pathways_chaos.harness.episodes.child import toolkit_error
+    from pathways_chaos.harness.errors import ChaosConfigError
+
+    def logged(error: BaseException) -> list[dict[str, object]]:
+        recorder = Recorder(None)
+        toolkit_error(recorder, 1, error)
+        return list(recorder.events)
+
+    unhealthy = "the episode needs a healthy JobSet, but slice 1 has 0 of 2 Pods running"
+    setup = child_watch.error_of(logged(ChaosConfigError(unhealthy)))
+    assert type(setup) is child_watch.SetupFailed and str(setup) == unhealthy
+    ours = child_watch.error_of(logged(KeyError("slices")))
+    assert type(ours) is child_watch.ToolkitFailed and str(ours) == "KeyError: 'slices'"

@@ -53,6 +53,23 @@ def test_a_jobset_that_is_not_running_is_one_line_before_an_episode(
             wait_for(lambda: cluster.bridge.running(1) < gone, 30, what="slice 1 Pods gone")
             with pytest.raises(ChaosConfigError) as said:
                 cluster.ready_for_an_episode()
+            # An episode's child starts its own bridged fake on the same JobSet, whose start
+            # waits for every slice the same way: the same line (logged as the setup's failure,
+            # not the loop's nor ours: test_child_startup.py). Its bridge alone, as two fakes
+            # cannot patch pathwaysutils in one process.
+            child_side = KubeBridgedCluster(
+                SliceTopology(workload.slices, 1),
+                make_kube_target(workload, armed=False),
+                workload.api_client,
+                spec,
+                workload.hosts_per_slice,
+            )
+            child_side.bridge.start()
+            try:
+                with pytest.raises(ChaosConfigError) as child_said:
+                    child_side._wait_healthy(1)
+            finally:
+                child_side.bridge.stop()
         finally:
             for name in slice_1:
                 core.patch_node(name, {"spec": {"unschedulable": False}})
@@ -60,3 +77,6 @@ def test_a_jobset_that_is_not_running_is_one_line_before_an_episode(
     assert "\n" not in message
     assert message.startswith("the episode needs a healthy JobSet, but bridge: slice 1"), message
     assert f"kubectl -n {workload.namespace} get pods" in message
+    child_message = str(child_said.value)
+    assert "\n" not in child_message
+    assert child_message.startswith("the episode needs a healthy JobSet, but"), child_message

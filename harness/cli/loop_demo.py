@@ -50,10 +50,10 @@ def demo_loop(args: argparse.Namespace, topology: Any) -> int:
         took = "never" if r["recovery_s"] is None else f"{r['recovery_s']:.1f} s"
         print(f"fault {r['fault']}: recovered {took} (episode clock)")
     print(verdict.summary())
-    print("SURVIVED" if verdict.ok else "FAILED")
+    print(verdict.word)
     if args.log:
         print(f"event log: {args.log}")
-    return 0 if verdict.ok else 1
+    return verdict.exit_code
 
 
 def check_loop_log(events: list[dict[str, Any]]) -> int:
@@ -61,7 +61,8 @@ def check_loop_log(events: list[dict[str, Any]]) -> int:
 
     verdict = judge_loop(events)
     print(verdict.summary())
-    return 0 if verdict.ok else 1
+    print(verdict.word)
+    return verdict.exit_code
 
 
 def is_loop_log(events: list[dict[str, Any]]) -> bool:

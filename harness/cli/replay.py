@@ -179,8 +179,8 @@ def replay_loop_main(argv: list[str]) -> int:
         why = e.get("error") or ""
         print(f"run {e['run']}: {e['status']} {why}".rstrip())
     print(verdict.summary())
-    print("verdict: FAILED" if not verdict.ok else "verdict: survived")
-    return 0 if verdict.ok else 1
+    print(f"verdict: {'survived' if verdict.word == 'SURVIVED' else verdict.word}")
+    return verdict.exit_code
 
 
 if __name__ == "__main__":

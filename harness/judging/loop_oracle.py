@@ -57,6 +57,9 @@ JUDGES = (
     "step-count",
     "final-state",
 )
+#: The judges a pass needs: the faults happened, every sample was trained exactly once, the
+#: final state is the fault-free run's. Without any of them a pass judged nothing that matters.
+CENTRAL_JUDGES = ("faults-fired", "exactly-once", "final-state")
 _LOSS_KINDS = frozenset(
     {"data_loss", "deadline_exceeded", "not_found", "internal", "slice_loss", "flapping"}
 )
@@ -74,6 +77,27 @@ class LoopVerdict(Verdict):
     causes: list[str] = dataclasses.field(default_factory=list)
     #: Every cause any violation names (a primary cause and what its text also shows).
     named: set[str] = dataclasses.field(default_factory=set)
+
+    @property
+    def central_not_judged(self) -> dict[str, str]:
+        """The central judges (``CENTRAL_JUDGES``) that could not judge a verdict that found no
+        failure: such a pass judged nothing that matters, so it is "not judged", never passed
+        (a failure stands whatever else could not be judged)."""
+        if not self.ok:
+            return {}
+        return {k: v for k, v in self.not_judged.items() if k in CENTRAL_JUDGES}
+
+    @property
+    def word(self) -> str:
+        """``FAILED``, ``NOT JUDGED`` or ``SURVIVED``: what every front door says."""
+        if not self.ok:
+            return "FAILED"
+        return "NOT JUDGED" if self.central_not_judged else "SURVIVED"
+
+    @property
+    def exit_code(self) -> int:
+        """The command line's: 0 survived, 1 failed, 3 not judged (never a green CI step)."""
+        return {"SURVIVED": 0, "FAILED": 1, "NOT JUDGED": 3}[self.word]
 
     def summary(self) -> str:
         lines = [f"judged: {', '.join(self.judged) or 'nothing'}"]

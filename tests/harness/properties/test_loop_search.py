@@ -318,3 +318,13 @@ def test_replay_of_a_loop_takes_the_wall_deadline_the_docs_give_it():
     bad = _run([str(CLI), "replay", "--loop", SAMPLE, "--wall-deadline", "soon"], timeout=120)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
     assert "--wall-deadline='soon'" in bad.stderr
+
+
+def test_a_replay_whose_fault_never_fired_is_not_judged_and_not_green():
+    """A trigger the loop never reaches (batch 999 of a 24-batch run) judged nothing: the
+    command says NOT JUDGED with the faults-fired reason and exits 3, never 0."""
+    out = _run([str(CLI), "replay", "--loop", SAMPLE, "--schedule", "data_loss@batch=999:slice=1"])
+    assert out.returncode == 3, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "verdict: NOT JUDGED" in out.stdout
+    assert "not judged: faults-fired, because" in out.stdout
+    assert "fault never fired: data_loss@batch=999:slice=1" in out.stdout

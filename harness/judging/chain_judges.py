@@ -189,9 +189,11 @@ def snapshots_consistent(chain: Chain) -> list[str] | str:
     graph = chain.graph
     problems: list[str] = []
     applied = False
+    unplaced = 0  # saves of the model with no data position the observer could read
     for save in graph.saves:
         position = save.get("position")
         nodes = [n for n in (save.get("nodes") or {}).values() if n is not None]
+        unplaced += position is None and bool(nodes)
         if position is None or not nodes:
             continue
         trained = walk_back(graph, nodes).trained(graph)
@@ -217,6 +219,13 @@ def snapshots_consistent(chain: Chain) -> list[str] | str:
                 )
             )
     if not applied:
+        if unplaced and unplaced == len(graph.saves):
+            return (
+                f"none of the loop's {unplaced} saves held a data position the observer can "
+                "read (a grain iterator's state counted in samples, saved with the model); "
+                "a position kept as an array of the loop's own, or grain's state counted in "
+                "batches (.batch() before to_iter_dataset()), is not read as one"
+            )
         return "no save held both the model and a data position after a batch"
     return problems[:1] + ([f"(and {len(problems) - 1} more saves)"] if len(problems) > 1 else [])
 
@@ -316,18 +325,26 @@ def rejoined_slices_used(chain: Chain, events: Sequence[Event]) -> list[str] | s
             slices = {d: int(s) for s, ids in e["slices"].items() for d in ids}
             break
     active_since: list[tuple[int, tuple[int, int], set[int]]] = []
+    # A scale-up through a new attempt (elastic_retry after ScaleUpSignalError): the slices an
+    # attempt starts with beyond those the run's previous attempt started with.
+    regained: dict[tuple[int, int], set[int]] = {}
+    last_start: dict[int, set[int]] = {}
     for e in events:
         if e["kind"] in ("active_slices", "attempt_start"):
             active = set(e["slices"] if "slices" in e else e.get("active_slices", []))
             active_since.append((e["seq"], (e["run"], e["attempt"]), active))
+        if e["kind"] == "attempt_start":
+            if e["run"] in last_start:
+                regained[(e["run"], e["attempt"])] = active - last_start[e["run"]]
+            last_start[e["run"]] = active
     steps = [graph.execs[n] for n in sorted(walk.execs) if _consumes_batch(graph, n)]
     applied = False
     for e in steps:
         key = (e["run"], e["attempt"])
         current = [a for seq, k, a in active_since if k == key and seq < e["seq"]]
-        if len(current) < 2:
-            continue  # only the attempt's own start: no scale-up in this attempt
-        grew = current[-1] - current[0]
+        grew = set(regained.get(key, set()))
+        if len(current) >= 2:  # and inside the attempt, past its own start
+            grew |= current[-1] - current[0]
         if not grew:
             continue
         applied = True

@@ -283,12 +283,14 @@ def _resume_step(
     after k more trained batches carries step S + k (the loop resumed at S + 1). With the
     chain, k counts the batches the saved model was trained on, not those merely drawn."""
     problems: list[str] = []
-    applied = False
+    applied, unnumbered = False, 0
     pending: dict[tuple[int, int], Event] = {}
     first_batch_checked: set[tuple[int, int]] = set()
     for e in events:
         key = (e.get("run", 0), e.get("attempt", 0))
-        if e["kind"] == "restore_end" and e.get("step") is not None:
+        if e["kind"] == "restore_end" and e.get("step") is None:
+            unnumbered += 1  # a restore of a save that named no step
+        elif e["kind"] == "restore_end":
             pending[key] = e
         elif e["kind"] == "batch" and key in pending and key not in first_batch_checked:
             first_batch_checked.add(key)
@@ -308,6 +310,7 @@ def _resume_step(
             restore = pending.pop(key)
             k = e["batches_in_attempt"] - restore["batches_in_attempt"]
             if e.get("step") is None:
+                unnumbered += 1
                 continue
             applied = True
             trained = _trained_between(chain, restore, e)
@@ -352,6 +355,13 @@ def _resume_step(
                     "not restored from the snapshot)"
                 )
     if not applied:
+        if unnumbered:
+            return (
+                "the loop's restores and saves carry no step number the observer can read (a "
+                "path-only save such as StandardCheckpointer.save(path) names none; "
+                "CheckpointManager.save(step, ...) and a Snapshotter do), so the step a "
+                "resume continues from could not be compared"
+            )
         return "no restore was followed by a batch and a save"
     return problems
 

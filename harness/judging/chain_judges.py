@@ -87,9 +87,13 @@ def _iterator_after_restore(chain: Chain, first: Draw, base: Chain | None = None
     )
     saved = restore.get("position")
     if saved is None:
+        what = "snapshot" if restore.get("source") == "snapshot" else "checkpoint"
+        of = "" if restore.get("step") is None else f" of step {restore['step']}"
+        began = "" if head.position is None else f", and the next batch began at {head.position}"
         return (
-            f" (the snapshot of step {restore.get('step')} holds no data position: the data "
-            "iterator was not saved with the model, so it was not restored)"
+            f" (the {what}{of} it restored holds no data position the observer reads{began}: "
+            "the data iterator was not saved with the model, or a position the loop saved as "
+            "a value of its own was not used to put the data back)"
         )
     if head.position is not None and head.position != saved:
         return (

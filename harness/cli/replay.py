@@ -37,7 +37,12 @@ FIELD_RANGES = {
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineArgumentParser(
-        prog="pathways-chaos replay", description="replay one episode and print the verdict"
+        prog="pathways-chaos replay",
+        description="replay one episode and print the verdict",
+        epilog="A loop instead of the reference trainer: pathways-chaos replay --loop "
+        "MODULE:FUNC [--schedule TEXT] [--topology NxM] [--option KEY=VALUE ...] (see "
+        "pathways-chaos replay --loop X --help). Exit 0 survived, 1 failed, 3 not judged (a "
+        "loop's central judge could not judge).",
     )
     for field in dataclasses.fields(EpisodeSpec):
         flag = "--" + field.name.replace("_", "-")

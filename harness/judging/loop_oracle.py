@@ -288,9 +288,8 @@ def _resume_step(
     first_batch_checked: set[tuple[int, int]] = set()
     for e in events:
         key = (e.get("run", 0), e.get("attempt", 0))
-        if e["kind"] == "restore_end" and e.get("step") is None:
-            unnumbered += 1  # a restore of a save that named no step
-        elif e["kind"] == "restore_end":
+        unnumbered += e["kind"] == "restore_end" and e.get("step") is None
+        if e["kind"] == "restore_end" and e.get("step") is not None:
             pending[key] = e
         elif e["kind"] == "batch" and key in pending and key not in first_batch_checked:
             first_batch_checked.add(key)
@@ -355,15 +354,19 @@ def _resume_step(
                     "not restored from the snapshot)"
                 )
     if not applied:
-        if unnumbered:
-            return (
-                "the loop's restores and saves carry no step number the observer can read (a "
-                "path-only save such as StandardCheckpointer.save(path) names none; "
-                "CheckpointManager.save(step, ...) and a Snapshotter do), so the step a "
-                "resume continues from could not be compared"
-            )
-        return "no restore was followed by a batch and a save"
+        return _why_no_resume_step(unnumbered)
     return problems
+
+
+def _why_no_resume_step(unnumbered: int) -> str:
+    if unnumbered:  # restores and saves of a save that named no step
+        return (
+            "the loop's restores and saves carry no step number the observer can read (a "
+            "path-only save such as StandardCheckpointer.save(path) names none; "
+            "CheckpointManager.save(step, ...) and a Snapshotter do), so the step a "
+            "resume continues from could not be compared"
+        )
+    return "no restore was followed by a batch and a save"
 
 
 def _meshes(events: Sequence[Event]) -> list[str] | str:

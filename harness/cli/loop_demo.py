@@ -56,10 +56,14 @@ def demo_loop(args: argparse.Namespace, topology: Any) -> int:
     return verdict.exit_code
 
 
-def check_loop_log(events: list[dict[str, Any]]) -> int:
+def check_loop_log(
+    events: list[dict[str, Any]], baseline: list[dict[str, Any]] | None = None
+) -> int:
+    """A loop's log judged again (against its fault-free run's log, when given: without it
+    the final state is not judged, and the verdict cannot be more than NOT JUDGED)."""
     from pathways_chaos.harness.judging.loop_oracle import judge_loop
 
-    verdict = judge_loop(events)
+    verdict = judge_loop(events, baseline)
     print(verdict.summary())
     print(verdict.word)
     return verdict.exit_code

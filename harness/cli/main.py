@@ -55,6 +55,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     check = sub.add_parser("check", help="run the oracle over an event log")
     check.add_argument("log", type=Path)
     check.add_argument("--no-replay", action="store_true")
+    check.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        metavar="LOG",
+        help="a loop's fault-free run's log, to judge the final state against",
+    )
 
     sub.add_parser("rollback", help="undo every change a rollback journal records (JOURNAL)")
     sub.add_parser(
@@ -174,7 +181,8 @@ def _demo(args: argparse.Namespace) -> int:
     return 0 if verdict.ok and not result.unfired else 1
 
 
-def _check(args: argparse.Namespace) -> int:
+def _read_events(path: Path) -> list[dict[str, Any]]:
+    """An event log given on the command line, or one line saying why it is not one."""
     import json
     import os
     import stat
@@ -183,25 +191,37 @@ def _check(args: argparse.Namespace) -> int:
     from pathways_chaos.harness.errors import ChaosConfigError
 
     with contextlib.suppress(OSError):  # a missing file or a folder: read_log says it below
-        mode = os.stat(args.log).st_mode  # never blocks, unlike opening a FIFO
+        mode = os.stat(path).st_mode  # never blocks, unlike opening a FIFO
         if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
             kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a device or socket"
             raise ChaosConfigError(
-                f"{args.log} is {kind}, not an event log: give the file an episode wrote"
+                f"{path} is {kind}, not an event log: give the file an episode wrote"
             )
     try:
-        events = read_log(args.log)
+        events = read_log(path)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ChaosConfigError(
-            f"{args.log} is not a JSONL event log ({type(error).__name__}): give the file "
+            f"{path} is not a JSONL event log ({type(error).__name__}): give the file "
             "an episode wrote (--log, --chaos-log-dir)"
         ) from None
     if not all(isinstance(e, dict) and "kind" in e for e in events):
-        raise ChaosConfigError(f"{args.log} is not an event log: its lines have no 'kind'")
+        raise ChaosConfigError(f"{path} is not an event log: its lines have no 'kind'")
+    return events
+
+
+def _check(args: argparse.Namespace) -> int:
+    from pathways_chaos.harness.errors import ChaosConfigError
+
+    events = _read_events(args.log)
     from pathways_chaos.harness.cli.loop_demo import check_loop_log, is_loop_log
 
     if is_loop_log(events):
-        return check_loop_log(events)
+        baseline = None if args.baseline is None else _read_events(args.baseline)
+        if baseline is not None and not is_loop_log(baseline):
+            raise ChaosConfigError(f"--baseline {args.baseline} is not a loop's event log")
+        return check_loop_log(events, baseline)
+    if args.baseline is not None:
+        raise ChaosConfigError("--baseline is for a loop's log: a trainer's log needs none")
     if any(e["kind"] == "run_start" for e in events):
         from pathways_chaos.harness.engine.topology import request_cpu_devices
 

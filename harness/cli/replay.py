@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="replay one episode and print the verdict",
         epilog="A loop instead of the reference trainer: pathways-chaos replay --loop "
         "MODULE:FUNC [--schedule TEXT] [--topology NxM] [--option KEY=VALUE ...] (see "
-        "pathways-chaos replay --loop X --help). Exit 0 survived, 1 failed, 3 not judged (a "
+        "pathways-chaos replay --loop X --help). Exit 0 survived, 1 failed, 5 not judged (a "
         "loop's central judge could not judge).",
     )
     for field in dataclasses.fields(EpisodeSpec):

@@ -311,6 +311,11 @@ def _search(args: argparse.Namespace) -> int:
         print(f"  {finding['property']}: {finding['schedule'] or '(no fault)'}")
         if finding["replay"]:
             print(f"    replay: {finding['replay']}")
+    for cut in report["unfinished"]:
+        print(
+            f"  not judged: {cut['property']}, because the budget ended its episode "
+            f"(raise --budget): {cut['message']}"
+        )
     for error in report["errors"]:
         print(f"  toolkit error in {error['property']}: {error['error']}", file=sys.stderr)
     print(f"episodes: {shard.episodes_path}; report: {shard.report_path}")

@@ -338,6 +338,14 @@ class ChildWatch:
                 f"started it was killed (did the {self.subject} signal its parent?)"
                 f"{_at(witness)}{_last_seen(events)}",
             )
+        if witness is not None and witness.startswith("os.exec"):
+            how = f"was killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
+            return Ending(
+                code,
+                f"the {self.subject}'s process replaced itself with another program, which "
+                f"then {how}: {witness}{_last_seen(events)} (a Pod's container would run that "
+                "program instead of the rest of the job)",
+            )
         if code < 0:
             name = _signal_name(-code)
             where = loop_frame(spec.stack_file)
@@ -347,13 +355,6 @@ class ChildWatch:
             elif where is not None:
                 how += f" at {where}"
             return Ending(code, f"the {self.subject}'s process {how}{_last_seen(events)}", where)
-        if witness is not None and witness.startswith("os.exec"):
-            return Ending(
-                code,
-                f"the {self.subject}'s process replaced itself with another program, which "
-                f"then exited with code {code}: {witness}{_last_seen(events)} (a Pod's "
-                "container would run that program instead of the rest of the job)",
-            )
         if witness is not None and witness.startswith("os._exit"):
             return Ending(
                 code,

@@ -59,10 +59,14 @@ def install(path: str) -> None:
     os_file = os.execl.__code__.co_filename  # "<frozen os>" in a frozen standard library
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
 
+    me = os.getpid()
+
     def on_call(code: Any, offset: int, callable_: Any, arg0: Any) -> Any:
         name = fatal.get(id(callable_))
         if name is None:
             return monitoring.DISABLE
+        if os.getpid() != me:
+            return None  # a process the loop forked (pty.spawn's exec): not this one's end
         if code.co_filename in own:
             return None  # the toolkit's own preemption notice, not the loop's exit
         if code.co_filename == os_file:

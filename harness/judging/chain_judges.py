@@ -329,16 +329,20 @@ def rejoined_slices_used(chain: Chain, events: Sequence[Event]) -> list[str] | s
             slices = {d: int(s) for s, ids in e["slices"].items() for d in ids}
             break
     active_since: list[tuple[int, tuple[int, int], set[int]]] = []
-    # A scale-up through a new attempt (elastic_retry after ScaleUpSignalError): the slices an
-    # attempt starts with beyond those the run's previous attempt started with.
+    # A scale-up through a new attempt: the loop raised ScaleUpSignalError and elastic_retry
+    # started the next attempt on more slices than the run's previous attempt started with.
+    # (After any other error the manager's wait decides the slices, not the loop.)
     regained: dict[tuple[int, int], set[int]] = {}
     last_start: dict[int, set[int]] = {}
+    scale_up_asked: set[tuple[int, int]] = set()
     for e in events:
         if e["kind"] in ("active_slices", "attempt_start"):
             active = set(e["slices"] if "slices" in e else e.get("active_slices", []))
             active_since.append((e["seq"], (e["run"], e["attempt"]), active))
+        if e["kind"] == "error" and e.get("type") == "ScaleUpSignalError":
+            scale_up_asked.add((e.get("run", 0), e.get("attempt", 0)))
         if e["kind"] == "attempt_start":
-            if e["run"] in last_start:
+            if (e["run"], e["attempt"] - 1) in scale_up_asked and e["run"] in last_start:
                 regained[(e["run"], e["attempt"])] = active - last_start[e["run"]]
             last_start[e["run"]] = active
     steps = [graph.execs[n] for n in sorted(walk.execs) if _consumes_batch(graph, n)]
@@ -349,6 +353,7 @@ def rejoined_slices_used(chain: Chain, events: Sequence[Event]) -> list[str] | s
         grew = set(regained.get(key, set()))
         if len(current) >= 2:  # and inside the attempt, past its own start
             grew |= current[-1] - current[0]
+        grew &= current[-1] if current else set()  # still active when the step ran
         if not grew:
             continue
         applied = True

@@ -29,7 +29,7 @@ from pathways_chaos.harness.judging.loop_lineage import (
     committed_batches,
     restored_unseen,
 )
-from pathways_chaos.harness.judging.oracle import Verdict, recoveries
+from pathways_chaos.harness.judging.oracle import JUDGE_FAILED, Verdict, recoveries
 from pathways_chaos.harness.judging.process_exit import process_exit as _process_exit
 from pathways_chaos.harness.judging.replay import REPLAY_ATOL, REPLAY_RTOL
 from pathways_chaos.harness.judging.restore_latest import restore_latest
@@ -89,19 +89,27 @@ class LoopVerdict(Verdict):
 
     @property
     def word(self) -> str:
-        """``FAILED``, ``NOT JUDGED`` or ``SURVIVED``: what every front door says."""
-        if not self.ok:
+        """``FAILED``, ``NOT JUDGED`` or ``SURVIVED``: what every front door says. A judge that
+        raised is our bug: not judged, never the loop's failure, unless another judge failed."""
+        if self.violations:
             return "FAILED"
-        return "NOT JUDGED" if self.central_not_judged else "SURVIVED"
+        if self.judge_errors or self.central_not_judged:
+            return "NOT JUDGED"
+        return "SURVIVED"
 
     @property
     def exit_code(self) -> int:
-        """The command line's: 0 survived, 1 failed, 3 not judged (never a green CI step)."""
-        return {"SURVIVED": 0, "FAILED": 1, "NOT JUDGED": 3}[self.word]
+        """The command line's: 0 survived, 1 failed, 5 not judged (never a green CI step;
+        pytest's 5 is "no tests ran", the nearest meaning)."""
+        return {"SURVIVED": 0, "FAILED": 1, "NOT JUDGED": 5}[self.word]
 
     def summary(self) -> str:
         lines = [f"judged: {', '.join(self.judged) or 'nothing'}"]
         lines += [f"not judged: {name}, because {why}" for name, why in self.not_judged.items()]
+        lines += [
+            f"not judged: {name}, because {JUDGE_FAILED}: {why.splitlines()[0]}"
+            for name, why in self.judge_errors.items()
+        ]
         lines += [f"FAILED: {v}" for v in self.violations]
         return "\n".join(lines)
 

@@ -155,6 +155,8 @@ class ShardSearch:
         self.findings: list[dict[str, Any]] = []
         self.flaky: list[dict[str, Any]] = []
         self.errors: list[dict[str, Any]] = []
+        #: Properties whose episode the budget's end cut short: not judged, never a finding.
+        self.unfinished: list[dict[str, Any]] = []
         self.by_property: dict[str, int] = {}
         self._deadline = 0.0
         self._t0 = time.monotonic()
@@ -283,6 +285,12 @@ class ShardSearch:
             else:
                 self._run_trainer(prop, log, key)
         except PropertyFailure as failure:
+            if self.over_budget() and "wall-time deadline" in str(failure):
+                # Ended by the budget's end (_episodes_within_budget), not by the code: a slow
+                # correct loop is not a finding, nor is a hanging one judged by it.
+                first = str(failure).splitlines()[0] if str(failure) else ""
+                self.unfinished.append({"property": prop, "seed": self._seed, "message": first})
+                return True
             self.findings.append(self._finding(prop, failure, log))
             return True
         except FlakyFailure as flaky:
@@ -499,6 +507,7 @@ class ShardSearch:
             "flaky": self.flaky
             + ([] if self._loop_search is None else list(self._loop_search.stats.flaky)),
             "errors": self.errors,
+            "unfinished": self.unfinished,
             "database": describe(self.database),
             "host": socket.gethostname(),
             "pod": os.environ.get("HOSTNAME", ""),

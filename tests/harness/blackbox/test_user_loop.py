@@ -263,3 +263,34 @@ def test_a_failure_of_the_lineage_recording_is_said_and_never_reaches_the_loop(c
     said = out.verdict.not_judged["snapshot-pairs"]
     assert "the lineage seam failed (bug in pathways-chaos): KeyError" in said
     assert "exactly-once" in out.verdict.judged  # the draw-based check stood in
+
+
+def test_check_of_a_loop_log_is_not_judged_without_its_baseline_and_judged_with_it(
+    tmp_path, capsys
+):
+    """Without the fault-free run's log the final state cannot be compared: NOT JUDGED (exit 5),
+    never a pass; ``--baseline`` gives it, and the same log survives (exit 0)."""
+    from pathways_chaos.harness.cli.main import main
+    from pathways_chaos.harness.play import play_loop
+
+    loop = "pathways_chaos.harness.reference.user_loop:pause_resume"
+    base = play_loop(loop, log_path=tmp_path / "base.jsonl", checkpoint_dir=tmp_path / "c0")
+    play_loop(
+        loop,
+        "data_loss@batch=6:slice=1:repair_after_polls=2",
+        baseline=base.events,
+        log_path=tmp_path / "faulted.jsonl",
+        checkpoint_dir=tmp_path / "c1",
+    )
+    capsys.readouterr()
+    assert main(["check", str(tmp_path / "faulted.jsonl")]) == 5
+    alone = capsys.readouterr().out
+    assert "NOT JUDGED" in alone and "not judged: final-state" in alone
+    with_base = [
+        "check",
+        str(tmp_path / "faulted.jsonl"),
+        "--baseline",
+        str(tmp_path / "base.jsonl"),
+    ]
+    assert main(with_base) == 0, capsys.readouterr().out
+    assert main(["check", str(tmp_path / "faulted.jsonl"), "--baseline", str(tmp_path)]) == 2

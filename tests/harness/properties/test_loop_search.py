@@ -322,9 +322,9 @@ def test_replay_of_a_loop_takes_the_wall_deadline_the_docs_give_it():
 
 def test_a_replay_whose_fault_never_fired_is_not_judged_and_not_green():
     """A trigger the loop never reaches (batch 999 of a 24-batch run) judged nothing: the
-    command says NOT JUDGED with the faults-fired reason and exits 3, never 0."""
+    command says NOT JUDGED with the faults-fired reason and exits 5, never 0."""
     out = _run([str(CLI), "replay", "--loop", SAMPLE, "--schedule", "data_loss@batch=999:slice=1"])
-    assert out.returncode == 3, out.stdout[-2000:] + out.stderr[-2000:]
+    assert out.returncode == 5, out.stdout[-2000:] + out.stderr[-2000:]
     assert "verdict: NOT JUDGED" in out.stdout
     assert "not judged: faults-fired, because" in out.stdout
     assert "fault never fired: data_loss@batch=999:slice=1" in out.stdout

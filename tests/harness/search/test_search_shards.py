@@ -264,13 +264,14 @@ def test_a_loop_episode_line_counts_the_kinds_that_fired_not_those_drawn() -> No
 
 def test_a_hanging_loop_is_ended_where_the_budget_ends(tmp_path: Path) -> None:
     """``--budget`` bounds the whole shard, the loop's fault-free run included: a loop that
-    blocks forever is ended at the budget (plus a grace), not at the 300 s default deadline,
-    and the finding says where it was blocked."""
+    blocks forever is ended at the budget (plus a grace), not at the 300 s default deadline;
+    what the budget cut short is "not judged", never a finding (a slow correct loop is cut the
+    same way), and says where the loop was."""
     loop_file = tmp_path / "hangs.py"
     loop_file.write_text("import threading\n\n\ndef main(**_):\n    threading.Event().wait()\n")
     out = tmp_path / "out"
     started = time.monotonic()
-    code, _, stderr = _wait(
+    code, stdout, stderr = _wait(
         _search(
             "--shard", "0/1", "--loop", f"{loop_file}:main", "--properties", "snapshot",
             "--out", str(out), "--database", str(tmp_path / "db"), "--budget", "4",
@@ -279,6 +280,9 @@ def test_a_hanging_loop_is_ended_where_the_budget_ends(tmp_path: Path) -> None:
     took = time.monotonic() - started
     assert code == 0, (code, stderr[-2000:])  # a shard that found something is not retried
     assert took < 4 + 5 + 60, took  # the budget, the grace, a child's start on a loaded runner
-    [finding] = json.loads((out / "shard-0-of-1.json").read_text())["findings"]
-    assert "wall-time deadline" in finding["message"], finding
-    assert f"{loop_file}:5 in main" in finding["message"], finding
+    report = json.loads((out / "shard-0-of-1.json").read_text())
+    assert report["findings"] == [] and report["errors"] == [], report
+    [cut] = report["unfinished"]
+    assert "wall-time deadline" in cut["message"], cut
+    assert f"{loop_file}:5 in main" in cut["message"], cut
+    assert "not judged: snapshot, because the budget ended its episode" in stdout, stdout

@@ -528,8 +528,11 @@ def loop_frame(stack_file: str) -> str | None:
     main = next((s for s in reversed(sections) if any("child.py" in f for f, _, _ in s)), None)
     if not main:
         return None
-    own = next(
-        ((f, ln, n) for f, ln, n in main if not is_plumbing(f) and "child.py" not in f), None
+    candidates = [(f, ln, n) for f, ln, n in main if not is_plumbing(f) and "child.py" not in f]
+    # An installed library's frame (an audit hook such as filelock's, run inside the loop's
+    # line) is the loop's only when nothing outside installed code is on the stack.
+    own = next((c for c in candidates if not _installed(c[0])), None) or next(
+        iter(candidates), None
     )
     inner = main[0]
     if own is None:
@@ -562,3 +565,7 @@ def _last_seen(events: list[Event]) -> str:
 
 def _size(n: int) -> str:
     return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n / MIB:.0f} MiB"
+
+
+def _installed(filename: str) -> bool:
+    return "/site-packages/" in filename or "/dist-packages/" in filename

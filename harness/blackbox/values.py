@@ -143,6 +143,15 @@ def is_plumbing(filename: str) -> bool:
     return filename.startswith(stdlib) and "site-packages" not in filename
 
 
+def installed_package(filename: str) -> str | None:
+    """The top-level package of an installed library's file (``site-packages`` or Debian's
+    ``dist-packages``), or None for any other file."""
+    for folder in ("/site-packages/", "/dist-packages/"):
+        if folder in filename:
+            return filename.split(folder, 1)[1].split("/")[0].removesuffix(".py")
+    return None
+
+
 def own_frame(frames: list[traceback.FrameSummary]) -> str | None:
     own = [f for f in frames if not is_plumbing(f.filename)]
     if not own:

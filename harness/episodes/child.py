@@ -231,29 +231,28 @@ def lingering_threads() -> dict[str, Any]:
     code only (``Thread(target=time.sleep)``) is counted as the loop's: nothing else starts it."""
     import threading
 
-    from pathways_chaos.harness.blackbox.values import is_plumbing
+    from pathways_chaos.harness.blackbox.values import installed_package, is_plumbing
 
     frames = sys._current_frames()
     out, libraries, own = [], [], 0
     for thread in threading.enumerate():
         if thread is threading.main_thread() or thread.daemon or not thread.is_alive():
             continue
-        where, library, frame = "", "", frames.get(thread.ident or -1)
+        where, library, frame = "", None, frames.get(thread.ident or -1)
         while frame is not None:
             filename = frame.f_code.co_filename
             if not is_plumbing(filename):
                 where = f" at {filename}:{frame.f_lineno} in {frame.f_code.co_name}"
                 break
-            if not library and "site-packages/" in filename:  # the innermost library's
-                library = filename.split("site-packages/", 1)[1].split("/")[0]
+            library = library or installed_package(filename)  # the innermost library's
             frame = frame.f_back
         target = getattr(thread, "_target", None)
         what = f", running {getattr(target, '__qualname__', target)!s}" if target else ""
         out.append(f"{thread.name!r}{what}{where}")
-        if where or not library:  # the loop's line, or the standard library's only
+        if where or library is None:  # the loop's line, or the standard library's only
             own += 1
         else:
-            libraries.append(library.removesuffix(".py"))
+            libraries.append(library)
     return {
         "threads": out,
         "threads_in_loop_code": own,

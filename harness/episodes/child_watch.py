@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from pathways_chaos.harness.blackbox.values import is_plumbing
+from pathways_chaos.harness.blackbox.values import installed_package, is_plumbing
 from pathways_chaos.harness.engine import process_tree
 from pathways_chaos.harness.engine.deadline import (
     Deadline,
@@ -240,8 +240,8 @@ class ChildWatch:
             now = time.monotonic()
             if marker_at is not None and now - marker_at > self.limits.exit_grace_s:
                 where = self._stacks_then_kill(child, spec)
-                threads = _threads_named(events, run)
-                libraries = _library_threads(events, run)
+                marker = _exit_marker(events, run)
+                threads, libraries = _threads_named(marker), _library_threads(marker)
                 if threads and libraries:
                     return Ending(None, where=where, exit_not_judged=self._library_wait(libraries))
                 return Ending(
@@ -442,29 +442,28 @@ def write_private(path: Path, data: bytes) -> None:
         f.write(data)
 
 
+def _exit_marker(events: list[Event], run: int) -> Event | None:
+    """The run's ``child_exit`` event (its end marker), if the child wrote it."""
+    return next(
+        (e for e in reversed(events) if e["kind"] == "child_exit" and e.get("run") == run), None
+    )
+
+
 def last_exit_status(events: list[Event], run: int) -> str | None:
-    for event in reversed(events):
-        if event["kind"] == "child_exit" and event.get("run") == run:
-            return str(event.get("status"))
-    return None
+    marker = _exit_marker(events, run)
+    return None if marker is None else str(marker.get("status"))
 
 
-def _threads_named(events: list[Event], run: int) -> list[str]:
-    for event in reversed(events):
-        if event["kind"] == "child_exit" and event.get("run") == run:
-            return [str(t) for t in event.get("threads") or []]
-    return []
+def _threads_named(marker: Event | None) -> list[str]:
+    return [str(t) for t in (marker or {}).get("threads") or []]
 
 
-def _library_threads(events: list[Event], run: int) -> list[str]:
+def _library_threads(marker: Event | None) -> list[str]:
     """The libraries holding the process when every lingering thread is in library code
     (none in the loop's own); empty otherwise."""
-    for event in reversed(events):
-        if event["kind"] == "child_exit" and event.get("run") == run:
-            if event.get("threads_in_loop_code", 1):
-                return []
-            return [str(x) for x in event.get("library_threads") or []]
-    return []
+    if marker is None or marker.get("threads_in_loop_code", 1):
+        return []
+    return [str(x) for x in marker.get("library_threads") or []]
 
 
 def _child_ready(events: list[Event], run: int) -> bool:
@@ -531,7 +530,7 @@ def loop_frame(stack_file: str) -> str | None:
     candidates = [(f, ln, n) for f, ln, n in main if not is_plumbing(f) and "child.py" not in f]
     # An installed library's frame (an audit hook such as filelock's, run inside the loop's
     # line) is the loop's only when nothing outside installed code is on the stack.
-    own = next((c for c in candidates if not _installed(c[0])), None) or next(
+    own = next((c for c in candidates if installed_package(c[0]) is None), None) or next(
         iter(candidates), None
     )
     inner = main[0]
@@ -565,7 +564,3 @@ def _last_seen(events: list[Event]) -> str:
 
 def _size(n: int) -> str:
     return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n / MIB:.0f} MiB"
-
-
-def _installed(filename: str) -> bool:
-    return "/site-packages/" in filename or "/dist-packages/" in filename

@@ -110,9 +110,10 @@ def main(argv: list[str]) -> None:
     stacks = open(spec.stack_file, "a", encoding="utf-8")  # noqa: SIM115 - lives with the process
     faulthandler.enable(file=stacks, all_threads=True)
     faulthandler.register(STACK_SIGNAL, file=stacks, all_threads=True, chain=False)
-    from pathways_chaos.harness.episodes import exit_witness
+    from pathways_chaos.harness.episodes import exit_witness, thread_origins
 
     exit_witness.install(spec.witness_file)
+    thread_origins.install()
     from pathways_chaos.harness.engine import compilation_cache
     from pathways_chaos.harness.engine.topology import SliceTopology, request_cpu_devices
 
@@ -224,14 +225,16 @@ def peak_rss_bytes() -> int | None:
 
 def lingering_threads() -> dict[str, Any]:
     """Non-daemon threads still running once the run is over: each keeps the process from
-    exiting. ``threads`` names them, with the innermost frame of the loop's own code where a
-    thread has one; ``library_threads`` lists the installed libraries (by top-level package)
-    whose code a thread with no line of the loop's runs, so a wait inside a library (orbax's,
-    after a save that raised) is not blamed on the loop. A thread in the standard library's
-    code only (``Thread(target=time.sleep)``) is counted as the loop's: nothing else starts it."""
+    exiting. ``threads`` names them, with who started each (``thread_origins``) and the innermost
+    frame of the loop's own code it runs, where it has one; ``library_threads`` lists the
+    installed libraries (by top-level package) that started a thread now running no line of the
+    loop's, so a wait left by a library (orbax's, after a save that raised; the idle worker of a
+    pool it made) is not blamed on the loop. A thread the loop started is the loop's whatever it
+    runs; one of unknown start in the standard library only counts as the loop's."""
     import threading
 
     from pathways_chaos.harness.blackbox.values import installed_package, is_plumbing
+    from pathways_chaos.harness.episodes import thread_origins
 
     frames = sys._current_frames()
     out, libraries, own = [], [], 0
@@ -246,10 +249,14 @@ def lingering_threads() -> dict[str, Any]:
                 break
             library = library or installed_package(filename)  # the innermost library's
             frame = frame.f_back
+        origin = thread_origins.of(thread)
+        if origin is not None:
+            library = origin.library
         target = getattr(thread, "_target", None)
         what = f", running {getattr(target, '__qualname__', target)!s}" if target else ""
-        out.append(f"{thread.name!r}{what}{where}")
-        if where or library is None:  # the loop's line, or the standard library's only
+        started = f", started by {origin.library or 'the loop'} at {origin.where}" if origin else ""
+        out.append(f"{thread.name!r}{what}{where}{started}")
+        if where or library is None:  # the loop's line or start, or the standard library's only
             own += 1
         else:
             libraries.append(library)

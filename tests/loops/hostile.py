@@ -133,6 +133,17 @@ def leaves_a_thread(**_: Any) -> Any:
     return None
 
 
+def leaves_a_thread_in_a_library(**_: Any) -> Any:
+    """Its own thread, which runs only jax's code (``tree_map`` calling ``time.sleep``): started
+    by the loop, so the loop's, though no line of the loop's is on its stack."""
+    import jax
+
+    threading.Thread(
+        target=jax.tree_util.tree_map, args=(time.sleep, [10**6]), name="library-in-my-thread"
+    ).start()
+    return None
+
+
 def forks_and_leaves_a_copy(pidfile: str | None = None, **_: Any) -> Any:
     pid = os.fork()
     if pid == 0:

@@ -65,6 +65,11 @@ TABLE = [
         "did not exit 3 s after the run ended: a thread it started is still running: "
         "'forgotten-prefetch'",
     ),
+    (
+        "leaves_a_thread_in_a_library",
+        "a thread it started is still running: 'library-in-my-thread', running tree_map, "
+        "started by the loop at",
+    ),
     ("forks_and_leaves_a_copy", "the loop left 1 process running"),
     ("forks_ten", "the loop left 10 processes running"),
     ("starts_a_daemon_in_its_own_session", "the loop left 1 process running"),

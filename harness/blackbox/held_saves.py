@@ -4,6 +4,7 @@ run and attempt, its copy and commit the toolkit's own work, not the loop's."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -60,3 +61,15 @@ class GateHolder:
     def release_due(self) -> None:
         with self._observer._toolkit_reads():
             self._gate.release_due()
+
+    def joined_latest(self, original: Any) -> property:
+        """Snapshotter's ``latest``, read after every save the gate left in flight is done
+        (``SaveGate.defer_join``): what a loop reads there does not depend on its thread."""
+        fget = original.fget
+        gate = self._gate
+
+        def latest(snap: Any) -> Any:
+            gate.join_unjoined()
+            return fget(snap)
+
+        return property(functools.wraps(fget)(latest))

@@ -137,10 +137,12 @@ class LoopObserver:
         self.recorder.emit("run_start", run=run, loop=loop, slices=slices)
 
     def end_run(self, status: str, value: Any = None, error: BaseException | None = None) -> None:
+        returned = self.recorder.wall()  # the loop's part ends here; writing its state is ours
         if self._save_gate is not None:
             with self._toolkit_reads():
                 self._save_gate.settle()
         fields: dict[str, Any] = {"run": self.run, "status": status, "attempts": self.attempt}
+        fields["returned_wall"] = returned
         if error is not None:
             fields["error"] = f"{type(error).__name__}: {error}"[:500]
             fields["where"] = where_raised(error)
@@ -204,6 +206,9 @@ class LoopObserver:
         self._wrap(Snapshotter, "__init__", self._snapshotter_init)
         self._wrap(Snapshotter, "save", self._save)
         self._wrap(Snapshotter, "load", self._load)
+        if self._holder is not None:  # read after the saves the gate left in flight
+            owner = defining_class(Snapshotter, "latest")
+            self._patch(owner, "latest", self._holder.joined_latest(owner.__dict__["latest"]))
         if self._save_gate is not None and "join" in Snapshotter.__dict__:
             self._wrap(Snapshotter, "join", self._join)
         self._wrap(manager_lib.Manager, "__init__", self._manager_init)
@@ -330,9 +335,11 @@ class LoopObserver:
         nodes = self.lineage.nodes_of(state) if self.lineage is not None else None
         # The Snapshotter skips a save while the last is not yet taken by its worker thread;
         # read just before the call, so that thread has no time to take it in between.
+        gate = self._save_gate
+        if gate is not None:
+            gate.join_unjoined()  # the last save is done: the queue is free, as it would be
         skipped = snap._queue.full()
         held: HeldLike | None = None
-        gate = self._save_gate
         if gate is not None and gate.held(id(snap)):
             # A save held in flight keeps the Snapshotter busy: it skips this one.
             skipped, out = True, None
@@ -344,7 +351,7 @@ class LoopObserver:
 
                 def commit() -> None:
                     original(snap, step, copies)
-                    gate.finish(snap) if gate is not None else None
+                    gate.defer_join(snap) if gate is not None else None
 
                 return copies, commit
 
@@ -354,7 +361,7 @@ class LoopObserver:
             if held is None:
                 out = original(snap, step, state)
                 if gate is not None:
-                    gate.finish(snap)
+                    gate.defer_join(snap)
         self.recorder.emit(
             "snapshot_save",
             **self._ids(),
@@ -369,6 +376,14 @@ class LoopObserver:
         )
         return out
 
+    def _saves_done(self) -> None:
+        """The saves due and those left in flight (``defer_join``) are done: before ``latest``
+        is read for a restore or an attempt's start."""
+        if self._save_gate is not None:
+            with self._toolkit_reads():
+                self._save_gate.join_unjoined()
+                self._save_gate.release_due()
+
     def _join(self, original: Callable[..., Any], snap: Any, *a: Any, **k: Any) -> Any:
         """The loop waits for its snapshot: a held one completes first, on the episode clock."""
         if self._save_gate is not None:
@@ -377,9 +392,7 @@ class LoopObserver:
         return original(snap, *a, **k)
 
     def _load(self, original: Callable[..., Any], snap: Any, abstract: Any, **kwargs: Any) -> Any:
-        if self._save_gate is not None:
-            with self._toolkit_reads():
-                self._save_gate.release_due()
+        self._saves_done()
         latest = snap.latest
         step = None if latest is None else int(latest.step)
         self.recorder.emit("restore_begin", **self._ids(), source="snapshot", step=step)
@@ -460,9 +473,7 @@ class LoopObserver:
                 "one run: it would retry forever (give elastic_retry a retry_policy, e.g. "
                 "ElasticRetryLimit)"
             )
-        if self._save_gate is not None:
-            with self._toolkit_reads():
-                self._save_gate.release_due()
+        self._saves_done()
         latest = [s.latest for s in self._snapshotters]
         self.recorder.emit(
             "attempt_start",

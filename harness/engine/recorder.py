@@ -79,6 +79,10 @@ class Recorder:
         if listener in self._listeners:
             self._listeners.remove(listener)
 
+    def wall(self) -> float:
+        """Seconds since this log's process started it: the ``wall`` an event emitted now has."""
+        return round(time.perf_counter() - self._wall0, 6)
+
     def emit(self, kind: str, **fields: Any) -> Event:
         """Writes one event, then lets listeners react (they may raise into the caller)."""
         with self._lock:
@@ -86,7 +90,7 @@ class Recorder:
                 "seq": len(self.events),
                 "kind": kind,
                 "t": round(self.clock.time(), 6),
-                "wall": round(time.perf_counter() - self._wall0, 6),
+                "wall": self.wall(),
                 **fields,
             }
             self.events.append(event)

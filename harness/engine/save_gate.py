@@ -123,6 +123,7 @@ class SaveGate:
         self._main = threading.get_ident()
         self._wrappers: weakref.WeakSet[GatedSnapshotter] = weakref.WeakSet()
         self._held: list[HeldSave] = []  # a user's saves, on any orbax path
+        self._unjoined: list[Any] = []  # a loop's Snapshotters with a save not yet joined
         if isinstance(clock, FakeClock):
             clock.add_listener(self._on_time)
 
@@ -145,6 +146,23 @@ class SaveGate:
         restore from step 0, not 10).
         """
         snapshotter.join()
+
+    def defer_join(self, snapshotter: Any) -> None:
+        """A save just handed to a loop's Snapshotter copies in its worker while the loop goes
+        on, as on Pathways; it is joined at the next point its completion could change what
+        happens (``join_unjoined``): a fault, the next save, a restore, ``latest``, an
+        attempt's start, the loop's ``join``, the run's end. The verdict stays deterministic and
+        the copy overlaps the loop's steps, as in an unwatched run."""
+        with self._lock:
+            if all(s is not snapshotter for s in self._unjoined):
+                self._unjoined.append(snapshotter)
+
+    def join_unjoined(self) -> None:
+        """Waits for every save ``defer_join`` left in flight."""
+        with self._lock:
+            pending, self._unjoined = self._unjoined, []
+        for snapshotter in pending:
+            snapshotter.join()
 
     def armed(self) -> bool:
         with self._lock:
@@ -175,6 +193,7 @@ class SaveGate:
     ) -> None:
         """Before the arrays go: a held save on those devices is dropped (``error`` makes the
         slice-down error a blocking save then raises)."""
+        self.join_unjoined()
         for gated in list(self._wrappers):
             gated.drop_if_on(device_ids)
         for held in self.held():
@@ -183,6 +202,7 @@ class SaveGate:
         self._forget()
 
     def reset(self) -> None:
+        self.join_unjoined()
         with self._lock:
             self._arms.clear()
             self._held.clear()
@@ -233,6 +253,7 @@ class SaveGate:
 
     def wait(self, owner: int | None = None) -> None:
         """The loop waits for its held saves: that costs what is left of them on the clock."""
+        self.join_unjoined()
         for held in self.held(owner):
             held.waiting = True
             self._advance_until_due(held)
@@ -255,6 +276,7 @@ class SaveGate:
     def settle(self) -> None:
         """The run ended with saves still held: they complete now, as the process would let an
         in-flight save finish before it exits."""
+        self.join_unjoined()
         for held in self.held():
             held.release("at the run's end")
         self._forget()

@@ -182,6 +182,8 @@ class FaultController:
             "text": entry.to_text(),
             "description": entry.fault.describe(),
         }
+        if isinstance(self.cluster, SaveGated):  # a save still copying completes first
+            self.cluster.save_gate.join_unjoined()
         self._firing = True
         try:
             try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+from pathlib import Path
 
 import pytest
 
@@ -61,6 +62,18 @@ def test_a_late_snapshotter_thread_skips_none_of_the_loops_saves_on_the_fake(
     saves = out.of_kind("snapshot_save")
     assert saves and not [s["step"] for s in saves if s["skipped"]]
     assert out.of_kind("restore_end")[0]["step"] == 8
+
+
+def test_latest_right_after_a_save_names_it_however_late_the_snapshotter_thread_runs(tmp_path):
+    """The observer leaves a save copying while the loop goes on, as an unwatched run does; what
+    ``latest`` says after it must still not depend on the worker thread (a late one here)."""
+    from pathways_chaos.harness.play import play_loop
+
+    loop = Path(__file__).parents[2] / "loops" / "reads_latest_after_save.py"
+    out = play_loop(f"{loop}:main", log_path=tmp_path / "e.jsonl", checkpoint_dir=tmp_path / "c")
+
+    assert out.result.completed, out.verdict.summary()
+    assert [s["step"] for s in out.of_kind("snapshot_save") if not s["skipped"]] == list(range(8))
 
 
 def test_a_fixed_batch_survives_a_resize_and_is_compared_with_the_fault_free_run(chaos):

@@ -54,6 +54,9 @@ class Merged:
     flaky: list[dict[str, Any]]
     errors: list[dict[str, Any]]
     schedules: int
+    #: episodes the shard's budget cut short (its report's ``unfinished``): neither a pass nor
+    #: a finding, said as "not judged"
+    not_judged: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -73,6 +76,8 @@ class Merged:
             lines += f"; {len(self.overlaps)} pairs of shards ran the same seeds"
         if self.errors:
             lines += f"; {len(self.errors)} toolkit errors"
+        if self.not_judged:
+            lines += f"; {len(self.not_judged)} not judged (the budget ended their episodes)"
         return lines
 
 
@@ -129,6 +134,19 @@ def read_shards(folders: list[Path]) -> list[ShardFiles]:
     return found
 
 
+def _budget_cuts(shard: ShardFiles) -> list[dict[str, Any]]:
+    """The report's ``unfinished`` (a report written before it existed has none)."""
+    cuts = (shard.report or {}).get("unfinished", [])
+    if not isinstance(cuts, list) or not all(
+        isinstance(c, dict) and isinstance(c.get("property"), str) for c in cuts
+    ):
+        raise ChaosConfigError(
+            f"{shard.where}: shard {shard.index}'s report has a malformed 'unfinished' list: "
+            "give the files `pathways-chaos search --out` wrote"
+        )
+    return cuts
+
+
 def merge(folders: list[Path]) -> Merged:
     shards = sorted(read_shards(folders), key=lambda s: s.index)
     expected = max(s.count for s in shards)
@@ -138,6 +156,7 @@ def merge(folders: list[Path]) -> Merged:
     by_event: collections.Counter[str] = collections.Counter()
     findings: list[dict[str, Any]] = []
     flaky: list[dict[str, Any]] = []
+    not_judged: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
     schedules = 0
     for shard in shards:
@@ -155,6 +174,7 @@ def merge(folders: list[Path]) -> Merged:
             findings += shard.report["findings"]
             flaky += [dict(f, shard=shard.index) for f in shard.report["flaky"]]
             errors += [dict(f, shard=shard.index) for f in shard.report["errors"]]
+            not_judged += [dict(f, shard=shard.index) for f in _budget_cuts(shard)]
         else:  # no report: its failing episodes are all there is (unshrunk, perhaps)
             last: dict[str, dict[str, Any]] = {}
             for e in shard.episodes:
@@ -193,6 +213,7 @@ def merge(folders: list[Path]) -> Merged:
         flaky=flaky,
         errors=errors,
         schedules=schedules,
+        not_judged=not_judged,
     )
 
 
@@ -379,6 +400,14 @@ def _counts_html(merged: Merged, parts: list[str]) -> None:
                 f"{_e(f['error'])}</li>"
             )
         parts.append("</ul>")
+    if merged.not_judged:
+        parts.append("<h2>Not judged</h2><ul>")
+        for c in merged.not_judged:
+            parts.append(
+                f"<li>{_e(c['property'])}, shard {c['shard']}: not judged, because the budget "
+                f"ended its episode (raise --budget): {_e(c.get('message', ''))}</li>"
+            )
+        parts.append("</ul>")
 
 
 def input_files(folders: list[Path]) -> list[Path]:
@@ -443,6 +472,11 @@ def merge_main(argv: list[str]) -> int:
         )
         if finding.get("replay"):
             print(f"    replay: {finding['replay']}")
+    for cut in merged.not_judged:
+        print(
+            f"  not judged: shard {cut['shard']}, {cut['property']}, because the budget ended "
+            f"its episode (raise --budget): {cut.get('message', '')}"
+        )
     print(f"report: {args.html}")
     return 1 if merged.findings or merged.errors or not merged.complete else 0
 
@@ -461,6 +495,7 @@ def to_json(merged: Merged) -> dict[str, Any]:
         "findings": merged.findings,
         "flaky": merged.flaky,
         "errors": merged.errors,
+        "not_judged": merged.not_judged,
     }
 
 
@@ -490,6 +525,10 @@ def render_junit(merged: Merged) -> str:
             summary = ", ".join(f"{f['property']} ({f['schedule'] or 'no fault'})" for f in found)
             _mark(case, "failure", f"found {len(found)} failing schedule(s): {summary}", text)
             counts["failures"] += 1
+        cut = [c for c in merged.not_judged if c["shard"] == index]
+        if cut and not found:
+            what = ", ".join(str(c["property"]) for c in cut)
+            _mark(case, "skipped", f"not judged: {what}, because the budget ended its episode")
         errors = [e for e in merged.errors if e.get("shard") == index]
         if errors or shard.report is None:
             why = (

@@ -35,7 +35,14 @@ def _episode(shard: int, count: int, seed: int, schedule: str, ok: bool = True) 
 
 
 def _write_shard(
-    folder: Path, index: int, count: int, seeds: list[int], *, report: bool = True, bad: str = ""
+    folder: Path,
+    index: int,
+    count: int,
+    seeds: list[int],
+    *,
+    report: bool = True,
+    bad: str = "",
+    unfinished: Any = (),
 ) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     episodes = [_episode(index, count, s, f"data_loss@step={s % 5}:slice=1") for s in seeds]
@@ -63,6 +70,7 @@ def _write_shard(
                     "findings": findings,
                     "flaky": [],
                     "errors": [],
+                    **({"unfinished": list(unfinished)} if unfinished != () else {}),
                     "wall_s": 1.0,
                     "pod": f"search-{index}",
                 }
@@ -107,6 +115,33 @@ def test_a_clean_complete_search_exits_0(
     _write_shard(tmp_path, 0, 1, [5, 6])
     assert merge_main([str(tmp_path), "--html", str(tmp_path / "r.html")]) == 0
     assert "2 schedules over 1 of 1 shards, 0 failures" in capsys.readouterr().out
+
+
+def test_an_episode_the_budget_cut_is_not_judged_in_every_report_never_a_finding(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cut = {"property": "loop-survives", "seed": 6, "message": "blocked at train.py:9 in main"}
+    _write_shard(tmp_path, 0, 1, [5, 6], unfinished=[cut])
+    html, junit, out = tmp_path / "r.html", tmp_path / "r.xml", tmp_path / "r.json"
+    argv = [str(tmp_path), "--html", str(html), "--junit", str(junit), "--json", str(out)]
+
+    assert merge_main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "1 not judged (the budget ended their episodes)" in printed
+    assert "not judged: shard 0, loop-survives, because the budget ended its episode" in printed
+    assert "blocked at train.py:9" in html.read_text()
+    assert "<skipped" in junit.read_text() and "loop-survives" in junit.read_text()
+    data = json.loads(out.read_text())
+    assert data["findings"] == [] and data["not_judged"][0]["property"] == "loop-survives"
+
+
+def test_a_malformed_budget_cut_list_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _write_shard(tmp_path, 0, 1, [5, 6], unfinished=["not a dict"])
+    assert merge_main([str(tmp_path), "--html", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err
+    assert "malformed 'unfinished'" in err and err.strip().count("\n") == 0
 
 
 def test_a_log_cut_short_by_a_killed_pod_still_merges(tmp_path: Path) -> None:

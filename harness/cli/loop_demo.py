@@ -53,7 +53,39 @@ def demo_loop(args: argparse.Namespace, topology: Any) -> int:
     print(verdict.word)
     if args.log:
         print(f"event log: {args.log}")
+        print_loop_output(Path(args.log), full=verdict.word != "SURVIVED")
     return verdict.exit_code
+
+
+#: How much of a loop's output a verdict shows (the whole file stays beside the log).
+OUTPUT_TAIL_LINES, OUTPUT_TAIL_BYTES, OUTPUT_LINE_CHARS = 20, 1 << 16, 300
+
+
+def print_loop_output(log_path: Path, full: bool = True, temporary: bool = False) -> None:
+    """What the loop wrote to stdout and stderr in each run, kept beside its log
+    (``<log>.child/output-N.txt``): the last lines of each when ``full`` (a verdict that is not
+    a pass), else only where it is (nothing of a ``temporary`` folder's, which goes). Read as
+    untrusted bytes: the end of the file only, each line cut, undecodable bytes replaced."""
+    folder = log_path.with_name(log_path.stem + ".child")
+    files = sorted(folder.glob("output-*.txt"), key=lambda f: (len(f.name), f.name))
+    for file in files:
+        if file.is_symlink() or not file.is_file():
+            continue
+        size = file.stat().st_size
+        if size == 0:
+            continue
+        run = file.stem.removeprefix("output-")
+        if not full:
+            if not temporary:
+                print(f"the loop's output, run {run}: {file}")
+            continue
+        with file.open("rb") as f:
+            f.seek(max(0, size - OUTPUT_TAIL_BYTES))
+            lines = f.read().decode(errors="replace").splitlines()[-OUTPUT_TAIL_LINES:]
+        whole = "--log PATH keeps it all" if temporary else f"all in {file}"
+        print(f"the loop's output, run {run} (its last {len(lines)} lines; {whole}):")
+        for line in lines:
+            print(f"  | {line[:OUTPUT_LINE_CHARS]}")
 
 
 def check_loop_log(

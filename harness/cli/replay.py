@@ -11,12 +11,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import tempfile
+from pathlib import Path
 
 from pathways_chaos.harness.cli.deadline_arguments import (
     STEPS,
     add_deadline_arguments,
     apply_deadline_arguments,
 )
+from pathways_chaos.harness.cli.loop_demo import print_loop_output
 from pathways_chaos.harness.cli.quiet import quiet_libraries, restores_library_logging
 from pathways_chaos.harness.engine.option_values import OneLineArgumentParser, Range
 from pathways_chaos.harness.engine.topology import DEVICES_PER_SLICE, SLICES, SliceTopology
@@ -117,6 +120,12 @@ def build_loop_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="a keyword option for the loop (VALUE as JSON, else a string); repeatable",
     )
+    parser.add_argument(
+        "--log",
+        type=Path,
+        default=None,
+        help="keep the event log here, and the loop's output beside it (<log>.child/)",
+    )
     add_deadline_arguments(parser)
     return parser
 
@@ -154,6 +163,10 @@ def replay_loop_main(argv: list[str]) -> int:
 
         # Every input is checked before JAX starts.
         apply_deadline_arguments(args)
+        if args.log is not None:
+            from pathways_chaos.harness.engine.owned_paths import check_appendable
+
+            check_appendable(args.log, what="--log")
         topology = SliceTopology.parse(args.topology)
         schedule = parse_schedule(args.schedule)
         check_schedule_fits(schedule, topology.num_slices, kubernetes=False)
@@ -168,7 +181,9 @@ def replay_loop_main(argv: list[str]) -> int:
 
         target = LoopTarget(args.loop, tuple(sorted(options.items())), str(args.topology))
         baseline, _ = play_target(target, "", None)
-        outcome, _ = play_target(target, schedule.to_text(), list(baseline.events))
+        kept = tempfile.TemporaryDirectory(prefix="pathways-chaos-replay-")
+        log = args.log or Path(kept.name) / "episode.jsonl"
+        outcome, _ = play_target(target, schedule.to_text(), list(baseline.events), log)
     except ChaosError as error:
         print(f"pathways-chaos replay: error: {error}", file=sys.stderr)
         return error.exit_code
@@ -184,6 +199,10 @@ def replay_loop_main(argv: list[str]) -> int:
         why = e.get("error") or ""
         print(f"run {e['run']}: {e['status']} {why}".rstrip())
     print(verdict.summary())
+    if args.log is not None:
+        print(f"event log: {args.log}")
+    with kept:  # the loop's output, read before a temporary folder goes
+        print_loop_output(log, verdict.word != "SURVIVED", temporary=args.log is None)
     print(f"verdict: {'survived' if verdict.word == 'SURVIVED' else verdict.word}")
     return verdict.exit_code
 

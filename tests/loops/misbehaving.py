@@ -77,3 +77,11 @@ def saves_what_orbax_cannot(*, devices: Any = None) -> Any:
     snapshotter.save(0, state)  # the line the verdict names
     snapshotter.join()
     return state
+
+
+def prints_then_crashes(**options: Any) -> Any:
+    """Says why it stops on stdout and stderr, as a user's loop does, then raises."""
+    for n in range(30):
+        print(f"step {n}: loss 0.5")
+    print("config: dataset path /data/missing", file=sys.stderr)
+    raise FileNotFoundError("/data/missing")

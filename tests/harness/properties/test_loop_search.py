@@ -328,3 +328,20 @@ def test_a_replay_whose_fault_never_fired_is_not_judged_and_not_green():
     assert "verdict: NOT JUDGED" in out.stdout
     assert "not judged: faults-fired, because" in out.stdout
     assert "fault never fired: data_loss@batch=999:slice=1" in out.stdout
+
+
+def test_a_replay_that_is_not_a_pass_shows_the_loops_output_and_log_keeps_it(tmp_path):
+    """What the loop printed is often the reason: the last 20 lines of its stdout and stderr
+    are shown (cut to 20, never the whole flood), and ``--log`` keeps all of it."""
+    loop = "tests/loops/misbehaving.py:prints_then_crashes"
+    log = tmp_path / "kept" / "episode.jsonl"
+    argv = [str(CLI), "replay", "--loop", loop, "--schedule", "data_loss@batch=1:slice=1"]
+    out = _run([*argv, "--log", str(log)])
+
+    assert out.returncode in (1, 5), out.stdout[-2000:] + out.stderr[-2000:]
+    kept = tmp_path / "kept" / "episode.child" / "output-1.txt"
+    assert f"the loop's output, run 1 (its last 20 lines; all in {kept}):" in out.stdout
+    assert "  | config: dataset path /data/missing" in out.stdout
+    assert "  | step 29: loss 0.5" in out.stdout and "  | step 10: loss" not in out.stdout
+    assert "step 0: loss 0.5" in kept.read_text() and log.is_file()
+

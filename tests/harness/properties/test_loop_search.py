@@ -344,4 +344,3 @@ def test_a_replay_that_is_not_a_pass_shows_the_loops_output_and_log_keeps_it(tmp
     assert "  | config: dataset path /data/missing" in out.stdout
     assert "  | step 29: loss 0.5" in out.stdout and "  | step 10: loss" not in out.stdout
     assert "step 0: loss 0.5" in kept.read_text() and log.is_file()
-

@@ -260,6 +260,7 @@ def play_loop(
     from pathways_chaos.faults.model import parse_schedule
 
     plan = parse_schedule(schedule) if isinstance(schedule, str) else schedule
+    refuse_loop_schedule(plan, cluster, topology)  # one line, before anything runs
     common = (options, log_path, checkpoint_dir, listeners, lineage, show_library_logs, deadline)
     if (isinstance(cluster, KubeBacked) and _bridged(cluster) is None) or not isolate:
         return _play_loop_in_process(loop, plan, baseline, clean_rerun, cluster, *common)
@@ -282,6 +283,20 @@ def play_loop(
 
     verdict = _judged(result, baseline, clean_rerun, checkpoint_dir, rerun)
     return Outcome(result, verdict)
+
+
+def refuse_loop_schedule(
+    plan: Schedule, cluster: ClusterBackend | None, topology: SliceTopology | str | None = None
+) -> None:
+    """A schedule a loop's episode cannot act out, refused (``FaultSpecError``, one line) before
+    any run: a slice outside the cluster, a fault the loop's fake does not model."""
+    from pathways_chaos.faults.model import check_schedule_fits
+    from pathways_chaos.harness.engine.topology import SliceTopology
+    from pathways_chaos.harness.episodes.loop_episode import refuse_loop_misfits
+
+    slices = SliceTopology.parse(_shape_of(cluster, topology)).num_slices
+    check_schedule_fits(plan, slices, kubernetes=isinstance(cluster, KubeBacked))
+    refuse_loop_misfits(plan)
 
 
 def _shape_of(cluster: ClusterBackend | None, topology: SliceTopology | str | None) -> str:

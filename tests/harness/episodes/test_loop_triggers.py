@@ -34,3 +34,30 @@ def test_every_loop_trigger_is_accepted(trigger: str) -> None:
 def test_the_refusal_names_the_entry() -> None:
     with pytest.raises(ChaosConfigError, match="callback_error@callback=2"):
         refuse_loop_misfits(parse_schedule("data_loss@batch=1:slice=1,callback_error@callback=2"))
+
+
+@pytest.mark.parametrize(
+    ("schedule", "message"),
+    [
+        ("data_loss@batch=3:slice=9", "slice 9 is outside the cluster's 4 slices (use 0..3)"),
+        ("kill_pods@batch=3:slice=1", "needs --cluster"),
+        ("callback_error@callback=1", "callback= trigger is not available"),
+    ],
+)
+def test_play_loop_refuses_what_no_run_can_act_out_before_any_run(
+    tmp_path, schedule: str, message: str
+) -> None:
+    """The trainer's front door refused these in one line; a loop's started a child first and
+    came back as 'a bug in pathways-chaos' (a slice outside the cluster)."""
+    from pathways_chaos.harness.errors import ChaosError
+    from pathways_chaos.harness.play import play_loop
+
+    with pytest.raises(ChaosError) as refused:
+        play_loop(
+            "pathways_chaos.harness.reference.user_loop:main",
+            schedule,
+            log_path=tmp_path / "e.jsonl",
+            checkpoint_dir=tmp_path / "c",
+        )
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+    assert not (tmp_path / "e.jsonl").exists()  # refused before any run

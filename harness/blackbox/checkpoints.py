@@ -202,6 +202,21 @@ def _step_in(tree: Any) -> int | None:
     return _as_step(tree.get("step")) if isinstance(tree, Mapping) else None
 
 
+def _manager_of(owner: Any, answer: str, out: Any = None) -> dict[str, Any]:
+    """A checkpoint manager's call (``CheckpointManager``, v1's training ``Checkpointer``): its
+    directory (``manager``: which checkpoints a restore chose among), and ``skipped`` when its
+    save returned False (``save_interval_steps``, a save decision policy: nothing was
+    written). Empty for any other call."""
+    managed = hasattr(owner, "latest_step") or hasattr(owner, "should_save")
+    if answer not in (MANAGER, SYNC_TRUE, "restore") or not managed:
+        return {}
+    directory = getattr(owner, "directory", None)
+    fields: dict[str, Any] = {"manager": None if directory is None else str(directory)}
+    if answer != "restore" and out is False:
+        fields["skipped"] = True
+    return fields
+
+
 class CheckpointWatch:
     """Wraps the orbax entry points; ``saved(step, path, tree, held)`` and ``restoring()`` /
     ``restored(step, tree)`` are the observer's; ``holder`` (on the fake) holds armed saves."""
@@ -209,9 +224,9 @@ class CheckpointWatch:
     def __init__(
         self,
         wrap: Callable[[Any, str, Callable[..., Any]], None],
-        saved: Callable[[int | None, str | None, Any, bool], None],
+        saved: Callable[..., None],
         restoring: Callable[[], None],
-        restored: Callable[[int | None, Any], None],
+        restored: Callable[..., None],
         holder: SaveHolder | None = None,
     ) -> None:
         self._wrap = wrap
@@ -337,14 +352,15 @@ class CheckpointWatch:
 
                     out, held = self._save(call, owner, answer, step, path, args, kwargs)
                     place = None if step_first else str(first)
-                    self._saved(step, place, tree, held)
+                    self._saved(step, place, tree, held, **_manager_of(owner, answer, out))
                     return out
                 if self._holder is not None:
                     self._holder.release_due()
                 self._restoring()
                 restored = original(owner, *args, **kwargs)
                 tree = plain_tree(restored)
-                self._restored(step if step is not None else _step_in(tree), tree)
+                step = step if step is not None else _step_in(tree)
+                self._restored(step, tree, **_manager_of(owner, "restore" if step_first else ""))
                 return restored
 
         return watched

@@ -401,8 +401,11 @@ class LoopObserver:
         return restored
 
     def _checkpoint_saved(
-        self, step: int | None, path: str | None, tree: Any, held: bool = False
+        self, step: int | None, path: str | None, tree: Any, held: bool = False, **extra: Any
     ) -> None:
+        if extra.pop("skipped", False):  # the manager's own interval: it wrote nothing
+            self.recorder.emit("save_skipped", **self._ids(), step=step, source="checkpoint")
+            return
         self._last_saved = tree
         self.recorder.emit(
             "checkpoint_save",
@@ -415,15 +418,16 @@ class LoopObserver:
             position=find_position(tree),
             batches_in_attempt=self._attempt_batches,
             **({"held": True} if held else {}),
+            **extra,
         )
 
     def _checkpoint_restoring(self) -> None:
         self.recorder.emit("restore_begin", **self._ids(), source="checkpoint", step=None)
 
-    def _restored_from(self, step: int | None, tree: Any) -> None:
-        self._restored("checkpoint", step, tree)
+    def _restored_from(self, step: int | None, tree: Any, **extra: Any) -> None:
+        self._restored("checkpoint", step, tree, **extra)
 
-    def _restored(self, source: str, step: int | None, restored: Any) -> None:
+    def _restored(self, source: str, step: int | None, restored: Any, **extra: Any) -> None:
         self.recorder.emit(
             "restore_end",
             **self._ids(),
@@ -436,6 +440,7 @@ class LoopObserver:
             ),
             position=find_position(restored),
             batches_in_attempt=self._attempt_batches,
+            **extra,
         )
 
     # -- pathwaysutils ---------------------------------------------------------------------

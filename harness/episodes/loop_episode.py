@@ -136,14 +136,18 @@ class LoopFaultController(FaultController):
 
     def _fire(self, entry: ScheduledFault) -> None:
         if entry.fault.kind == "preemption" and not LoopObserver.handles_sigterm():
-            # SIGTERM's default action would kill the test process, not suspend the loop.
+            # SIGTERM's default action ends the loop's process at once: what a preemption does
+            # to it then (a restart of the Pod) is not acted out, so the fault is not judged.
             self.pending.remove(entry)
             self.recorder.emit(
                 "fault",
                 fault=entry.fault.to_json(),
                 text=entry.to_text(),
                 description=entry.fault.describe(),
-                raised="not injected: the loop installs no SIGTERM handler",
+                raised=(
+                    "not injected: the loop installs no SIGTERM handler, so a preemption notice "
+                    "would end its process at once; a restart after that is not acted out"
+                ),
             )
             return
         super()._fire(entry)

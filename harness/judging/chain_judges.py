@@ -306,15 +306,19 @@ def errors_handled(events: Sequence[Event]) -> list[str] | str:
         later = [
             e
             for e in events
-            if e["kind"] == "batch" and (e["run"], e["attempt"]) == key and e["seq"] > err["seq"]
+            if e["kind"] in ("batch", "restore_begin")
+            and (e["run"], e["attempt"]) == key
+            and e["seq"] > err["seq"]
         ]
-        if later:
+        if later and later[0]["kind"] == "batch":
+            # A restore before the next batch is a recovery of the loop's own (the guide's
+            # hand-written retry: catch, wait for slices, rebuild the mesh, restore).
             return [
                 f"a slice-down error ({err['message'].split(':')[0]}) raised to the loop at "
                 f"{err.get('where') or '?'} was caught at {caught['where']} and ignored in run "
                 f"{key[0]} attempt {key[1]}: the loop went on to draw batch "
-                f"#{later[0]['batch']} in the same attempt instead of letting elastic_retry "
-                "recover"
+                f"#{later[0]['batch']} in the same attempt with no restore in between (neither "
+                "a new attempt of elastic_retry nor a restore of its own)"
             ]
     return []
 

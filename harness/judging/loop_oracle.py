@@ -291,12 +291,15 @@ def _resume_step(
     after k more trained batches carries step S + k (the loop resumed at S + 1). With the
     chain, k counts the batches the saved model was trained on, not those merely drawn."""
     problems: list[str] = []
-    applied, unnumbered = False, 0
+    applied, unnumbered, uncounted = False, 0, 0
     pending: dict[tuple[int, int], Event] = {}
     first_batch_checked: set[tuple[int, int]] = set()
+    drew: set[tuple[int, int]] = set()  # attempts with a batch the observer saw
     for e in events:
         key = (e.get("run", 0), e.get("attempt", 0))
         unnumbered += e["kind"] == "restore_end" and e.get("step") is None
+        if e["kind"] == "batch":
+            drew.add(key)
         if e["kind"] == "restore_end" and e.get("step") is not None:
             pending[key] = e
         elif e["kind"] == "batch" and key in pending and key not in first_batch_checked:
@@ -319,8 +322,11 @@ def _resume_step(
             if e.get("step") is None:
                 unnumbered += 1
                 continue
-            applied = True
             trained = _trained_between(chain, restore, e)
+            if trained is None and key not in drew:
+                uncounted += 1  # no batch of this attempt seen: its steps cannot be counted
+                continue
+            applied = True
             if per_step > 1:  # k batches are k / per_step steps (accumulated micro-batches)
                 if k % per_step or (trained is not None and trained % per_step):
                     continue  # a save between a step's micro-batches: no whole step to count
@@ -362,11 +368,18 @@ def _resume_step(
                     "not restored from the snapshot)"
                 )
     if not applied:
-        return _why_no_resume_step(unnumbered)
+        return _why_no_resume_step(unnumbered, uncounted)
     return problems
 
 
-def _why_no_resume_step(unnumbered: int) -> str:
+def _why_no_resume_step(unnumbered: int, uncounted: int = 0) -> str:
+    if uncounted:
+        return (
+            "the attempts that restored drew no batch the observer can see (from a grain "
+            "iterator or DataLoader, or a generator of the loop's own whose batches carry "
+            "sample ids), so the steps trained between a restore and the next save could not "
+            "be counted"
+        )
     if unnumbered:  # restores and saves of a save that named no step
         return (
             "the loop's restores and saves carry no step number the observer can read (a "

@@ -23,27 +23,41 @@ def restore_latest(events: Sequence[Event]) -> list[str] | str:
     trained: set[tuple[int, int]] = set()
     #: The data position each snapshot left, by run and step (a restore goes back to it).
     left_at: dict[tuple[int, int], int] = {}
+    #: The newest step each checkpoint manager (by its directory) has written so far.
+    newest_saved: dict[str, int] = {}
+    #: Attempts whose loop caught a slice-down error itself (a hand-written retry restores
+    #: in the same attempt), by the error's number.
+    erred: dict[int, tuple[int, int]] = {}
+    caught: set[tuple[int, int]] = set()
     for e in events:
         key = (e.get("run", 0), e.get("attempt", 0))
+        if e["kind"] == "slice_error" and "number" in e:
+            erred[e["number"]] = key
+        elif e["kind"] == "slice_error_caught" and e.get("number") in erred:
+            caught.add(erred[e["number"]])
         if e["kind"] == "snapshot_save" and e.get("position") is not None:
             left_at[(key[0], e["step"])] = e["position"]
         if e["kind"] == "run_end" and e.get("status") == "suspended":
             suspended.add(e["run"])
         if e["kind"] == "attempt_start":
             latest[key] = e.get("snapshot_latest")
-        elif e["kind"] == "restore_begin" and key not in trained:
+        elif e["kind"] == "restore_begin" and (key not in trained or key in caught):
             restored.add(key)
             applied = True
-        elif e["kind"] == "restore_end" and key not in trained and e.get("step") is not None:
-            newest = latest.get(key)
-            if newest is not None and e["step"] < newest:
+        elif e["kind"] == "restore_end" and (key not in trained or key in caught):
+            newest = latest.get(key) if key not in trained else None
+            if e.get("step") is not None and newest is not None and e["step"] < newest:
                 problems.append(
                     f"run {key[0]} attempt {key[1]} restored the {e.get('source', 'snapshot')} "
                     f"of step {e['step']} although the snapshot of step {newest} was the latest "
                     f"completed: it trains {_plural(newest - e['step'], 'finished step')} again"
                 )
+            problems += _older_checkpoint(e, key, newest_saved)
         elif e["kind"] == "checkpoint_save":
             checkpoint_runs.add(key[0])
+            manager, step = e.get("manager"), e.get("step")
+            if manager and step is not None and not e.get("held"):  # written when it returned
+                newest_saved[manager] = max(step, newest_saved.get(manager, step))
         elif e["kind"] == "batch" and key not in trained:
             trained.add(key)
             if key in restored:
@@ -90,3 +104,18 @@ def restore_latest(events: Sequence[Event]) -> list[str] | str:
     if not applied:
         return "no attempt started while a snapshot or checkpoint existed"
     return problems
+
+
+def _older_checkpoint(
+    restore: Event, key: tuple[int, int], newest_saved: dict[str, int]
+) -> list[str]:
+    """A checkpoint manager's restore of an older step than the newest it had written."""
+    manager, step = restore.get("manager"), restore.get("step")
+    newest = newest_saved.get(manager) if isinstance(manager, str) else None
+    if step is None or newest is None or step >= newest:
+        return []
+    return [
+        f"run {key[0]} attempt {key[1]} restored the checkpoint of step {step} although its "
+        f"checkpoint manager ({manager}) had written step {newest}, the newest: it trains "
+        f"{_plural(newest - step, 'finished step')} again (restore latest_step())"
+    ]

@@ -39,6 +39,13 @@ def faults_fired(events: Sequence[Event]) -> list[str] | str:
     """Every scheduled fault happened; one that did not leaves the episode unjudged for it
     (the loop survived nothing), said with what the loop can do about it."""
     unfired = [e["text"] for e in events if e["kind"] == "fault_unfired"]
+    # A fault the loop gave no way in (a preemption notice to a loop with no SIGTERM handler,
+    # whose default action would end the process at once) happened to nothing.
+    unfired += [
+        f"{e['text']} ({e['raised']})"
+        for e in events
+        if e["kind"] == "fault" and str(e.get("raised", "")).startswith("not injected")
+    ]
     if unfired:
         return (
             f"{_plural(len(unfired), 'scheduled fault')} never fired, so surviving "

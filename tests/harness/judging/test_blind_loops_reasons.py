@@ -39,3 +39,81 @@ def test_saves_with_no_step_number_say_so_and_the_loop_survives(tmp_path: Path) 
     assert {"exactly-once", "final-state", "faults-fired"} <= set(out.verdict.judged)
     why = out.verdict.not_judged["resume-step"]
     assert "carry no step number" in why and "StandardCheckpointer.save(path)" in why, why
+
+
+# -- a second blind tester's loops (2026-12-06, third session) -------------------------------
+GEN = f"{LOOPS / 'real_jobs' / 'blind_ckptmgr_gen.py'}"
+MANUAL = f"{LOOPS / 'real_jobs' / 'blind_manual_try.py'}"
+PAIRS = f"{LOOPS / 'real_jobs' / 'blind_pause_pairs.py'}"
+
+
+def test_a_checkpoint_manager_restore_of_an_older_step_fails_restore_latest(tmp_path: Path) -> None:
+    """It survived, with restore-latest listed as judged: the judge only knew snapshots. And
+    the saves CheckpointManager skipped (save_interval_steps) were logged as saves."""
+    out = play_loop(
+        f"{GEN}:broken_older",
+        "data_loss@batch=10:slice=1:repair_after_polls=2",
+        checkpoint_dir=tmp_path,
+    )
+    assert not out.verdict.ok
+    first = out.verdict.violations[0]
+    assert first.startswith("run 1 attempt 2 restored the checkpoint of step 4 although"), first
+    assert "had written step 8, the newest" in first, first
+    assert [e["step"] for e in out.of_kind("checkpoint_save") if e["attempt"] == 1] == [0, 4, 8]
+    assert {e["step"] for e in out.of_kind("save_skipped")} >= {1, 2, 3, 5, 6, 7}
+
+
+def test_after_a_preemption_an_older_checkpoint_than_the_one_written_fails(tmp_path: Path) -> None:
+    out = play_loop(f"{GEN}:broken_older", "preemption@batch=6", checkpoint_dir=tmp_path)
+    assert not out.verdict.ok
+    assert "run 2 attempt 1 restored the checkpoint of step 4" in out.verdict.violations[0]
+    assert "had written step 5" in out.verdict.violations[0]
+
+
+def test_the_same_loop_restoring_the_latest_survives_with_restore_latest_judged(
+    tmp_path: Path,
+) -> None:
+    out = play_loop(
+        f"{GEN}:main", "data_loss@batch=10:slice=1:repair_after_polls=2", checkpoint_dir=tmp_path
+    )
+    assert out.verdict.ok, out.verdict.summary()
+    assert "restore-latest" in out.verdict.judged
+
+
+def test_a_hand_written_retry_that_restores_is_a_recovery_not_an_ignored_error(
+    tmp_path: Path,
+) -> None:
+    """The guide's own pattern (catch, wait_for_slices, rebuild the mesh, restore) FAILED as
+    'caught and ignored'; one that carries on with the failed arrays still fails so."""
+    good = play_loop(f"{MANUAL}:main", "data_loss@batch=5:slice=1", checkpoint_dir=tmp_path / "a")
+    assert good.verdict.ok, good.verdict.summary()
+    assert {"errors-handled", "restore-latest", "exactly-once"} <= set(good.verdict.judged)
+
+    bad = play_loop(
+        f"{MANUAL}:broken_swallow",
+        "data_loss@batch=5:slice=1:repair_after_polls=2",
+        checkpoint_dir=tmp_path / "b",
+    )
+    assert not bad.verdict.ok
+    assert (
+        "caught at" in bad.verdict.violations[0]
+        and "no restore in between" in (bad.verdict.violations[0])
+    )
+
+
+def test_resume_step_is_not_judged_when_no_batch_of_the_attempt_was_seen(tmp_path: Path) -> None:
+    """Batches the observer cannot see were counted as none trained: 'it resumed at step 7,
+    not step 5 (the step counter was not restored)' for a loop that resumed at step 5."""
+    out = play_loop(
+        f"{PAIRS}:main", "data_loss@save=3:slice=2:repair_after_polls=2", checkpoint_dir=tmp_path
+    )
+    assert not out.verdict.violations, out.verdict.summary()
+    assert "drew no batch the observer can see" in out.verdict.not_judged["resume-step"]
+
+
+def test_a_preemption_a_loop_has_no_handler_for_is_not_judged_never_survived(
+    tmp_path: Path,
+) -> None:
+    out = play_loop(f"{MANUAL}:main", "preemption@batch=6", checkpoint_dir=tmp_path)
+    assert out.verdict.word == "NOT JUDGED", out.verdict.summary()
+    assert "installs no SIGTERM handler" in out.verdict.not_judged["faults-fired"]

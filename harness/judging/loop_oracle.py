@@ -428,7 +428,8 @@ def _meshes(events: Sequence[Event]) -> list[str] | str:
                     f"run {key[0]} attempt {key[1]} put data on a mesh holding slice "
                     f"{', '.join(map(str, dead))} (devices {devices}), lost by "
                     f"{down[dead[0]]} and not back: build each attempt's mesh from the "
-                    "manager's active slices, not jax.devices()"
+                    "manager's active slices, not jax.devices() or a mesh (or sharding) made "
+                    "before the loss"
                 )
         elif kind == "attempt_ready":
             gone = [s for s in down if active is None or s not in active]

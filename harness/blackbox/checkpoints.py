@@ -202,6 +202,20 @@ def _step_in(tree: Any) -> int | None:
     return _as_step(tree.get("step")) if isinstance(tree, Mapping) else None
 
 
+def _chosen_step(owner: Any, named: Any) -> int | None:
+    """The step a checkpoint manager's restore loads when the loop names it by its metadata
+    (v1's ``CheckpointMetadata``) or not at all (``None``: the latest, ``latest_step()`` or
+    ``latest``, as orbax documents)."""
+    if named is not None:
+        return _as_step(getattr(named, "step", None))
+    with contextlib.suppress(Exception):  # the loop's manager, read: never our failure
+        latest_step = getattr(owner, "latest_step", None)
+        if callable(latest_step):
+            return _as_step(latest_step())
+        return _as_step(getattr(getattr(owner, "latest", None), "step", None))
+    return None
+
+
 def _manager_of(owner: Any, answer: str, out: Any = None) -> dict[str, Any]:
     """A checkpoint manager's call (``CheckpointManager``, v1's training ``Checkpointer``): its
     directory (``manager``: which checkpoints a restore chose among), and ``skipped`` when its
@@ -356,6 +370,8 @@ class CheckpointWatch:
                     return out
                 if self._holder is not None:
                     self._holder.release_due()
+                if step_first and step is None:
+                    step = _chosen_step(owner, first)  # before the load: what it will load
                 self._restoring()
                 restored = original(owner, *args, **kwargs)
                 tree = plain_tree(restored)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 from collections.abc import Sequence
+from fractions import Fraction
 
 from pathways_chaos.harness.engine.recorder import Event
 from pathways_chaos.harness.judging import lineage as chain_checks
@@ -116,13 +117,14 @@ def restored_unseen(events: Sequence[Event]) -> str:
     return ""
 
 
-def batches_per_step(events: Sequence[Event], baseline: Sequence[Event] | None = None) -> int:
+def batches_per_step(events: Sequence[Event], baseline: Sequence[Event] | None = None) -> Fraction:
     """How many batches make one step of the loop's counter (2 for a loop that accumulates
-    two micro-batches per optimizer step), learned from attempts that restored nothing (the
-    fault-free run's, the episode's own): each pair of saves there advances the step by their
-    batches over the ratio. 1 when no such pair, or the pairs disagree (then steps are counted
-    as batches, as most loops do)."""
-    ratios: set[int] = set()
+    two micro-batches per optimizer step; 1/24 for one whose step labels count its 24 samples
+    a batch), learned from attempts that restored nothing (the fault-free run's, the
+    episode's own): each pair of saves there advances the step by their batches over the
+    ratio. 1 when no such pair, or the pairs disagree (then steps are counted as batches, as
+    most loops do)."""
+    ratios: set[Fraction] = set()
     restored: set[tuple[int, int, int]] = set()
     last: dict[tuple[int, int, int], tuple[int, int]] = {}
     for source, e in [*((0, b) for b in baseline or ()), *((1, x) for x in events)]:
@@ -133,8 +135,7 @@ def batches_per_step(events: Sequence[Event], baseline: Sequence[Event] | None =
             step, drawn = e.get("step"), e.get("batches_in_attempt")
             if not isinstance(step, int) or not isinstance(drawn, int):
                 continue
-            if key in last and step > last[key][0]:
-                batches, steps = drawn - last[key][1], step - last[key][0]
-                ratios.add(batches // steps if batches % steps == 0 else -1)
+            if key in last and step > last[key][0] and drawn > last[key][1]:
+                ratios.add(Fraction(drawn - last[key][1], step - last[key][0]))
             last[key] = (step, drawn)
-    return ratios.pop() if len(ratios) == 1 and min(ratios) >= 1 else 1
+    return ratios.pop() if len(ratios) == 1 else Fraction(1)

@@ -33,6 +33,7 @@ from pathways_chaos.harness.judging.oracle import JUDGE_FAILED, Verdict, recover
 from pathways_chaos.harness.judging.process_exit import process_exit as _process_exit
 from pathways_chaos.harness.judging.replay import REPLAY_ATOL, REPLAY_RTOL
 from pathways_chaos.harness.judging.restore_latest import restore_latest
+from pathways_chaos.harness.judging.resume_step import resume_step
 from pathways_chaos.harness.judging.run_outcome import completed as run_completed
 from pathways_chaos.harness.judging.run_outcome import did_something, faults_fired
 from pathways_chaos.harness.judging.wording import plural as _plural
@@ -154,7 +155,7 @@ def judge_loop(
         once = _exactly_once(lineage, base_lineage, completed)
         results["exactly-once"] = (problems or once) if isinstance(once, str) else problems + once
     results["restore-latest"] = restore_latest(events)
-    results["resume-step"] = _resume_step(events, chain, batches_per_step(events, baseline))
+    results["resume-step"] = resume_step(events, chain, batches_per_step(events, baseline))
     broken = (
         "the run did not complete"
         if chain is None
@@ -282,112 +283,6 @@ def _exactly_once(
 
 def _other_findings(results: dict[str, list[str] | str]) -> bool:
     return any(isinstance(v, list) and v for k, v in results.items() if k != "completed")
-
-
-def _resume_step(
-    events: Sequence[Event], chain: chain_checks.Chain | None = None, per_step: int = 1
-) -> list[str] | str:
-    """After restoring step S, the first batch is the one saved with S, and the first save
-    after k more trained batches carries step S + k (the loop resumed at S + 1). With the
-    chain, k counts the batches the saved model was trained on, not those merely drawn."""
-    problems: list[str] = []
-    applied, unnumbered, uncounted = False, 0, 0
-    pending: dict[tuple[int, int], Event] = {}
-    first_batch_checked: set[tuple[int, int]] = set()
-    drew: set[tuple[int, int]] = set()  # attempts with a batch the observer saw
-    for e in events:
-        key = (e.get("run", 0), e.get("attempt", 0))
-        unnumbered += e["kind"] == "restore_end" and e.get("step") is None
-        if e["kind"] == "batch":
-            drew.add(key)
-        if e["kind"] == "restore_end" and e.get("step") is not None:
-            pending[key] = e
-        elif e["kind"] == "batch" and key in pending and key not in first_batch_checked:
-            first_batch_checked.add(key)
-            restore = pending[key]
-            saved = restore.get("position")
-            if saved is not None and e["position"] is not None:
-                applied = True
-                if e["position"] != saved:
-                    how = "ahead of" if e["position"] > saved else "behind"
-                    problems.append(
-                        f"run {key[0]} attempt {key[1]} restored step {restore['step']} (data "
-                        f"position {saved}) but drew its first batch at data position "
-                        f"{e['position']}, {how} it: the data iterator was not restored from "
-                        "the snapshot, or was moved after it"
-                    )
-        elif e["kind"] in ("snapshot_save", "checkpoint_save") and key in pending:
-            restore = pending.pop(key)
-            k = e["batches_in_attempt"] - restore["batches_in_attempt"]
-            if e.get("step") is None:
-                unnumbered += 1
-                continue
-            trained = _trained_between(chain, restore, e)
-            if trained is None and key not in drew:
-                uncounted += 1  # no batch of this attempt seen: its steps cannot be counted
-                continue
-            applied = True
-            if per_step > 1:  # k batches are k / per_step steps (accumulated micro-batches)
-                if k % per_step or (trained is not None and trained % per_step):
-                    continue  # a save between a step's micro-batches: no whole step to count
-                k //= per_step
-                trained = None if trained is None else trained // per_step
-            if (
-                trained is not None
-                and trained != k
-                and e["step"]
-                in (
-                    restore["step"] + trained,
-                    restore["step"] + k,
-                )
-            ):
-                # Batches drawn and not trained (the counter followed the draws or the
-                # training): the counter was restored; exactly-once names the batches.
-                continue
-            k = k if trained is None else trained
-            if trained == 0 and e["step"] != restore["step"]:
-                problems.append(
-                    f"run {key[0]} attempt {key[1]} saved step {e['step']} with the model it "
-                    f"restored from step {restore['step']}, untrained: the save pairs an older "
-                    "model with a newer step and data position, so the batches between them "
-                    "are never trained"
-                )
-                continue
-            want = restore["step"] + k
-            if e["step"] != want:
-                trained_text = (
-                    _plural(k, "batch", "batches")
-                    if per_step == 1
-                    else f"{k} steps of {per_step} batches"
-                )
-                problems.append(
-                    f"run {key[0]} attempt {key[1]} restored step {restore['step']}, trained "
-                    f"{trained_text} and saved step {e['step']}: it resumed "
-                    "at step "
-                    f"{e['step'] - k + 1}, not step {restore['step'] + 1} (the step counter was "
-                    "not restored from the snapshot)"
-                )
-    if not applied:
-        return _why_no_resume_step(unnumbered, uncounted)
-    return problems
-
-
-def _why_no_resume_step(unnumbered: int, uncounted: int = 0) -> str:
-    if uncounted:
-        return (
-            "the attempts that restored drew no batch the observer can see (from a grain "
-            "iterator or DataLoader, or a generator of the loop's own whose batches carry "
-            "sample ids), so the steps trained between a restore and the next save could not "
-            "be counted"
-        )
-    if unnumbered:  # restores and saves of a save that named no step
-        return (
-            "the loop's restores and saves carry no step number the observer can read (a "
-            "path-only save such as StandardCheckpointer.save(path) names none; "
-            "CheckpointManager.save(step, ...) and a Snapshotter do), so the step a "
-            "resume continues from could not be compared"
-        )
-    return "no restore was followed by a batch and a save"
 
 
 def _meshes(events: Sequence[Event]) -> list[str] | str:
@@ -563,20 +458,6 @@ def _final_state(
 # -- helpers ---------------------------------------------------------------------------------
 def _record(d: chain_checks.Draw) -> BatchRecord:
     return BatchRecord(d.run, d.attempt, d.number, d.position, d.size, d.ids, d.seq)
-
-
-def _trained_between(chain: chain_checks.Chain | None, restore: Event, save: Event) -> int | None:
-    """Batches of the attempt drawn between a restore and a save that the saved model was
-    trained on (``None`` when the chain cannot say)."""
-    if chain is None or not chain.followed or not save.get("nodes"):
-        return None
-    walk = chain_checks.walk_back(chain.graph, [n for n in save["nodes"].values() if n is not None])
-    key = (save["run"], save["attempt"])
-    return sum(
-        1
-        for d in walk.trained(chain.graph)
-        if (d.run, d.attempt) == key and restore["seq"] < d.seq < save["seq"]
-    )
 
 
 def _last_end(events: Sequence[Event]) -> Event | None:

@@ -60,47 +60,13 @@ def restore_latest(events: Sequence[Event]) -> list[str] | str:
                 newest_saved[manager] = max(step, newest_saved.get(manager, step))
         elif e["kind"] == "batch" and key not in trained:
             trained.add(key)
-            if key in restored:
-                continue
-            if key[1] <= 1 and key[0] - 1 in suspended and key[0] - 1 not in checkpoint_runs:
-                applied = True
-                problems.append(
-                    f"run {key[0]} started over after the preemption notice: run {key[0] - 1} "
-                    "was suspended without writing a checkpoint (on SIGTERM, save one to "
-                    "checkpoint_dir and restore it when the next run starts)"
+            if key not in restored:
+                said = _unrestored_start(
+                    e, key, latest.get(key), suspended, checkpoint_runs, left_at
                 )
-            elif (newest := latest.get(key)) is not None and e.get("position"):
-                # No restore the observer saw, yet the data went on past its start: the loop
-                # put its state back another way (a host copy); the data position says which.
-                went_to = [
-                    step
-                    for (run, step), at in left_at.items()
-                    if run == key[0] and at == e["position"]
-                ]
-                if went_to and newest not in went_to and max(went_to) < newest:
+                if said is not None:
                     applied = True
-                    problems.append(
-                        f"run {key[0]} attempt {key[1]} drew its first batch at data position "
-                        f"{e['position']}, where the snapshot of step {max(went_to)} left the "
-                        f"data, although the snapshot of step {newest} was the latest completed: "
-                        "it went back to an older snapshot (put back without a Snapshotter "
-                        "load the observer sees), and trains "
-                        f"{_plural(newest - max(went_to), 'finished step')} again"
-                    )
-                elif went_to:
-                    applied = True
-            elif latest.get(key) is not None:
-                applied = True
-                problems.append(
-                    f"run {key[0]} attempt {key[1]} trained without restoring, though the "
-                    f"snapshot of step {latest[key]} was the latest completed: it started over"
-                )
-            elif key[1] <= 1 and key[0] - 1 in checkpoint_runs:
-                applied = True
-                problems.append(
-                    f"run {key[0]} trained without restoring the checkpoint run {key[0] - 1} "
-                    "wrote on its preemption notice: it started over"
-                )
+                    problems += said
     if not applied:
         return "no attempt started while a snapshot or checkpoint existed"
     return problems
@@ -114,8 +80,57 @@ def _older_checkpoint(
     newest = newest_saved.get(manager) if isinstance(manager, str) else None
     if step is None or newest is None or step >= newest:
         return []
+    top = max(newest_saved.items(), key=lambda item: item[1])
+    elsewhere = f"; step {top[1]} was written by {top[0]}" if top[1] > newest else ""
     return [
         f"run {key[0]} attempt {key[1]} restored the checkpoint of step {step} although its "
-        f"checkpoint manager ({manager}) had written step {newest}, the newest: it trains "
-        f"{_plural(newest - step, 'finished step')} again (restore latest_step())"
+        f"checkpoint manager ({manager}) had written step {newest}{elsewhere}: it trains "
+        f"{_plural(newest - step, 'finished step')} again (restore the newest checkpoint "
+        "written, not an older one)"
     ]
+
+
+def _unrestored_start(
+    batch: Event,
+    key: tuple[int, int],
+    newest: int | None,
+    suspended: set[int],
+    checkpoint_runs: set[int],
+    left_at: dict[tuple[int, int], int],
+) -> list[str] | None:
+    """An attempt's first batch with no restore the observer saw before it: what that says
+    (``None``: nothing, the judge does not apply to it)."""
+    run, attempt = key
+    if attempt <= 1 and run - 1 in suspended and run - 1 not in checkpoint_runs:
+        return [
+            f"run {run} started over after the preemption notice: run {run - 1} "
+            "was suspended without writing a checkpoint (on SIGTERM, save one to "
+            "checkpoint_dir and restore it when the next run starts)"
+        ]
+    if newest is not None and batch.get("position"):
+        # No restore the observer saw, yet the data went on past its start: the loop put its
+        # state back another way (a host copy); the data position says which.
+        went_to = [s for (r, s), at in left_at.items() if r == run and at == batch["position"]]
+        if not went_to:
+            return None
+        if newest not in went_to and max(went_to) < newest:
+            return [
+                f"run {run} attempt {attempt} drew its first batch at data position "
+                f"{batch['position']}, where the snapshot of step {max(went_to)} left the "
+                f"data, although the snapshot of step {newest} was the latest completed: "
+                "it went back to an older snapshot (put back without a Snapshotter "
+                "load the observer sees), and trains "
+                f"{_plural(newest - max(went_to), 'finished step')} again"
+            ]
+        return []
+    if newest is not None:
+        return [
+            f"run {run} attempt {attempt} trained without restoring, though the "
+            f"snapshot of step {newest} was the latest completed: it started over"
+        ]
+    if attempt <= 1 and run - 1 in checkpoint_runs:
+        return [
+            f"run {run} trained without restoring the checkpoint run {run - 1} "
+            "wrote on its preemption notice: it started over"
+        ]
+    return None

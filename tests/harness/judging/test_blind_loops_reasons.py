@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from pathways_chaos.harness.play import play_loop
 
 LOOPS = Path(__file__).parents[2] / "loops"
@@ -58,7 +60,7 @@ def test_a_checkpoint_manager_restore_of_an_older_step_fails_restore_latest(tmp_
     assert not out.verdict.ok
     first = out.verdict.violations[0]
     assert first.startswith("run 1 attempt 2 restored the checkpoint of step 4 although"), first
-    assert "had written step 8, the newest" in first, first
+    assert "had written step 8: it trains 4 finished steps again" in first, first
     assert [e["step"] for e in out.of_kind("checkpoint_save") if e["attempt"] == 1] == [0, 4, 8]
     assert {e["step"] for e in out.of_kind("save_skipped")} >= {1, 2, 3, 5, 6, 7}
 
@@ -117,3 +119,36 @@ def test_a_preemption_a_loop_has_no_handler_for_is_not_judged_never_survived(
     out = play_loop(f"{MANUAL}:main", "preemption@batch=6", checkpoint_dir=tmp_path)
     assert out.verdict.word == "NOT JUDGED", out.verdict.summary()
     assert "installs no SIGTERM handler" in out.verdict.not_judged["faults-fired"]
+
+
+# -- a third blind tester's loops: orbax's own ways to say "the latest" --------------------------
+MGRS = f"{LOOPS / 'real_jobs' / 'blind_mgrs.py'}"
+V1 = f"{LOOPS / 'real_jobs' / 'blind_v1.py'}"
+DL = "data_loss@batch=10:slice=1:repair_after_polls=2"
+
+
+@pytest.mark.parametrize(
+    "loop",
+    [
+        f"{MGRS}:none_restore",  # CheckpointManager.restore(None, ...): the latest step
+        f"{V1}:omitted",  # v1 Checkpointer.load(abstract_state=...): the latest
+        f"{V1}:by_meta",  # v1 Checkpointer.load(ck.latest, ...): a CheckpointMetadata
+        f"{MGRS}:samples_explicit",  # step labels that count samples: save(step * 24)
+    ],
+)
+def test_orbax_spellings_of_the_latest_and_sample_labels_survive(loop: str, tmp_path: Path) -> None:
+    """Each FAILED before: 'restored step None that no attempt saved', samples 'skipped', too
+    few steps; or 'the step counter was not restored' for labels 24 apart."""
+    out = play_loop(loop, DL, checkpoint_dir=tmp_path)
+    assert out.verdict.ok, out.verdict.summary()
+    assert {"restore-latest", "resume-step", "exactly-once"} <= set(out.verdict.judged)
+
+
+def test_restoring_from_the_best_manager_not_the_latest_names_the_newer_one(
+    tmp_path: Path,
+) -> None:
+    out = play_loop(f"{MGRS}:bug_best", DL, checkpoint_dir=tmp_path)
+    assert not out.verdict.ok
+    first = out.verdict.violations[0]
+    assert "restored the checkpoint of step 1" in first, first
+    assert "step 8 was written by" in first and first.count("/latest") == 1, first

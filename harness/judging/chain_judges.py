@@ -288,7 +288,9 @@ def restored_shapes(events: Sequence[Event]) -> list[str] | str:
     return problems
 
 
-def errors_handled(events: Sequence[Event]) -> list[str] | str:
+def errors_handled(
+    events: Sequence[Event], put_back: frozenset[tuple[int, int]] = frozenset()
+) -> list[str] | str:
     """A slice-down error raised to the loop ends its attempt; a loop whose own ``except``
     catches it and goes on trains on a state that lost a step (or on a dead slice). Errors a
     library handles itself (Orbax skipping a lost replica) are not the loop's."""
@@ -303,6 +305,8 @@ def errors_handled(events: Sequence[Event]) -> list[str] | str:
         key = (err["run"], err["attempt"])
         if key in failed:
             continue  # caught, but the attempt still ended in an error: elastic_retry saw one
+        if key in put_back:
+            continue  # the final state's chain was put back from host values after it
         later = [
             e
             for e in events

@@ -63,6 +63,8 @@ class Graph:
     final: dict[str, int | None] | None = None
     #: Nodes placed from host values, by the (run, attempt) that placed them.
     from_host: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    #: ... and the seq of the event that placed them.
+    from_host_seq: dict[int, int] = dataclasses.field(default_factory=dict)
     recorded: bool = False  # the episode ran with the lineage seam
     events: Sequence[Event] = ()
 
@@ -87,6 +89,7 @@ class Graph:
                     g.origin[e["node"]] = (source,)
                     if source == "host":
                         g.from_host[e["node"]] = (e.get("run", 0), e.get("attempt", 0))
+                        g.from_host_seq[e["node"]] = e["seq"]
             elif kind == "batch":
                 ids = tuple(e["ids"]) if e.get("ids") is not None else None
                 g.draws[e["batch"]] = Draw(
@@ -181,8 +184,13 @@ def put_back_from_host(graph: Graph, walk: Walk) -> str:
     first: dict[tuple[int, int], Draw] = {}
     for draw in sorted(graph.draws.values(), key=lambda d: d.seq):
         first.setdefault((draw.run, draw.attempt), draw)
-    for node in sorted(walk.nodes):
-        where = graph.from_host.get(node)
+    for where in sorted(recovered_from_host(graph, walk)):
+        # A hand-written retry (no new attempt) that put its state back from host values.
+        return (
+            f"run {where[0]} attempt {where[1]} caught a slice-down error and put its "
+            "state back from host values (not a Snapshotter or checkpoint load the "
+            "observer sees), so the chain of trained steps breaks there"
+        )
         if where is None or where in restored or (where[1] <= 1 and where[0] <= 1):
             continue
         drawn = first.get(where)
@@ -193,6 +201,33 @@ def put_back_from_host(graph: Graph, walk: Walk) -> str:
                 f"at data position {drawn.position}, so the chain of trained steps breaks there"
             )
     return ""
+
+
+def recovered_from_host(graph: Graph, walk: Walk) -> frozenset[tuple[int, int]]:
+    """Attempts whose loop caught a slice-down error and then put the state the final one
+    comes from back from host values: a recovery of its own the seam cannot follow."""
+    caught = caught_slice_errors(graph.events)
+    return frozenset(
+        where
+        for node in walk.nodes
+        if (where := graph.from_host.get(node)) is not None
+        and any(key == where and seq < graph.from_host_seq.get(node, -1) for key, seq in caught)
+    )
+
+
+def caught_slice_errors(events: Sequence[Event]) -> list[tuple[tuple[int, int], int]]:
+    """Each slice-down error the loop's own ``except`` caught: the (run, attempt) it was
+    raised in and the seq of its ``slice_error``."""
+    raised = {
+        e["number"]: ((e.get("run", 0), e.get("attempt", 0)), e["seq"])
+        for e in events
+        if e["kind"] == "slice_error" and "number" in e
+    }
+    return [
+        raised[e["number"]]
+        for e in events
+        if e["kind"] == "slice_error_caught" and e.get("number") in raised
+    ]
 
 
 def batch_root(graph: Graph, node: int) -> int | None:
@@ -213,6 +248,8 @@ class Chain:
     graph: Graph
     walk: Walk | None
     why_not: str = ""
+    #: Attempts that caught a slice-down error and put their state back from host values.
+    put_back: frozenset[tuple[int, int]] = frozenset()
 
     @property
     def followed(self) -> bool:
@@ -247,7 +284,7 @@ def follow(events: Sequence[Event] | None) -> Chain:
         return Chain(graph, None, walk.breaks[0])
     from_host = put_back_from_host(graph, walk)
     if from_host:
-        return Chain(graph, None, from_host)
+        return Chain(graph, None, from_host, recovered_from_host(graph, walk))
     if not walk.consumed:
         if graph.draws:
             return Chain(

@@ -168,7 +168,9 @@ def judge_loop(
     else:
         results["snapshot-pairs"] = results["restore-used"] = results["scale-up"] = broken
     results["restore-shapes"] = chain_judges.restored_shapes(events)
-    results["errors-handled"] = chain_judges.errors_handled(events)
+    results["errors-handled"] = chain_judges.errors_handled(
+        events, chain.put_back if chain is not None else frozenset()
+    )
     results["meshes"] = _meshes(events)
     results["no-leaks"] = _no_leaks(events)
     schedule_kept, why_not = _schedule_kept(lineage, base_lineage)

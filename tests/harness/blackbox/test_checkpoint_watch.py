@@ -32,7 +32,9 @@ class Seen:
     def __enter__(self) -> Seen:
         CheckpointWatch(
             self.wrap,
-            lambda step, path, tree, held, **_: self.events.append(("save", step, find_position(tree))),
+            lambda step, path, tree, held, **_: self.events.append(
+                ("save", step, find_position(tree))
+            ),
             lambda: self.events.append(("restoring",)),
             lambda step, tree, **_: self.events.append(("restored", step, find_position(tree))),
         ).install()

@@ -152,3 +152,16 @@ def test_restoring_from_the_best_manager_not_the_latest_names_the_newer_one(
     first = out.verdict.violations[0]
     assert "restored the checkpoint of step 1" in first, first
     assert "step 8 was written by" in first and first.count("/latest") == 1, first
+
+
+def test_a_hand_written_retry_from_a_host_copy_is_a_recovery_the_chain_cannot_follow(
+    tmp_path: Path,
+) -> None:
+    """It FAILED 'caught and ignored', with 'never trained' and 'trained 9 steps too few' from a
+    chain that broke at the put-back; its final state equals the fault-free run's."""
+    loop = f"{LOOPS / 'real_jobs' / 'blind_manual.py'}:hostcopy"
+    baseline = play_loop(loop, checkpoint_dir=tmp_path / "c0")
+    out = play_loop(loop, DL, baseline=baseline.events, checkpoint_dir=tmp_path / "c1")
+    assert out.verdict.ok, out.verdict.summary()
+    assert {"errors-handled", "final-state"} <= set(out.verdict.judged)
+    assert "put its state back from host values" in out.verdict.not_judged["snapshot-pairs"]

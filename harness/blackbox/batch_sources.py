@@ -150,21 +150,20 @@ class BatchSources:
         monitoring = getattr(sys, "monitoring", None)
         if monitoring is None:
             return
-        for tool in TOOL_IDS:
-            try:
-                monitoring.use_tool_id(tool, "pathways-chaos-batches")
-            except ValueError:  # taken by another tool
-                continue
-            self._tool = tool
-            events = monitoring.events
-            monitoring.register_callback(tool, events.PY_YIELD, self._on_yield)
-            monitoring.register_callback(tool, events.PY_RETURN, self._on_return)
-            monitoring.register_callback(tool, events.PY_START, self._on_start)
-            monitoring.register_callback(tool, events.PY_RESUME, self._on_start)
-            # Locations an earlier episode in this process disabled must report again.
-            monitoring.restart_events()
-            monitoring.set_events(tool, events.PY_YIELD | events.PY_RETURN)
+        from pathways_chaos.harness.engine.monitoring_tools import claim_tool_id
+
+        tool = claim_tool_id(TOOL_IDS, "pathways-chaos-batches")
+        if tool is None:
             return
+        self._tool = tool
+        events = monitoring.events
+        monitoring.register_callback(tool, events.PY_YIELD, self._on_yield)
+        monitoring.register_callback(tool, events.PY_RETURN, self._on_return)
+        monitoring.register_callback(tool, events.PY_START, self._on_start)
+        monitoring.register_callback(tool, events.PY_RESUME, self._on_start)
+        # Locations an earlier episode in this process disabled must report again.
+        monitoring.restart_events()
+        monitoring.set_events(tool, events.PY_YIELD | events.PY_RETURN)
 
     # -- grain -----------------------------------------------------------------------------------
     def _outermost(self) -> bool:

@@ -34,15 +34,13 @@ class CatchWatch:
         monitoring = getattr(sys, "monitoring", None)
         if monitoring is None:
             return
-        for tool in self.TOOL_IDS:
-            try:
-                monitoring.use_tool_id(tool, "pathways-chaos")
-            except ValueError:  # taken by another tool
-                continue
+        from pathways_chaos.harness.engine.monitoring_tools import claim_tool_id
+
+        tool = claim_tool_id(self.TOOL_IDS, "pathways-chaos")
+        if tool is not None:
             self._tool = tool
             monitoring.register_callback(tool, monitoring.events.EXCEPTION_HANDLED, self._handled)
             monitoring.set_events(tool, monitoring.events.EXCEPTION_HANDLED)
-            return
 
     def stop(self) -> None:
         import sys

@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pathways_chaos.harness.engine.monitoring_tools import claim_tool_id
+
 #: Tool ids tried in turn (the optimizer's and the profiler's slots; the child is a fresh
 #: process with no other tool, the observer's catch watch uses 3 and 4).
 TOOL_IDS = (5, 2)
@@ -85,14 +87,10 @@ def install(path: str) -> None:
             os.write(fd, text.encode(errors="replace"))
         return None
 
-    for tool in TOOL_IDS:
-        try:
-            monitoring.use_tool_id(tool, "pathways-chaos-exit-witness")
-        except ValueError:
-            continue
+    tool = claim_tool_id(TOOL_IDS, "pathways-chaos-exit-witness")
+    if tool is not None:
         monitoring.register_callback(tool, monitoring.events.CALL, on_call)
         monitoring.set_events(tool, monitoring.events.CALL)
-        return
 
 
 def read(path: str) -> str | None:

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
+from pathways_chaos.harness.engine.monitoring_tools import claim_tool_id
+
 #: Tool ids tried in turn (the coverage tool's and the debugger's slots: the child is a fresh
 #: process; the exit witness uses 5 or 2, the observer's catch watch 3 and 4).
 TOOL_IDS = (1, 0)
@@ -84,11 +86,7 @@ def install() -> None:
                 _origins[thread] = origin
         return None
 
-    for tool in TOOL_IDS:
-        try:
-            monitoring.use_tool_id(tool, "pathways-chaos-thread-origins")
-        except ValueError:
-            continue
+    tool = claim_tool_id(TOOL_IDS, "pathways-chaos-thread-origins")
+    if tool is not None:
         monitoring.register_callback(tool, monitoring.events.PY_START, on_start)
         monitoring.set_local_events(tool, start, monitoring.events.PY_START)
-        return

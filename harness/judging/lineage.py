@@ -173,24 +173,30 @@ def walk_back(graph: Graph, start: Iterable[int]) -> Walk:
     return walk
 
 
-def put_back_from_host(graph: Graph, walk: Walk) -> str:
+def put_back_from_host(
+    graph: Graph, walk: Walk, recovered: frozenset[tuple[int, int]] = frozenset()
+) -> str:
     """Where the final state's chain starts again from host values in a later attempt that
     restored nothing the observer saw, yet drew its first batch past the data's start: the
     loop brought its state back by a path the seam cannot follow (a host copy put back with
     ``device_put``), so the chain breaks there; "" when it does not. An attempt that starts
     over from its initial values draws from the start and is followed as a start-over. (The
-    draws alone say less: ``loop_lineage.restored_unseen``, for when the chain is not followed.)"""
-    restored = {(r["run"], r["attempt"]) for r in graph.restores}
-    first: dict[tuple[int, int], Draw] = {}
-    for draw in sorted(graph.draws.values(), key=lambda d: d.seq):
-        first.setdefault((draw.run, draw.attempt), draw)
-    for where in sorted(recovered_from_host(graph, walk)):
-        # A hand-written retry (no new attempt) that put its state back from host values.
+    draws alone say less: ``loop_lineage.restored_unseen``, for when the chain is not followed.)
+    ``recovered``: attempts that put it back after catching a slice-down error themselves
+    (``recovered_from_host``), said first."""
+    if recovered:  # a hand-written retry (no new attempt) that put its state back from host
+        where = min(recovered)
         return (
             f"run {where[0]} attempt {where[1]} caught a slice-down error and put its "
             "state back from host values (not a Snapshotter or checkpoint load the "
             "observer sees), so the chain of trained steps breaks there"
         )
+    restored = {(r["run"], r["attempt"]) for r in graph.restores}
+    first: dict[tuple[int, int], Draw] = {}
+    for draw in sorted(graph.draws.values(), key=lambda d: d.seq):
+        first.setdefault((draw.run, draw.attempt), draw)
+    for node in sorted(walk.nodes):
+        where = graph.from_host.get(node)
         if where is None or where in restored or (where[1] <= 1 and where[0] <= 1):
             continue
         drawn = first.get(where)
@@ -282,9 +288,10 @@ def follow(events: Sequence[Event] | None) -> Chain:
     walk = walk_back(graph, start)
     if walk.breaks:
         return Chain(graph, None, walk.breaks[0])
-    from_host = put_back_from_host(graph, walk)
+    recovered = recovered_from_host(graph, walk)
+    from_host = put_back_from_host(graph, walk, recovered)
     if from_host:
-        return Chain(graph, None, from_host, recovered_from_host(graph, walk))
+        return Chain(graph, None, from_host, recovered)
     if not walk.consumed:
         if graph.draws:
             return Chain(

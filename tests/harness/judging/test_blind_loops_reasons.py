@@ -165,3 +165,15 @@ def test_a_hand_written_retry_from_a_host_copy_is_a_recovery_the_chain_cannot_fo
     assert out.verdict.ok, out.verdict.summary()
     assert {"errors-handled", "final-state"} <= set(out.verdict.judged)
     assert "put its state back from host values" in out.verdict.not_judged["snapshot-pairs"]
+
+
+def test_a_new_attempt_put_back_from_a_host_copy_still_breaks_the_chain(tmp_path: Path) -> None:
+    """The hand-written-retry case above was added beside this one and, for a while, in its
+    place: an attempt that put an older host copy back was followed as a chain again."""
+    loop = f"{Path(__file__).parent / 'loop_catalogue' / 'broken' / 'restores_older_host_copy.py'}"
+    out = play_loop(
+        f"{loop}:main", "data_loss@batch=10:slice=1:repair_after_polls=3", checkpoint_dir=tmp_path
+    )
+    assert not out.verdict.ok
+    why = out.verdict.not_judged["snapshot-pairs"]
+    assert "run 1 attempt 2 put its state back from host values" in why, why

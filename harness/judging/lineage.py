@@ -185,9 +185,9 @@ def put_back_from_host(
     ``recovered``: attempts that put it back after catching a slice-down error themselves
     (``recovered_from_host``), said first."""
     if recovered:  # a hand-written retry (no new attempt) that put its state back from host
-        where = min(recovered)
+        run, attempt = min(recovered)
         return (
-            f"run {where[0]} attempt {where[1]} caught a slice-down error and put its "
+            f"run {run} attempt {attempt} caught a slice-down error and put its "
             "state back from host values (not a Snapshotter or checkpoint load the "
             "observer sees), so the chain of trained steps breaks there"
         )

@@ -135,9 +135,17 @@ TOOLKIT_ROOMS = tuple(f"{_HARNESS / room}{os.sep}" for room in ("blackbox", "eng
 
 def is_plumbing(filename: str) -> bool:
     """A library's, the standard library's or this toolkit's frame: not the loop's line."""
+    if any(p in filename for p in PLUMBING) or filename.startswith(TOOLKIT_ROOMS):
+        return True
+    return is_standard_library(filename)
+
+
+def is_standard_library(filename: str) -> bool:
+    """A frame of Python's own library (frozen modules included), not of a package installed
+    beside it."""
     import sysconfig
 
-    if any(p in filename for p in PLUMBING) or filename.startswith(("<frozen", *TOOLKIT_ROOMS)):
+    if filename.startswith("<frozen"):
         return True
     stdlib = sysconfig.get_paths()["stdlib"]
     return filename.startswith(stdlib) and "site-packages" not in filename

@@ -41,7 +41,11 @@ _origins: weakref.WeakKeyDictionary[threading.Thread, Origin] = weakref.WeakKeyD
 
 def origin_of(frame: FrameType | None) -> Origin | None:
     """The starter of a thread, from the stack of the code that called ``Thread.start``."""
-    from pathways_chaos.harness.blackbox.values import TOOLKIT_ROOMS, installed_package
+    from pathways_chaos.harness.blackbox.values import (
+        TOOLKIT_ROOMS,
+        installed_package,
+        is_standard_library,
+    )
 
     while frame is not None:
         filename = frame.f_code.co_filename
@@ -51,18 +55,10 @@ def origin_of(frame: FrameType | None) -> Origin | None:
         library = installed_package(filename)
         if library is not None:
             return Origin(library, where)
-        if not _standard_library(filename):
+        if not is_standard_library(filename):
             return Origin(None, where)
         frame = frame.f_back
     return None
-
-
-def _standard_library(filename: str) -> bool:
-    import sysconfig
-
-    if filename.startswith("<frozen"):
-        return True
-    return filename.startswith(sysconfig.get_paths()["stdlib"])
 
 
 def of(thread: threading.Thread) -> Origin | None:

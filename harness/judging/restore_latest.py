@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pathways_chaos.harness.engine.recorder import Event
+from pathways_chaos.harness.judging.lineage import caught_slice_errors
 from pathways_chaos.harness.judging.wording import plural as _plural
 
 
@@ -26,25 +27,23 @@ def restore_latest(events: Sequence[Event]) -> list[str] | str:
     #: The newest step each checkpoint manager (by its directory) has written so far.
     newest_saved: dict[str, int] = {}
     #: Attempts whose loop caught a slice-down error itself (a hand-written retry restores
-    #: in the same attempt), by the error's number.
-    erred: dict[int, tuple[int, int]] = {}
-    caught: set[tuple[int, int]] = set()
+    #: in the same attempt), with the seq the first such error was raised at.
+    caught_at: dict[tuple[int, int], int] = {}
+    for where, seq in caught_slice_errors(events):
+        caught_at[where] = min(seq, caught_at.get(where, seq))
     for e in events:
         key = (e.get("run", 0), e.get("attempt", 0))
-        if e["kind"] == "slice_error" and "number" in e:
-            erred[e["number"]] = key
-        elif e["kind"] == "slice_error_caught" and e.get("number") in erred:
-            caught.add(erred[e["number"]])
+        caught = caught_at.get(key, e["seq"]) < e["seq"]
         if e["kind"] == "snapshot_save" and e.get("position") is not None:
             left_at[(key[0], e["step"])] = e["position"]
         if e["kind"] == "run_end" and e.get("status") == "suspended":
             suspended.add(e["run"])
         if e["kind"] == "attempt_start":
             latest[key] = e.get("snapshot_latest")
-        elif e["kind"] == "restore_begin" and (key not in trained or key in caught):
+        elif e["kind"] == "restore_begin" and (key not in trained or caught):
             restored.add(key)
             applied = True
-        elif e["kind"] == "restore_end" and (key not in trained or key in caught):
+        elif e["kind"] == "restore_end" and (key not in trained or caught):
             newest = latest.get(key) if key not in trained else None
             if e.get("step") is not None and newest is not None and e["step"] < newest:
                 problems.append(

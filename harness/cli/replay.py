@@ -9,6 +9,7 @@ schedule, judged by the loop judge against it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import sys
 import tempfile
@@ -181,8 +182,11 @@ def replay_loop_main(argv: list[str]) -> int:
 
         target = LoopTarget(args.loop, tuple(sorted(options.items())), str(args.topology))
         baseline, _ = play_target(target, "", None)
-        kept = tempfile.TemporaryDirectory(prefix="pathways-chaos-replay-")
-        log = args.log or Path(kept.name) / "episode.jsonl"
+        # Without --log the log lives only until the loop's output is shown.
+        scratch = None
+        if args.log is None:
+            scratch = tempfile.TemporaryDirectory(prefix="pathways-chaos-replay-")
+        log = args.log if scratch is None else Path(scratch.name) / "episode.jsonl"
         outcome, _ = play_target(target, schedule.to_text(), list(baseline.events), log)
     except ChaosError as error:
         print(f"pathways-chaos replay: error: {error}", file=sys.stderr)
@@ -201,8 +205,8 @@ def replay_loop_main(argv: list[str]) -> int:
     print(verdict.summary())
     if args.log is not None:
         print(f"event log: {args.log}")
-    with kept:  # the loop's output, read before a temporary folder goes
-        print_loop_output(log, verdict.word != "SURVIVED", temporary=args.log is None)
+    with scratch or contextlib.nullcontext():  # read before a temporary folder goes
+        print_loop_output(log, verdict.word != "SURVIVED", temporary=scratch is not None)
     print(f"verdict: {'survived' if verdict.word == 'SURVIVED' else verdict.word}")
     return verdict.exit_code
 

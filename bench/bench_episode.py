@@ -101,7 +101,7 @@ def _phase_targets() -> dict[str, list[tuple[Any, str]]]:
 
     from pathways_chaos.harness.engine import census, fake_cluster, recorder
     from pathways_chaos.harness.engine.clock import FakeClock
-    from pathways_chaos.harness.episodes import episode
+    from pathways_chaos.harness.episodes import fault_controller
     from pathways_chaos.harness.reference import trainer
 
     return {
@@ -115,8 +115,8 @@ def _phase_targets() -> dict[str, list[tuple[Any, str]]]:
         "input_next": [(elastic_iterator._ElasticMapDatasetIterator, "__next__")],
         "failed_attempt_teardown": [(traceback, "clear_frames")],
         "census": [(census.Census, "__call__"), (census.Census, "pinned_host")],
-        "fault_injection": [(episode.FaultController, "_fire")],
-        "fault_controller": [(episode.FaultController, "on_event")],
+        "fault_injection": [(fault_controller.FaultController, "_fire")],
+        "fault_controller": [(fault_controller.FaultController, "on_event")],
         "clock_advance": [(FakeClock, "advance")],
         "recorder": [(recorder.Recorder, "emit")],
         "snapshot_save": [(snapshotter.Snapshotter, "save")],

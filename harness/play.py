@@ -19,24 +19,20 @@ if TYPE_CHECKING:
     from pathways_chaos.faults.model import Schedule
     from pathways_chaos.harness.engine.deadline import Deadline
     from pathways_chaos.harness.engine.topology import SliceTopology
-    from pathways_chaos.harness.episodes.episode import EpisodeResult
-    from pathways_chaos.harness.episodes.loop_episode import LoopResult
-    from pathways_chaos.harness.judging.loop_oracle import LoopVerdict
-    from pathways_chaos.harness.judging.oracle import Verdict
+    from pathways_chaos.harness.episodes.result import EpisodeResult
+    from pathways_chaos.harness.judging.verdict import Verdict
     from pathways_chaos.harness.kube.child_bridge import BridgeBinding
     from pathways_chaos.harness.kube.kube_cluster import KubeBridgedCluster
     from pathways_chaos.harness.reference.trainer import TrainerConfig
 
 
 @dataclasses.dataclass
-class Outcome[R: (EpisodeResult | LoopResult), V: Verdict]:
-    """An episode and the oracle's verdict on it: ``Outcome[EpisodeResult, Verdict]`` from
-    ``play``, ``play_mtc`` and ``chaos.run``, ``Outcome[LoopResult, LoopVerdict]`` from
-    ``play_loop`` and ``chaos.run_loop``. Generic, so a caller reads ``verdict.summary()`` or
-    ``result.unfired`` of the kind it asked for, checked."""
+class Outcome:
+    """An episode and the judges' verdict on it, from every front door: ``play``,
+    ``play_loop``, ``play_mtc``, ``chaos.run`` and ``chaos.run_loop``."""
 
-    result: R
-    verdict: V
+    result: EpisodeResult
+    verdict: Verdict
     #: The Multi-Tier Checkpointing properties' violations (``play_mtc``); empty otherwise.
     problems: list[str] = dataclasses.field(default_factory=list)
 
@@ -82,7 +78,7 @@ def play(
     expect_completed: bool = True,
     replay: bool = True,
     isolate: bool | None = None,
-) -> Outcome[EpisodeResult, Verdict]:
+) -> Outcome:
     """Runs ``trainer`` (the reference trainer by default) under ``schedule`` and judges it.
 
     Without ``cluster``, a fake cluster of ``topology`` (default 4x2) is made for this episode
@@ -174,7 +170,7 @@ def _play_in_child(
     *,
     expect_completed: bool,
     replay: bool,
-) -> Outcome[EpisodeResult, Verdict]:
+) -> Outcome:
     """``play`` for a trainer the toolkit did not write: its episode and its replay each in a
     child process on a fake cluster of the same shape; judged here from the log."""
     from pathways_chaos.faults.model import check_schedule_fits
@@ -242,7 +238,7 @@ def play_loop(
     clean_rerun: bool = True,
     deadline: Deadline | None = None,
     isolate: bool = True,
-) -> Outcome[LoopResult, LoopVerdict]:
+) -> Outcome:
     """Runs a user's own loop, unchanged, under ``schedule`` and judges it from the libraries'
     calls the black-box observer saw.
 
@@ -261,28 +257,56 @@ def play_loop(
 
     plan = parse_schedule(schedule) if isinstance(schedule, str) else schedule
     refuse_loop_schedule(plan, cluster, topology)  # one line, before anything runs
-    common = (options, log_path, checkpoint_dir, listeners, lineage, show_library_logs, deadline)
+    how = _LoopRun(
+        options, log_path, checkpoint_dir, tuple(listeners), lineage, show_library_logs, deadline
+    )
     if (isinstance(cluster, KubeBacked) and _bridged(cluster) is None) or not isolate:
-        return _play_loop_in_process(loop, plan, baseline, clean_rerun, cluster, *common)
+        return _play_loop_in_process(loop, plan, baseline, clean_rerun, cluster, how)
     shape = _shape_of(cluster, topology)
     clock_kind = (
         clock if cluster is None else ("fake" if getattr(cluster.clock, "fake", False) else "real")
     )
-    result = _supervised(loop, plan, shape, clock_kind, *common, cluster=cluster)
-    log = (
-        None if log_path is None else Path(log_path).with_name(Path(log_path).stem + "-clean.jsonl")
-    )
+    result = _supervised(loop, plan, shape, clock_kind, how, cluster=cluster)
 
-    def rerun(clean: Schedule, where: Path | None) -> LoopResult:
-        return _supervised(
-            loop,
-            clean,
-            *(shape, clock_kind, options, log, where, (), lineage, False, deadline),
-            cluster=cluster,
-        )
+    def rerun(clean: Schedule, where: Path | None) -> EpisodeResult:
+        return _supervised(loop, clean, shape, clock_kind, how.rerun(where), cluster=cluster)
 
     verdict = _judged(result, baseline, clean_rerun, checkpoint_dir, rerun)
     return Outcome(result, verdict)
+
+
+@dataclasses.dataclass(frozen=True)
+class _LoopRun:
+    """How each run of a loop's episode is made and logged, in a child or in this process."""
+
+    options: dict[str, Any] | None
+    log_path: str | Path | None
+    checkpoint_dir: str | Path | None
+    listeners: tuple[Callable[[dict[str, Any]], None], ...]
+    lineage: bool
+    show_library_logs: bool
+    deadline: Deadline | None
+
+    def rerun(self, checkpoint_dir: Path | None) -> _LoopRun:
+        """The clean rerun's: its log beside the episode's (``-clean``), nobody listening."""
+        log = self.log_path
+        if log is not None:
+            log = Path(log).with_name(Path(log).stem + "-clean.jsonl")
+        return dataclasses.replace(
+            self, log_path=log, checkpoint_dir=checkpoint_dir, listeners=(), show_library_logs=False
+        )
+
+    def episode(self) -> dict[str, Any]:
+        """The keyword arguments both episode runners take."""
+        return {
+            "options": self.options,
+            "log_path": self.log_path,
+            "checkpoint_dir": self.checkpoint_dir,
+            "listeners": self.listeners,
+            "lineage": self.lineage,
+            "show_library_logs": self.show_library_logs,
+            "deadline": self.deadline,
+        }
 
 
 def refuse_loop_schedule(
@@ -314,16 +338,10 @@ def _supervised(
     plan: Schedule,
     shape: str,
     clock: str,
-    options: dict[str, Any] | None,
-    log_path: str | Path | None,
-    checkpoint_dir: str | Path | None,
-    listeners: Iterable[Callable[[dict[str, Any]], None]],
-    lineage: bool,
-    show_library_logs: bool,
-    deadline: Deadline | None,
+    how: _LoopRun,
     *,
     cluster: ClusterBackend | None = None,
-) -> LoopResult:
+) -> EpisodeResult:
     """The user's loop in child processes (one per run), starting from what ``cluster`` hands
     over (``_handed_over``); this process only reads its log."""
     from pathways_chaos.harness.episodes.child_watch import SetupFailed, ToolkitFailed
@@ -331,19 +349,7 @@ def _supervised(
 
     down, kube = _handed_over(cluster)
     result = run_supervised_loop_episode(
-        loop,
-        plan,
-        topology=shape,
-        clock=clock,
-        options=options,
-        log_path=log_path,
-        checkpoint_dir=checkpoint_dir,
-        listeners=listeners,
-        lineage=lineage,
-        show_library_logs=show_library_logs,
-        deadline=deadline,
-        kube=kube,
-        down=down,
+        loop, plan, topology=shape, clock=clock, kube=kube, down=down, **how.episode()
     )
     if isinstance(result.error, (ToolkitFailed, SetupFailed)):
         # Ours, or the setup's: raised, never judged as the loop's failure (the chaos fixture
@@ -379,47 +385,38 @@ def _play_loop_in_process(
     baseline: Sequence[dict[str, Any]] | None,
     clean_rerun: bool,
     cluster: ClusterBackend | None,
-    options: dict[str, Any] | None,
-    log_path: str | Path | None,
-    checkpoint_dir: str | Path | None,
-    listeners: Iterable[Callable[[dict[str, Any]], None]],
-    lineage: bool,
-    show_library_logs: bool,
-    deadline: Deadline | None,
-) -> Outcome[LoopResult, LoopVerdict]:
+    how: _LoopRun,
+) -> Outcome:
     """``--pathways-proxy`` (the real Pathways devices, reached from this process) and the
     toolkit's own tests of in-process behaviour (see docs/concepts/isolation.md)."""
     from pathways_chaos.harness.engine.backend import SliceStates
-    from pathways_chaos.harness.episodes.loop_episode import load_loop
+    from pathways_chaos.harness.episodes.loop_episode import load_loop, run_loop_episode
 
     fn = load_loop(loop) if isinstance(loop, str) else loop
-    common = (lineage, show_library_logs, deadline)
     with contextlib.ExitStack() as stack:
         if cluster is None:
             cluster = stack.enter_context(_fake_cluster(None, "fake"))
         on = cluster
-        result = _run_in_process(
-            on, fn, plan, options, log_path, checkpoint_dir, listeners, *common
-        )
+        result = run_loop_episode(on, fn, plan, **how.episode())
 
-        def rerun(clean: Schedule, where: Path | None) -> LoopResult:
+        def rerun(clean: Schedule, where: Path | None) -> EpisodeResult:
             for s in sorted(on.down_slices() if isinstance(on, SliceStates) else ()):
                 on.repair_slice(s)
-            return _run_in_process(
-                on, fn, clean, options, None, where, (), lineage, False, deadline
+            return run_loop_episode(
+                on, fn, clean, **dataclasses.replace(how.rerun(where), log_path=None).episode()
             )
 
-        verdict = _judged(result, baseline, clean_rerun, checkpoint_dir, rerun)
+        verdict = _judged(result, baseline, clean_rerun, how.checkpoint_dir, rerun)
     return Outcome(result, verdict)
 
 
 def _judged(
-    result: LoopResult,
+    result: EpisodeResult,
     baseline: Sequence[dict[str, Any]] | None,
     clean_rerun: bool,
     checkpoint_dir: str | Path | None,
-    rerun: Callable[[Schedule, Path | None], LoopResult],
-) -> LoopVerdict:
+    rerun: Callable[[Schedule, Path | None], EpisodeResult],
+) -> Verdict:
     """The loop judge's verdict; when the recovery changed the batch schedule, judged again
     against ``rerun`` of the same losses made right after the snapshot it resumed from."""
     from pathways_chaos.faults.model import parse_schedule
@@ -446,53 +443,21 @@ def _guarded_judge(
     baseline: Sequence[dict[str, Any]] | None,
     clean: Sequence[dict[str, Any]] | None = None,
     clean_why_not: str = "",
-) -> LoopVerdict:
+) -> Verdict:
     """The loop judge, whose own exception (a bug in pathways-chaos) comes back as the verdict's
     ``judge_errors`` with its traceback: never the loop's failure, never a pass."""
     from pathways_chaos.harness.judging import loop_oracle
-    from pathways_chaos.harness.judging.oracle import judge_error
+    from pathways_chaos.harness.judging.verdict import Verdict, judge_error
 
     try:
         return loop_oracle.judge_loop(events, baseline, clean, clean_why_not)
     except Exception as failure:
         ends = [e for e in events if e["kind"] == "run_end"]
-        return loop_oracle.LoopVerdict(
-            violations=[],
+        return Verdict(
             completed=bool(ends) and ends[-1]["status"] == "completed",
-            lineage=[],
-            wasted_steps=0,
-            recoveries=[],
-            error=None,
+            central=loop_oracle.CENTRAL_JUDGES,
             judge_errors={"loop-judge": judge_error(failure)},
         )
-
-
-def _run_in_process(
-    cluster: ClusterBackend,
-    fn: Callable[..., Any],
-    plan: Schedule,
-    options: dict[str, Any] | None,
-    log_path: str | Path | None,
-    checkpoint_dir: str | Path | None,
-    listeners: Iterable[Callable[[dict[str, Any]], None]],
-    lineage: bool,
-    show_library_logs: bool,
-    deadline: Deadline | None,
-) -> LoopResult:
-    from pathways_chaos.harness.episodes.loop_episode import run_loop_episode
-
-    return run_loop_episode(
-        cluster,
-        fn,
-        plan,
-        options=options,
-        log_path=log_path,
-        checkpoint_dir=checkpoint_dir,
-        listeners=listeners,
-        lineage=lineage,
-        show_library_logs=show_library_logs,
-        deadline=deadline,
-    )
 
 
 def play_mtc(
@@ -503,7 +468,7 @@ def play_mtc(
     trainer: Callable[..., Any] | None = None,
     final_step: int = 20,
     **options: Any,
-) -> Outcome[EpisodeResult, Verdict]:
+) -> Outcome:
     """Runs one Multi-Tier Checkpointing job under ``schedule`` on ``cluster``'s fake hosts (the
     real Orbax MTC client; fresh ramdisks, peers, backup and an emulated replication service,
     started and stopped around it) and judges it: the oracle, plus the MTC properties.

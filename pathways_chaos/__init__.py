@@ -68,6 +68,8 @@ if TYPE_CHECKING:
     from pathways_chaos.faults.slice import RaiseError as RaiseError
     from pathways_chaos.faults.slice import RepairSlice as RepairSlice
     from pathways_chaos.faults.slice import SlowHealth as SlowHealth
+    from pathways_chaos.fixtures.chaos import Chaos as Chaos
+    from pathways_chaos.fixtures.mtc import MtcRunner as MtcRunner
     from pathways_chaos.harness.acceptance.adapter import TrainingAdapter as TrainingAdapter
     from pathways_chaos.harness.engine.backend import ClusterBackend as ClusterBackend
     from pathways_chaos.harness.engine.clock import FakeClock as FakeClock
@@ -76,13 +78,13 @@ if TYPE_CHECKING:
     from pathways_chaos.harness.engine.recorder import Recorder as Recorder
     from pathways_chaos.harness.engine.recorder import read_log as read_log
     from pathways_chaos.harness.engine.topology import SliceTopology as SliceTopology
-    from pathways_chaos.harness.episodes.episode import EpisodeResult as EpisodeResult
     from pathways_chaos.harness.episodes.episode import run_episode as run_episode
+    from pathways_chaos.harness.episodes.result import EpisodeResult as EpisodeResult
     from pathways_chaos.harness.errors import ChaosConfigError as ChaosConfigError
     from pathways_chaos.harness.errors import ChaosError as ChaosError
-    from pathways_chaos.harness.judging.oracle import OracleViolation as OracleViolation
-    from pathways_chaos.harness.judging.oracle import Verdict as Verdict
     from pathways_chaos.harness.judging.oracle import check as check
+    from pathways_chaos.harness.judging.verdict import OracleViolation as OracleViolation
+    from pathways_chaos.harness.judging.verdict import Verdict as Verdict
     from pathways_chaos.harness.play import Outcome as Outcome
     from pathways_chaos.harness.play import play as play
     from pathways_chaos.harness.play import play_loop as play_loop

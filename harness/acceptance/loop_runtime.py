@@ -29,8 +29,10 @@ from pathways_chaos.harness.acceptance.recovery_time import (
 from pathways_chaos.harness.acceptance.runtime import ADAPTER_RUNTIME_CHECKS
 from pathways_chaos.harness.acceptance.table import CheckResult, Finding
 from pathways_chaos.harness.engine.topology import SliceTopology
-from pathways_chaos.harness.episodes.loop_episode import LoopResult, loop_name
+from pathways_chaos.harness.episodes.loop_episode import loop_name
+from pathways_chaos.harness.episodes.result import EpisodeResult
 from pathways_chaos.harness.judging import loop_oracle
+from pathways_chaos.harness.judging.verdict import Verdict
 
 
 class LoopRuns:
@@ -54,7 +56,7 @@ class LoopRuns:
         self.workdir = Path(workdir or self._tmp.name)  # type: ignore[union-attr]
 
     @functools.cached_property
-    def fault_free(self) -> LoopResult:
+    def fault_free(self) -> EpisodeResult:
         return self._episode("fault-free", "")
 
     @functools.cached_property
@@ -74,18 +76,18 @@ class LoopRuns:
         return f"data_loss@batch={self.fault_batch}:slice={LOST_SLICE}:repair_after_polls=2"
 
     @functools.cached_property
-    def interrupted(self) -> LoopResult:
+    def interrupted(self) -> EpisodeResult:
         return self._episode("interrupted", self.interruption)
 
     @functools.cached_property
-    def preempted(self) -> LoopResult:
+    def preempted(self) -> EpisodeResult:
         return self._episode("preempted", f"preemption@batch={self.fault_batch}")
 
     @functools.cached_property
-    def interrupted_verdict(self) -> loop_oracle.LoopVerdict:
+    def interrupted_verdict(self) -> Verdict:
         return loop_oracle.judge_loop(self.interrupted.events, self.fault_free.events)
 
-    def _episode(self, name: str, schedule: str) -> LoopResult:
+    def _episode(self, name: str, schedule: str) -> EpisodeResult:
         from pathways_chaos.harness.play import play_loop
 
         # Each run is a child process on a fake of this shape: the wall and fake-clock deadlines
@@ -97,7 +99,7 @@ class LoopRuns:
             log_path=self.workdir / f"loop-{name}.jsonl",
             checkpoint_dir=self.workdir / f"checkpoints-{name}",
         )
-        result: LoopResult = outcome.result
+        result: EpisodeResult = outcome.result
         return result
 
     def close(self) -> None:
@@ -390,7 +392,9 @@ LOOP_RUNTIME_CHECKS: dict[str, Callable[[LoopRuns], CheckResult]] = {
 
 
 # -- helpers -------------------------------------------------------------------------------
-def _restore_row(runs: LoopRuns, result: LoopResult, source: str, row: CheckResult) -> CheckResult:
+def _restore_row(
+    runs: LoopRuns, result: EpisodeResult, source: str, row: CheckResult
+) -> CheckResult:
     events = result.events
     restores = [e for e in events if e["kind"] == "restore_end" and e["source"] == source]
     if not restores:
@@ -470,7 +474,7 @@ def _last_position(lineage: list[loop_oracle.BatchRecord]) -> int | str:
     return positions[-1] if positions else "?"
 
 
-def failed_run(what: str, result: LoopResult) -> list[str]:
+def failed_run(what: str, result: EpisodeResult) -> list[str]:
     if result.completed:
         return []
     end: dict[str, Any] = next((e for e in reversed(result.events) if e["kind"] == "run_end"), {})

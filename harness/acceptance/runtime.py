@@ -36,7 +36,7 @@ from pathways_chaos.harness.acceptance.recovery_time import (
 from pathways_chaos.harness.acceptance.table import CheckResult, Finding
 from pathways_chaos.harness.engine.recorder import Event
 from pathways_chaos.harness.engine.topology import SliceTopology
-from pathways_chaos.harness.episodes.episode import EpisodeResult
+from pathways_chaos.harness.episodes.result import EpisodeResult
 from pathways_chaos.harness.judging import committed, oracle, replay
 
 

@@ -128,7 +128,7 @@ def judge_row(check: str, run: Callable[..., CheckResult], *args: Any) -> CheckR
     except Exception as error:
         found = user_frame(error)
         if found is None:
-            from pathways_chaos.harness.judging.oracle import judge_failed
+            from pathways_chaos.harness.judging.verdict import judge_failed
 
             return CheckResult(check, "", "", judge_error=judge_failed(error))
         where = found

@@ -12,7 +12,6 @@ Snapshotter save or restore, the Nth elastic attempt, or a time on the episode c
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import inspect
 import logging
 import signal
@@ -28,7 +27,8 @@ from pathways_chaos.harness.engine.backend import AccessCounting, ClusterBackend
 from pathways_chaos.harness.engine.deadline import Deadline, episode_deadline
 from pathways_chaos.harness.engine.recorder import Event, Recorder
 from pathways_chaos.harness.engine.user_modules import load_name
-from pathways_chaos.harness.episodes.episode import FaultController
+from pathways_chaos.harness.episodes.fault_controller import FaultController
+from pathways_chaos.harness.episodes.result import EpisodeResult
 from pathways_chaos.harness.episodes.runner import EpisodeRunner
 from pathways_chaos.harness.errors import ChaosConfigError
 
@@ -47,25 +47,6 @@ LOOP_TRIGGERS = {
 
 #: Keyword arguments the episode gives a loop that names them.
 PROVIDED = ("devices", "checkpoint_dir")
-
-
-@dataclasses.dataclass
-class LoopResult:
-    """Like ``EpisodeResult``: the log, what each run returned, the error that ended it."""
-
-    events: list[Event]
-    results: list[Any]
-    error: BaseException | None
-    log_path: Path | None
-    loop: str
-    #: "fault never fired: ..." for each scheduled fault whose trigger never came, saying
-    #: what the loop did instead and which trigger it can use.
-    unfired: list[str] = dataclasses.field(default_factory=list)
-
-    @property
-    def completed(self) -> bool:
-        ends = [e for e in self.events if e["kind"] == "run_end"]
-        return bool(ends) and ends[-1]["status"] == "completed"
 
 
 class LoopFaultController(FaultController):
@@ -376,8 +357,10 @@ class LoopWorkload:
         results: list[Any],
         error: BaseException | None,
         unfired: list[str],
-    ) -> LoopResult:
-        return LoopResult(recorder.events, results, error, recorder.path, self.name, unfired)
+    ) -> EpisodeResult:
+        return EpisodeResult(
+            recorder.events, results, error, recorder.path, unfired, subject=self.name
+        )
 
 
 _scratch_dir: tempfile.TemporaryDirectory[str] | None = None
@@ -415,7 +398,7 @@ def run_loop_episode(
     lineage: bool = True,
     show_library_logs: bool = False,
     deadline: Deadline | None = None,
-) -> LoopResult:
+) -> EpisodeResult:
     """Runs the loop under the schedule; a run that a preemption notice ended runs again.
 
     ``lineage=False`` runs without the lineage seam (the judges that follow the chain say

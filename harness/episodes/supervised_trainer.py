@@ -33,8 +33,8 @@ from pathways_chaos.harness.episodes.child_watch import (
     default_limits,
     error_of,
 )
-from pathways_chaos.harness.episodes.episode import EpisodeResult
 from pathways_chaos.harness.episodes.loop_reference import file_modules, named_modules
+from pathways_chaos.harness.episodes.result import EpisodeResult
 from pathways_chaos.harness.episodes.trainer_child import ReplayChildSpec, TrainerChildSpec
 from pathways_chaos.harness.errors import ChaosConfigError
 from pathways_chaos.harness.judging.replay import Replayed

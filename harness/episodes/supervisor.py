@@ -26,12 +26,13 @@ from pathways_chaos.harness.episodes.child_watch import (
     ChildWatch,
     error_of,
 )
-from pathways_chaos.harness.episodes.loop_episode import LoopResult, refuse_loop_misfits, scratch
+from pathways_chaos.harness.episodes.loop_episode import refuse_loop_misfits, scratch
 from pathways_chaos.harness.episodes.loop_reference import (
     file_modules,
     loop_reference,
     named_modules,
 )
+from pathways_chaos.harness.episodes.result import EpisodeResult
 from pathways_chaos.harness.errors import ChaosConfigError
 from pathways_chaos.harness.kube.child_bridge import BridgeBinding
 
@@ -85,7 +86,7 @@ class SupervisedLoopEpisode:
         self.log_path = Path(log_path)
         self.work = self.log_path.with_name(self.log_path.stem + ".child")
 
-    def run(self) -> LoopResult:
+    def run(self) -> EpisodeResult:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.work.mkdir(mode=0o700, parents=True, exist_ok=True)
         tail = LogTail(self.log_path)
@@ -98,13 +99,13 @@ class SupervisedLoopEpisode:
             listeners=self.listeners,
         )
         watch.runs(self._spec, self.max_runs, tail, events)
-        result = LoopResult(
+        result = EpisodeResult(
             events,
             [],
             error_of(events),
             None if self.temporary else self.log_path,
-            self.name,
             [e["text"] for e in events if e["kind"] == "fault_unfired"],
+            subject=self.name,
         )
         return result
 
@@ -162,6 +163,6 @@ def check_loop(spec: str, flag: str = "--chaos-loop") -> str | None:
 
 def run_supervised_loop_episode(
     loop: Callable[..., Any] | str, schedule: Schedule | None = None, **kwargs: Any
-) -> LoopResult:
+) -> EpisodeResult:
     """``SupervisedLoopEpisode(...).run()``: the user's loop, each run in its own process."""
     return SupervisedLoopEpisode(loop, schedule or Schedule(), **kwargs).run()

@@ -11,8 +11,8 @@ save it restored, and so on. Each judge says whether it applied; one that could 
 from __future__ import annotations
 
 import collections
-import dataclasses
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 
 from pathways_chaos.harness.engine.recorder import Event
 from pathways_chaos.harness.judging import chain_judges
@@ -21,7 +21,7 @@ from pathways_chaos.harness.judging.final_values import leaf_array as _array
 from pathways_chaos.harness.judging.final_values import (
     worst_outside_tolerance as _worst_outside_tolerance,
 )
-from pathways_chaos.harness.judging.loop_causes import cause_of, causes_named
+from pathways_chaos.harness.judging.loop_causes import causes_named
 from pathways_chaos.harness.judging.loop_lineage import (
     BatchRecord,
     batch_sizes,
@@ -29,35 +29,17 @@ from pathways_chaos.harness.judging.loop_lineage import (
     committed_batches,
     restored_unseen,
 )
-from pathways_chaos.harness.judging.oracle import JUDGE_FAILED, Verdict, recoveries
+from pathways_chaos.harness.judging.oracle import recoveries
+from pathways_chaos.harness.judging.panel import Finding, Judge, convene
 from pathways_chaos.harness.judging.process_exit import process_exit as _process_exit
 from pathways_chaos.harness.judging.replay import REPLAY_ATOL, REPLAY_RTOL
 from pathways_chaos.harness.judging.restore_latest import restore_latest
 from pathways_chaos.harness.judging.resume_step import resume_step
 from pathways_chaos.harness.judging.run_outcome import completed as run_completed
 from pathways_chaos.harness.judging.run_outcome import did_something, faults_fired
+from pathways_chaos.harness.judging.verdict import Verdict, judge_error
 from pathways_chaos.harness.judging.wording import plural as _plural
 
-#: Every judge, in the order the verdict lists them: causes before the effects they lead to
-#: (a swallowed error or a snapshot that pairs the wrong position before the samples it made
-#: skip; a crash, the end of many a cause, listed after any other finding).
-JUDGES = (
-    "process-exit",
-    "faults-fired",
-    "completed",
-    "errors-handled",
-    "snapshot-pairs",
-    "restore-latest",
-    "resume-step",
-    "restore-used",
-    "restore-shapes",
-    "meshes",
-    "scale-up",
-    "exactly-once",
-    "no-leaks",
-    "step-count",
-    "final-state",
-)
 #: The judges a pass needs: the faults happened, every sample was trained exactly once, the
 #: final state is the fault-free run's. Without any of them a pass judged nothing that matters.
 CENTRAL_JUDGES = ("faults-fired", "exactly-once", "final-state")
@@ -66,132 +48,114 @@ _LOSS_KINDS = frozenset(
 )
 
 
-@dataclasses.dataclass
-class LoopVerdict(Verdict):
-    """The oracle's verdict, plus which judges ran and why the others could not."""
+class LoopHistory:
+    """One loop episode's log and what the judges read of it, each view made once, when a
+    judge first asks: the committed batches, the chain of trained steps, the fault-free run's
+    (``baseline``) and the clean rerun's (``clean``) to compare with. A view that raises makes
+    every judge that reads it "not judged: the judge failed", and no other."""
 
-    judged: list[str] = dataclasses.field(default_factory=list)
-    not_judged: dict[str, str] = dataclasses.field(default_factory=dict)
-    batches: list[BatchRecord] = dataclasses.field(default_factory=list)
-    #: The cause each violation names (same order), from ``loop_causes.CAUSES``: what an
-    #: acceptance row chooses its fix by.
-    causes: list[str] = dataclasses.field(default_factory=list)
-    #: Every cause any violation names (a primary cause and what its text also shows).
-    named: set[str] = dataclasses.field(default_factory=set)
+    def __init__(
+        self,
+        events: Sequence[Event],
+        baseline: Sequence[Event] | None = None,
+        clean: Sequence[Event] | None = None,
+        clean_why_not: str = "",
+    ) -> None:
+        self.events, self.baseline, self.clean = events, baseline, clean
+        self.clean_why_not = clean_why_not
+        self.ends = [e for e in events if e["kind"] == "run_end"]
+        self.completed = bool(self.ends) and self.ends[-1]["status"] == "completed"
+        failed = next((e for e in reversed(self.ends) if e["status"] == "failed"), None)
+        self.failed_end = failed
+        self.error = None if failed is None else failed.get("error")
+
+    @functools.cached_property
+    def committed(self) -> tuple[list[BatchRecord], list[str]]:
+        return committed_batches(self.events)
+
+    @functools.cached_property
+    def base_lineage(self) -> list[BatchRecord] | None:
+        return committed_batches(self.baseline)[0] if self.baseline else None
+
+    @functools.cached_property
+    def chain(self) -> chain_checks.Chain | None:
+        return chain_checks.follow(self.events) if self.completed else None
+
+    @functools.cached_property
+    def followed(self) -> chain_checks.Chain | None:
+        """The chain, when it could be followed from the end back to the first batch."""
+        return self.chain if self.chain is not None and self.chain.followed else None
+
+    @functools.cached_property
+    def base_followed(self) -> chain_checks.Chain | None:
+        base = chain_checks.follow(self.baseline) if self.baseline else None
+        return base if base is not None and base.followed else None
+
+    @functools.cached_property
+    def unseen(self) -> str:
+        """Why the batches a restored state holds are not known from the draws, or ''."""
+        return restored_unseen(self.events)
 
     @property
-    def central_not_judged(self) -> dict[str, str]:
-        """The central judges (``CENTRAL_JUDGES``) that could not judge a verdict that found no
-        failure: such a pass judged nothing that matters, so it is "not judged", never passed
-        (a failure stands whatever else could not be judged)."""
-        if not self.ok:
-            return {}
-        return {k: v for k, v in self.not_judged.items() if k in CENTRAL_JUDGES}
-
-    @property
-    def word(self) -> str:
-        """``FAILED``, ``NOT JUDGED`` or ``SURVIVED``: what every front door says. A judge that
-        raised is our bug: not judged, never the loop's failure, unless another judge failed."""
-        if self.violations:
-            return "FAILED"
-        if self.judge_errors or self.central_not_judged:
-            return "NOT JUDGED"
-        return "SURVIVED"
-
-    @property
-    def exit_code(self) -> int:
-        """The command line's: 0 survived, 1 failed, 5 not judged (never a green CI step;
-        pytest's 5 is "no tests ran", the nearest meaning)."""
-        return {"SURVIVED": 0, "FAILED": 1, "NOT JUDGED": 5}[self.word]
-
-    def summary(self) -> str:
-        lines = [f"judged: {', '.join(self.judged) or 'nothing'}"]
-        lines += [f"not judged: {name}, because {why}" for name, why in self.not_judged.items()]
-        lines += [
-            f"not judged: {name}, because {JUDGE_FAILED}: {why.splitlines()[0]}"
-            for name, why in self.judge_errors.items()
-        ]
-        lines += [f"FAILED: {v}" for v in self.violations]
-        return "\n".join(lines)
+    def broken(self) -> str:
+        """Why the chain judges cannot follow the trained steps."""
+        if self.chain is None:
+            return "the run did not complete"
+        return f"the chain of trained steps breaks: {self.chain.why_not}"
 
 
-def judge_loop(
-    events: Sequence[Event],
-    baseline: Sequence[Event] | None = None,
-    clean: Sequence[Event] | None = None,
-    clean_why_not: str = "",
-) -> LoopVerdict:
-    """Judges a loop episode; ``baseline`` is the log of a fault-free run of the same loop,
-    ``clean`` that of a run with the same losses made right after the snapshot the episode
-    resumed from (``harness/judging/clean_rerun.py``): the yardstick of the final state when
-    the recovery changed the batch schedule (resize mode with a batch that scales)."""
-    # One piece (over 80 lines): the judges run in JUDGES' order and each reads what the ones
-    # before it found (the lineage, the chain, whether the schedule was kept); split, that
-    # shared state would travel through a dozen parameters.
-    lineage, problems = committed_batches(events)
-    ends = [e for e in events if e["kind"] == "run_end"]
-    completed = bool(ends) and ends[-1]["status"] == "completed"
-    failed = next((e for e in reversed(ends) if e["status"] == "failed"), None)
-    error = None if failed is None else failed.get("error")
-    base_lineage = committed_batches(baseline)[0] if baseline else None
-    base_end = _last_end(baseline) if baseline else None
+def _exactly_once_judge(h: LoopHistory) -> Finding:
+    if h.followed is not None:
+        return chain_judges.trained_once_in_order(h.followed, h.base_followed)
+    if h.unseen:  # which batches its model holds is not known from the draws
+        return h.unseen
+    lineage, problems = h.committed
+    once = _exactly_once(lineage, h.base_lineage, h.completed)
+    return (problems or once) if isinstance(once, str) else problems + once
 
-    chain = chain_checks.follow(events) if completed else None
-    base_chain = chain_checks.follow(baseline) if baseline else None
-    results: dict[str, list[str] | str] = {}  # name -> violations, or why it was not judged
-    results["process-exit"] = _process_exit(events)
-    results["faults-fired"] = faults_fired(events)
-    results["completed"] = run_completed(events, ends, failed) + (
-        did_something(events, ends[-1]) if completed else []
-    )
-    unseen = restored_unseen(events)
-    if chain is not None and chain.followed:
-        results["exactly-once"] = chain_judges.trained_once_in_order(
-            chain, base_chain if base_chain is not None and base_chain.followed else None
+
+def _chain_judge(
+    judge: Callable[[chain_checks.Chain], Finding],
+) -> Callable[[LoopHistory], Finding]:
+    def on(h: LoopHistory) -> Finding:
+        return judge(h.followed) if h.followed is not None else h.broken
+
+    return on
+
+
+def _completed_judge(h: LoopHistory) -> Finding:
+    done = did_something(h.events, h.ends[-1]) if h.completed else []
+    return run_completed(h.events, h.ends, h.failed_end) + done
+
+
+def _step_count_judge(h: LoopHistory) -> Finding:
+    """Steps are counted against the fault-free run whatever the batch sizes: a loop bounded
+    by its steps commits as many after a recovery (a clean rerun shares a step bug)."""
+    lineage = h.committed[0]
+    kept = _schedule_kept(lineage, h.base_lineage)[0]
+    if h.followed is not None and h.base_followed is not None:  # what was trained, not drawn
+        trained = [_record(d) for d in h.followed.trained]
+        return _step_count(
+            trained, [_record(d) for d in h.base_followed.trained], h.completed, kept
         )
-    elif unseen:  # which batches its model holds is not known from the draws
-        results["exactly-once"] = unseen
-    else:
-        once = _exactly_once(lineage, base_lineage, completed)
-        results["exactly-once"] = (problems or once) if isinstance(once, str) else problems + once
-    results["restore-latest"] = restore_latest(events)
-    results["resume-step"] = resume_step(events, chain, batches_per_step(events, baseline))
-    broken = (
-        "the run did not complete"
-        if chain is None
-        else f"the chain of trained steps breaks: {chain.why_not}"
-    )
-    if chain is not None and chain.followed:
-        results["snapshot-pairs"] = chain_judges.snapshots_consistent(chain)
-        results["restore-used"] = chain_judges.restores_used(chain)
-        results["scale-up"] = chain_judges.rejoined_slices_used(chain, events)
-    else:
-        results["snapshot-pairs"] = results["restore-used"] = results["scale-up"] = broken
-    results["restore-shapes"] = chain_judges.restored_shapes(events)
-    results["errors-handled"] = chain_judges.errors_handled(
-        events, chain.put_back if chain is not None else frozenset()
-    )
-    results["meshes"] = _meshes(events)
-    results["no-leaks"] = _no_leaks(events)
-    schedule_kept, why_not = _schedule_kept(lineage, base_lineage)
-    # Steps are counted against the fault-free run whatever the batch sizes: a loop bounded
-    # by its steps commits as many after a recovery (a clean rerun shares a step bug).
-    trained, base_trained = lineage, base_lineage
-    if chain is not None and chain.followed and base_chain is not None and base_chain.followed:
-        trained = [_record(d) for d in chain.trained]  # what was trained, not drawn
-        base_trained = [_record(d) for d in base_chain.trained]
-    drawn_only = unseen if trained is lineage else ""  # the chain, when followed, knows
-    results["step-count"] = drawn_only or _step_count(
-        trained, base_trained, completed, schedule_kept
-    )
-    yardstick, against = base_end, "the fault-free run"
-    if not schedule_kept and base_lineage is not None:
-        if clean is None:
-            why_not += f"; no clean rerun to compare with ({clean_why_not or 'none was made'})"
+    if h.unseen:  # the chain, when followed, knows
+        return h.unseen
+    return _step_count(lineage, h.base_lineage, h.completed, kept)
+
+
+def _final_state_judge(h: LoopHistory) -> Finding:
+    """Against the fault-free run; when the recovery changed the batch schedule, against a
+    clean run that lost the same slices right after the snapshot it resumed from."""
+    kept, why_not = _schedule_kept(h.committed[0], h.base_lineage)
+    yardstick = _last_end(h.baseline) if h.baseline else None
+    against = "the fault-free run"
+    if not kept and h.base_lineage is not None:
+        if h.clean is None:
+            why_not += f"; no clean rerun to compare with ({h.clean_why_not or 'none was made'})"
         else:
-            sizes, clean_sizes = batch_sizes(events), batch_sizes(clean)
-            if sizes == clean_sizes and _last_end(clean) is not None:
-                schedule_kept, yardstick = True, _last_end(clean)
+            sizes, clean_sizes = batch_sizes(h.events), batch_sizes(h.clean)
+            if sizes == clean_sizes and _last_end(h.clean) is not None:
+                kept, yardstick = True, _last_end(h.clean)
                 against = (
                     "a clean run that lost the same slices right after the snapshot it resumed from"
                 )
@@ -201,33 +165,69 @@ def judge_loop(
                     f"resumed from trained another batch schedule ({len(clean_sizes)} batches, "
                     f"not {len(sizes)} of the same sizes)"
                 )
-    results["final-state"] = (
-        _final_state(ends[-1] if ends else None, yardstick, completed, against)
-        if schedule_kept
-        else why_not
-    )
-    if not completed and "final-state" in results and isinstance(results["final-state"], list):
-        results["final-state"] = "the run did not complete"
+    if not kept:
+        return why_not
+    return _final_state(h.ends[-1] if h.ends else None, yardstick, h.completed, against)
 
-    verdict = LoopVerdict(
-        violations=[],
-        completed=completed,
-        lineage=[],
-        wasted_steps=sum(1 for e in events if e["kind"] == "batch") - len(lineage),
-        recoveries=recoveries(events),
-        error=error,
-        batches=lineage,
-    )
-    for name in sorted(JUDGES, key=lambda n: n == "completed" and bool(_other_findings(results))):
-        outcome = results[name]
-        if isinstance(outcome, str):
-            verdict.not_judged[name] = outcome
-        else:
-            verdict.judged.append(name)
-            verdict.failed += [name] if outcome else []
-            verdict.violations += outcome
-            verdict.causes += [cause_of(name, text) for text in outcome]
-            verdict.named |= {c for text in outcome for c in causes_named(name, text)}
+
+#: Every judge, in the order the verdict lists them: causes before the effects they lead to
+#: (a swallowed error or a snapshot that pairs the wrong position before the samples it made
+#: skip; a crash, the end of many a cause, listed after any other finding).
+LOOP_JUDGES: tuple[Judge[LoopHistory], ...] = (
+    Judge("process-exit", lambda h: _process_exit(h.events)),
+    Judge("faults-fired", lambda h: faults_fired(h.events)),
+    Judge("completed", _completed_judge),
+    Judge(
+        "errors-handled",
+        lambda h: chain_judges.errors_handled(
+            h.events, h.chain.put_back if h.chain is not None else frozenset()
+        ),
+    ),
+    Judge("snapshot-pairs", _chain_judge(chain_judges.snapshots_consistent)),
+    Judge("restore-latest", lambda h: restore_latest(h.events)),
+    Judge(
+        "resume-step",
+        lambda h: resume_step(h.events, h.chain, batches_per_step(h.events, h.baseline)),
+    ),
+    Judge("restore-used", _chain_judge(chain_judges.restores_used)),
+    Judge("restore-shapes", lambda h: chain_judges.restored_shapes(h.events)),
+    Judge("meshes", lambda h: _meshes(h.events)),
+    Judge(
+        "scale-up",
+        lambda h: (
+            chain_judges.rejoined_slices_used(h.followed, h.events)
+            if h.followed is not None
+            else h.broken
+        ),
+    ),
+    Judge("exactly-once", _exactly_once_judge),
+    Judge("no-leaks", lambda h: _no_leaks(h.events)),
+    Judge("step-count", _step_count_judge),
+    Judge("final-state", _final_state_judge),
+)
+#: The judges' names, in the order the verdict lists them.
+JUDGES = tuple(judge.name for judge in LOOP_JUDGES)
+
+
+def judge_loop(
+    events: Sequence[Event],
+    baseline: Sequence[Event] | None = None,
+    clean: Sequence[Event] | None = None,
+    clean_why_not: str = "",
+) -> Verdict:
+    """Judges a loop episode; ``baseline`` is the log of a fault-free run of the same loop,
+    ``clean`` that of a run with the same losses made right after the snapshot the episode
+    resumed from (``harness/judging/clean_rerun.py``): the yardstick of the final state when
+    the recovery changed the batch schedule (resize mode with a batch that scales)."""
+    h = LoopHistory(events, baseline, clean, clean_why_not)
+    verdict = Verdict(central=CENTRAL_JUDGES, completed=h.completed, error=h.error)
+    verdict.recoveries = recoveries(events)
+    convene(LOOP_JUDGES, h, verdict, last_if_others=("completed",), causes=causes_named)
+    try:
+        verdict.batches = h.committed[0]
+        verdict.wasted_steps = sum(1 for e in events if e["kind"] == "batch") - len(verdict.batches)
+    except Exception as failure:  # already said by each judge that reads it
+        verdict.judge_errors.setdefault("lineage", judge_error(failure))
     return verdict
 
 
@@ -281,10 +281,6 @@ def _exactly_once(
             )
     del completed
     return problems
-
-
-def _other_findings(results: dict[str, list[str] | str]) -> bool:
-    return any(isinstance(v, list) and v for k, v in results.items() if k != "completed")
 
 
 def _meshes(events: Sequence[Event]) -> list[str] | str:
@@ -355,9 +351,17 @@ def _no_leaks(events: Sequence[Event]) -> list[str] | str:
     arrays at each attempt's first batch may not grow from the first attempt's.
     """
     readies = [e for e in events if e["kind"] == "attempt_ready"]
-    if len(readies) < 2:
+    started = {
+        (e.get("run", 0), e.get("attempt", 0)) for e in events if e["kind"] == "attempt_start"
+    }
+    if len(started) < 2 and len(readies) < 2:
         return "only one attempt ran"
     ends = [e for e in events if e["kind"] == "run_end" and "failed_attempts_alive" in e]
+    if not ends and len(readies) < 2:
+        return (
+            f"only one of the {len(started)} attempts drew a batch, and without the lineage "
+            "seam the live arrays are counted at each attempt's first batch"
+        )
     if ends:
         for e in ends:
             kept = {k: n for k, n in e["failed_attempts_alive"].items() if n}

@@ -20,42 +20,35 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pathways_chaos.harness.engine.recorder import Event
-from pathways_chaos.harness.errors import ChaosError
 from pathways_chaos.harness.judging.committed import StepRecord, committed_lineage, run_start, who
+from pathways_chaos.harness.judging.panel import Judge, convene
 from pathways_chaos.harness.judging.replay import Replayed, check_replay
+from pathways_chaos.harness.judging.verdict import Verdict, judge_error
 
 
-class OracleViolation(ChaosError, AssertionError):
-    """The run did not survive; the message lists every violated check."""
+@dataclasses.dataclass(frozen=True)
+class TrainerHistory:
+    """What the trainer's judges read: the log, its committed steps, and whether it completed."""
 
-
-@dataclasses.dataclass
-class Verdict:
-    """The oracle's judgement of one log: each violation in one line naming its step and cause."""
-
-    violations: list[str]
-    completed: bool
+    events: Sequence[Event]
     lineage: list[StepRecord]
-    wasted_steps: int
-    recoveries: list[dict[str, Any]]
-    error: str | None
-    #: Check name -> why it could not judge this log (it applies to none of it).
-    not_judged: dict[str, str] = dataclasses.field(default_factory=dict)
-    #: The checks that ran, and of them those that found a violation.
-    judged: list[str] = dataclasses.field(default_factory=list)
-    failed: list[str] = dataclasses.field(default_factory=list)
-    #: Check name -> "Type: message" and the traceback of a toolkit exception inside it: never
-    #: the trainer's failure, never a pass (the fixture reports it as an error of the toolkit).
-    judge_errors: dict[str, str] = dataclasses.field(default_factory=dict)
+    completed: bool
 
-    @property
-    def ok(self) -> bool:
-        return not self.violations and not self.judge_errors
 
-    def raise_if_failed(self) -> None:
-        if not self.ok:
-            broke = [f"{JUDGE_FAILED} ({name})" for name in self.judge_errors]
-            raise OracleViolation("; ".join(self.violations + broke))
+#: The reference trainer's judges, in the order the verdict lists them.
+JUDGES: tuple[Judge[TrainerHistory], ...] = (
+    Judge("exactly-once", lambda h: check_exactly_once(h.events, h.lineage, h.completed)),
+    Judge("snapshot-round-trip", lambda h: check_snapshot_round_trips(h.events)),
+    Judge("mesh-rebuild", lambda h: check_meshes(h.events)),
+    Judge("scale-up-joins", lambda h: check_scale_up_joins(h.events)),
+    Judge("batch-sizes", lambda h: check_batch_sizes(h.events)),
+    Judge("progress", lambda h: check_progress(h.events)),
+    Judge("restore-newest", lambda h: check_restore_newest(h.events)),
+    Judge("no-leaks", lambda h: check_no_leaks(h.events)),
+    Judge("no-pinned-host-leaks", lambda h: check_no_pinned_host_leaks(h.events)),
+)
+#: The judge a trainer's pass needs (its replay is a caller's choice).
+CENTRAL_JUDGES = ("exactly-once",)
 
 
 def check(
@@ -68,84 +61,32 @@ def check(
 ) -> Verdict:
     """Runs every oracle check over a log; ``trainer`` (a class) overrides the log's for replay,
     ``replayed`` gives (or makes, when asked) a replay run in the trainer's own process."""
-    violations: list[str] = []
-    errors: dict[str, str] = {}
-    ran: list[str] = []
-    failed: list[str] = []
+    verdict = Verdict(central=CENTRAL_JUDGES)
     try:
         lineage, lineage_problems = committed_lineage(events)
     except Exception as failure:  # every check below reads the lineage: say so, once
         lineage, lineage_problems = [], []
-        errors["lineage"] = judge_error(failure)
-    violations += lineage_problems
+        verdict.judge_errors["lineage"] = judge_error(failure)
+    verdict.violations += lineage_problems
     ends = [e for e in events if e["kind"] == "run_end"]
     completed = bool(ends) and ends[-1]["status"] == "completed"
     error = next((e.get("error") for e in reversed(ends) if e["status"] == "failed"), None)
     if expect_completed and not completed:
-        violations.append(f"run did not complete: {error or 'no run_end in the log'}")
-
-    def judged(name: str, fn: Any, *args: Any) -> list[str]:
-        try:
-            found: list[str] = fn(*args)
-        except Exception as failure:  # the toolkit's bug, never the trainer's failure
-            errors[name] = judge_error(failure)
-            return []
-        ran.append(name)
-        if found:
-            failed.append(name)
-        return found
-
-    violations += judged("exactly-once", check_exactly_once, events, lineage, completed)
+        verdict.violations.append(f"run did not complete: {error or 'no run_end in the log'}")
+    judges = list(JUDGES)
     if replay and completed:
 
-        def replay_check() -> list[str]:
+        def replay_check(h: TrainerHistory) -> list[str]:
             elsewhere = replayed() if callable(replayed) else replayed
-            return check_replay(events, lineage, trainer, elsewhere)
+            return check_replay(h.events, h.lineage, trainer, elsewhere)
 
-        violations += judged("replay", replay_check)
-    violations += judged("snapshot-round-trip", check_snapshot_round_trips, events)
-    violations += judged("mesh-rebuild", check_meshes, events)
-    violations += judged("scale-up-joins", check_scale_up_joins, events)
-    violations += judged("batch-sizes", check_batch_sizes, events)
-    violations += judged("progress", check_progress, events)
-    violations += judged("restore-newest", check_restore_newest, events)
-    violations += judged("no-leaks", check_no_leaks, events)
-    violations += judged("no-pinned-host-leaks", check_no_pinned_host_leaks, events)
+        judges.insert(1, Judge("replay", replay_check))
+    convene(judges, TrainerHistory(events, lineage, completed), verdict)
     steps = [e for e in events if e["kind"] == "step"]
-    return Verdict(
-        violations=violations,
-        completed=completed,
-        lineage=lineage,
-        wasted_steps=len(steps) - len(lineage),
-        recoveries=recoveries(events),
-        error=error,
-        judged=ran,
-        failed=failed,
-        judge_errors=errors,
-    )
-
-
-#: What a judge that raised is, wherever it is reported.
-JUDGE_FAILED = "the judge failed: a bug in pathways-chaos"
-
-
-def judge_error(error: BaseException) -> str:
-    """A toolkit exception inside a judge: ``Type: message``, then its traceback."""
-    import traceback
-
-    trace = "".join(traceback.format_exception(error)).rstrip()
-    return f"{type(error).__name__}: {error}\n{trace}"
-
-
-def judge_failed(error: BaseException) -> str:
-    """How a toolkit exception inside a judge is reported: what, where, and the traceback."""
-    import traceback
-
-    trace = "".join(traceback.format_exception(error)).rstrip()
-    return (
-        f"not judged: the judge failed (bug in pathways-chaos): {type(error).__name__}: "
-        f"{error}\n{trace}"
-    )
+    verdict.completed, verdict.error, verdict.lineage = completed, error, lineage
+    verdict.wasted_steps = len(steps) - len(lineage)
+    verdict.recoveries = recoveries(events)
+    return verdict
 
 
 def assert_survived(events: Sequence[Event], *, replay: bool = True) -> Verdict:

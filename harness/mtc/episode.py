@@ -15,7 +15,8 @@ from typing import Any, ClassVar
 
 from pathways_chaos.faults.model import Schedule
 from pathways_chaos.harness.engine.recorder import Event, Recorder
-from pathways_chaos.harness.episodes.episode import EpisodeResult, FaultController
+from pathways_chaos.harness.episodes.fault_controller import FaultController
+from pathways_chaos.harness.episodes.result import EpisodeResult
 from pathways_chaos.harness.episodes.runner import EpisodeRunner
 from pathways_chaos.harness.mtc.cluster import MtcCluster
 from pathways_chaos.harness.mtc.trainer import MtcOptions, MtcTrainer

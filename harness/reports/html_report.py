@@ -13,7 +13,8 @@ from pathlib import Path
 from pathways_chaos.harness.engine.owned_paths import write_atomic
 from pathways_chaos.harness.engine.recorder import Event
 from pathways_chaos.harness.judging.committed import committed_lineage
-from pathways_chaos.harness.judging.oracle import JUDGE_FAILED, Verdict, recoveries
+from pathways_chaos.harness.judging.oracle import recoveries
+from pathways_chaos.harness.judging.verdict import JUDGE_FAILED, Verdict
 from pathways_chaos.harness.reports.goodput import BUCKETS, Goodput, measure
 
 WIDTH = 960

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pathways_chaos.harness.engine.recorder import Event
-from pathways_chaos.harness.judging.oracle import Verdict
+from pathways_chaos.harness.judging.verdict import Verdict
 from pathways_chaos.harness.reports import goodput
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from pathways_chaos.harness.judging.committed import StepRecord
-from pathways_chaos.harness.judging.oracle import Verdict
+from pathways_chaos.harness.judging.verdict import Verdict
 from pathways_chaos.harness.reports.html_report import EpisodeReport, write_report
 from pathways_chaos.harness.reports.judge_properties import JUDGE_ERROR
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from pathways_chaos.fixtures.chaos import Chaos
+    from pathways_chaos import Chaos
 
 pytestmark = pytest.mark.chaos
 

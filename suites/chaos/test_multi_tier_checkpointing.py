@@ -9,17 +9,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from pathways_chaos.fixtures.mtc import MtcRunner
-    from pathways_chaos.harness.episodes.episode import EpisodeResult
-    from pathways_chaos.harness.judging.oracle import Verdict
-    from pathways_chaos.harness.play import Outcome
-
-    MtcOutcome = Outcome[EpisodeResult, Verdict]
+    from pathways_chaos import MtcRunner, Outcome
 
 pytestmark = pytest.mark.chaos
 
 
-def _restore(out: MtcOutcome) -> tuple[dict[str, Any], dict[str, Any]]:
+def _restore(out: Outcome) -> tuple[dict[str, Any], dict[str, Any]]:
     (plan,) = [p for p in out.of_kind("mtc_restore_plan") if p["step"] is not None]
     (restore,) = out.of_kind("restore_end")
     return plan, restore

@@ -16,10 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pytest
 
 if TYPE_CHECKING:
-    from pathways_chaos.fixtures.chaos import Chaos
-    from pathways_chaos.harness.episodes.loop_episode import LoopResult
-    from pathways_chaos.harness.judging.loop_oracle import LoopVerdict
-    from pathways_chaos.harness.play import Outcome
+    from pathways_chaos import Chaos, Outcome
 
 pytestmark = pytest.mark.chaos
 F = TypeVar("F", bound=Callable[..., Any])
@@ -67,7 +64,7 @@ def _scenarios_side_by_side(request: pytest.FixtureRequest, chaos: Chaos, chaos_
         chaos.prefetch_loop(chaos_loop, [SCENARIOS[name] for name in chosen])
 
 
-def _survived(out: Outcome[LoopResult, LoopVerdict]) -> None:
+def _survived(out: Outcome) -> None:
     # What the loop did comes first (a crash, an exit, a deadline), then what it never met.
     out.verdict.raise_if_failed()
     assert out.of_kind("fault"), "no fault fired: the loop drew fewer batches than the schedule"

@@ -29,7 +29,7 @@ EXAMPLES = max(3, settings().max_examples // 6)
 def test_every_restore_is_the_newest_complete_step_from_the_fastest_tier(
     schedule: Schedule,
 ) -> None:
-    from pathways_chaos.fixtures.mtc import MtcRunner
+    from pathways_chaos import MtcRunner
     from pathways_chaos.harness.engine.fake_cluster import FakeCluster
     from pathways_chaos.harness.engine.topology import SliceTopology
 

@@ -70,7 +70,7 @@ def test_mtc_faults_need_an_mtc_trainer_and_a_host_inside_it() -> None:
 
 
 def test_the_fault_controller_refuses_before_a_step() -> None:
-    from pathways_chaos.harness.episodes.episode import FaultController
+    from pathways_chaos.harness.episodes.fault_controller import FaultController
 
     cluster = SimpleNamespace(topology=SimpleNamespace(num_slices=4), mtc_hosts=4)
     with pytest.raises(FaultSpecError, match="host 9 is outside"):

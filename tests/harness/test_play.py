@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pathways_chaos.harness.judging.oracle import OracleViolation, Verdict
+from pathways_chaos.harness.judging.verdict import OracleViolation, Verdict
 from pathways_chaos.harness.play import Outcome
 
 

@@ -29,9 +29,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("harness.play", "harness.reports"),
     ("harness.acceptance", "harness.properties"),
     ("fixtures", "harness.search"),
-    ("suites",),
-    ("harness.pytest_plugin", "harness.cli"),
     ("",),  # pathways_chaos/__init__: the public API, lazily re-exporting everything below
+    ("suites",),  # they import from the public API, as a user's tests do
+    ("harness.pytest_plugin", "harness.cli"),
 )
 
 PACKAGES = (
@@ -251,3 +251,23 @@ def test_the_walk_sees_function_level_relative_and_type_checking_imports(tmp_pat
         (m, "pathways_chaos.harness.engine.clock"),
     }
     assert len(climbs(edges(known))) == 2
+
+
+def architecture_table() -> dict[int, set[str]]:
+    """docs/architecture.md's table of rooms: level -> the rooms its row names."""
+    import re
+
+    text = (Path(__file__).parents[2] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows: dict[int, set[str]] = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 2 and cells[0].isdigit():
+            named = set(re.findall(r"`([a-z_.]+)`", cells[1])) - {"__init__"}
+            rows[int(cells[0])] = {"" if n == "pathways_chaos" else n for n in named}
+    return rows
+
+
+def test_the_architecture_page_draws_the_layers_the_walk_holds() -> None:
+    """The page's table, level by level, names exactly the rooms of ``LAYERS``: a room moved
+    in one and not the other fails here."""
+    assert architecture_table() == {i: set(rooms) for i, rooms in enumerate(LAYERS)}

@@ -80,8 +80,8 @@ def problems(seen: dict[str, str]) -> list[str]:
     found = []
     want = {
         "class": "pathways_chaos.harness.engine.topology.SliceTopology",
-        "run-verdict": '"pathways_chaos.harness.judging.oracle.Verdict"',
-        "loop-verdict": '"pathways_chaos.harness.judging.loop_oracle.LoopVerdict"',
+        "run-verdict": '"pathways_chaos.harness.judging.verdict.Verdict"',
+        "loop-verdict": '"pathways_chaos.harness.judging.verdict.Verdict"',
     }
     for name, text in want.items():
         got = seen.get(name, "(nothing)")

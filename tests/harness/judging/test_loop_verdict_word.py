@@ -1,12 +1,13 @@
-"""What every front door says of a loop's verdict (``LoopVerdict.word``, ``exit_code``): a pass
+"""What every front door says of a loop's verdict (``Verdict.word``, ``exit_code``): a pass
 needs its central judges; a judge that raised is our bug, not the loop's failure."""
 
 from __future__ import annotations
 
-from pathways_chaos.harness.judging.loop_oracle import CENTRAL_JUDGES, LoopVerdict
+from pathways_chaos.harness.judging.loop_oracle import CENTRAL_JUDGES
+from pathways_chaos.harness.judging.verdict import Verdict
 
 
-def _verdict(**fields: object) -> LoopVerdict:
+def _verdict(**fields: object) -> Verdict:
     base: dict[str, object] = {
         "violations": [],
         "completed": True,
@@ -15,8 +16,9 @@ def _verdict(**fields: object) -> LoopVerdict:
         "recoveries": [],
         "error": None,
         "judged": list(CENTRAL_JUDGES),
+        "central": CENTRAL_JUDGES,
     }
-    return LoopVerdict(**{**base, **fields})  # type: ignore[arg-type]
+    return Verdict(**{**base, **fields})  # type: ignore[arg-type]
 
 
 def test_every_central_judge_judged_and_nothing_failed_survives() -> None:

@@ -376,7 +376,9 @@ class CheckpointWatch:
                 restored = original(owner, *args, **kwargs)
                 tree = plain_tree(restored)
                 step = step if step is not None else _step_in(tree)
-                self._restored(step, tree, **_manager_of(owner, "restore" if step_first else ""))
+                where = {} if step_first or first is None else {"path": str(first)}
+                manager = _manager_of(owner, "restore" if step_first else "")
+                self._restored(step, tree, **manager, **where)
                 return restored
 
         return watched
@@ -399,7 +401,9 @@ class CheckpointWatch:
                 self._restoring()
                 restored = original(*args, **kwargs)
                 tree = plain_tree(restored)
-                self._restored(_step_in(tree), tree)
+                self._restored(
+                    _step_in(tree), tree, **({} if place is None else {"path": str(place)})
+                )
                 return restored
 
         return watched

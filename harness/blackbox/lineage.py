@@ -16,12 +16,15 @@ node id and writes, as events of the oracle's log:
 Identity is by object (weak references, never kept alive); values are never read. JAX's C++
 jit fast path skips Python, so while the seam is installed no fast path is kept (every call of
 a jitted function goes through the Python dispatch, where the execution is seen); the compiled
-programs themselves are reused. Five JAX names are replaced, all private but
+programs themselves are reused. Six JAX names are replaced, all private but
 ``ArrayImpl.__array__``, and all restored on exit:
 ``pjit._get_fastpath_data``, ``pxla.MeshExecutable.create_cpp_call``,
 ``pxla.ExecuteReplicated.__call__``,
-``dispatch._batched_device_put_impl`` and
-``ArrayImpl.__array__``.
+``dispatch._batched_device_put_impl`` (``jax.device_put``),
+``pxla.batched_device_put`` (an array assembled from per-device pieces outside
+``device_put``: ``multihost_utils.host_local_array_to_global_array``,
+``jax.make_array_from_callback``, ``make_array_from_process_local_data``, as ported
+multi-controller code places its batches) and ``ArrayImpl.__array__``.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ Emit = Callable[..., object]  # the recorder's emit, whose returned event is not
 
 
 class LineageSeam:
-    """Installs the four hooks on enter and removes them on exit, whatever happened."""
+    """Installs the hooks on enter and removes them on exit, whatever happened."""
 
     def __init__(self, emit: Emit, ids: Callable[[], dict[str, int]]) -> None:
         self._emit = emit
@@ -57,6 +60,7 @@ class LineageSeam:
             maxlen=DRAWS_REMEMBERED
         )
         self._busy = False  # inside an execution (its argument handling is not a placement)
+        self._putting = False  # inside jax.device_put (its pieces are not placements)
         self.paused = 0  # the toolkit's own reads (digests) are not the loop's
         self.failed = ""  # why the recording stopped (a bug of this toolkit's), if it did
         self._made_in: dict[int, str] = {}  # node -> "run:attempt" that made it
@@ -90,6 +94,7 @@ class LineageSeam:
         seam = self
         execute = pxla.ExecuteReplicated.__call__
         device_put = dispatch._batched_device_put_impl
+        assemble = pxla.batched_device_put
         to_host = jax_array.ArrayImpl.__array__
 
         def no_fastpath(*args: Any, **kwargs: Any) -> None:
@@ -107,9 +112,25 @@ class LineageSeam:
             return out
 
         def traced_device_put(*xs: Any, **kwargs: Any) -> Any:
-            out = device_put(*xs, **kwargs)
+            outer, seam._putting = seam._putting, True
+            try:
+                out = device_put(*xs, **kwargs)
+            finally:
+                seam._putting = outer
             if not seam._busy and not seam.paused and threading.get_ident() == seam._main:
                 seam._guarded(seam._placed, xs, out)
+            return out
+
+        def traced_assemble(*args: Any, **kwargs: Any) -> Any:
+            out = assemble(*args, **kwargs)
+            if (
+                not seam._busy
+                and not seam._putting
+                and not seam.paused
+                and threading.get_ident() == seam._main
+            ):
+                pieces = args[2] if len(args) > 2 else kwargs.get("xs", ())
+                seam._guarded(seam._assembled, pieces, out)
             return out
 
         def traced_to_host(array: Any, *args: Any, **kwargs: Any) -> Any:
@@ -127,6 +148,7 @@ class LineageSeam:
         self._patch(pxla.MeshExecutable, "create_cpp_call", no_fastpath)
         self._patch(pxla.ExecuteReplicated, "__call__", traced_execute)
         self._patch(dispatch, "_batched_device_put_impl", traced_device_put)
+        self._patch(pxla, "batched_device_put", traced_assemble)
         self._patch(jax_array.ArrayImpl, "__array__", traced_to_host)
         _clear_fast_paths()
 
@@ -201,6 +223,27 @@ class LineageSeam:
                 self._emit("placed", **ids, node=node, source="array", src=src)
             else:
                 self._emit("placed", **ids, node=node, **self._host_arg(arg))
+
+    def _assembled(self, pieces: Any, out: Any) -> None:
+        """One array made from per-device pieces: from a known array's (a reshard), else from a
+        drawn batch's host buffers (views of it, as ``host_local_array_to_global_array`` cuts
+        them), else from other host values."""
+        if not hasattr(out, "sharding") or self._known(out) is not None:
+            return
+        ids, node = self._ids(), self._new(out)
+        pieces = list(pieces)
+        for piece in pieces:
+            src = None if isinstance(piece, np.ndarray) else self._known(piece)
+            if src is not None:
+                self._emit("placed", **ids, node=node, source="array", src=src)
+                return
+        for piece in pieces:
+            if isinstance(piece, np.ndarray):
+                where = self._host_arg(piece)
+                if where["source"] == "batch":
+                    self._emit("placed", **ids, node=node, **where)
+                    return
+        self._emit("placed", **ids, node=node, source="host")
 
     def _executed(self, executable: Any, args: Any, out: Any) -> None:
         ids = self._ids()

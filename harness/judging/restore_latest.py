@@ -5,6 +5,7 @@ first batch was drawn at."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 from pathways_chaos.harness.engine.recorder import Event
@@ -26,6 +27,8 @@ def restore_latest(events: Sequence[Event]) -> list[str] | str:
     left_at: dict[tuple[int, int], int] = {}
     #: The newest step each checkpoint manager (by its directory) has written so far.
     newest_saved: dict[str, int] = {}
+    #: The newest step a checkpointer saved by path wrote in each folder, and its path.
+    newest_in_folder: dict[str, tuple[int, str]] = {}
     #: Attempts whose loop caught a slice-down error itself (a hand-written retry restores
     #: in the same attempt), with the seq the first such error was raised at.
     caught_at: dict[tuple[int, int], int] = {}
@@ -52,11 +55,17 @@ def restore_latest(events: Sequence[Event]) -> list[str] | str:
                     f"completed: it trains {_plural(newest - e['step'], 'finished step')} again"
                 )
             problems += _older_checkpoint(e, key, newest_saved)
+            problems += _older_in_folder(e, key, newest_in_folder)
         elif e["kind"] == "checkpoint_save":
             checkpoint_runs.add(key[0])
-            manager, step = e.get("manager"), e.get("step")
-            if manager and step is not None and not e.get("held"):  # written when it returned
-                newest_saved[manager] = max(step, newest_saved.get(manager, step))
+            manager, step, path = e.get("manager"), e.get("step"), e.get("path")
+            if step is not None and not e.get("held"):  # written when it returned
+                if manager:
+                    newest_saved[manager] = max(step, newest_saved.get(manager, step))
+                elif isinstance(path, str) and path:
+                    folder = _folder(path)
+                    if step > newest_in_folder.get(folder, (step - 1, ""))[0]:
+                        newest_in_folder[folder] = (step, path)
         elif e["kind"] == "batch" and key not in trained:
             trained.add(key)
             if key not in restored:
@@ -67,6 +76,11 @@ def restore_latest(events: Sequence[Event]) -> list[str] | str:
                     applied = True
                     problems += said
     if not applied:
+        if any(v is not None for v in latest.values()):
+            return (
+                "the attempts that started while a snapshot existed each ended before they "
+                "restored or drew a batch"
+            )
         return "no attempt started while a snapshot or checkpoint existed"
     return problems
 
@@ -86,6 +100,29 @@ def _older_checkpoint(
         f"checkpoint manager ({manager}) had written step {newest}{elsewhere}: it trains "
         f"{_plural(newest - step, 'finished step')} again (restore the newest checkpoint "
         "written, not an older one)"
+    ]
+
+
+def _folder(path: str) -> str:
+    return os.path.dirname(os.path.normpath(path))
+
+
+def _older_in_folder(
+    restore: Event, key: tuple[int, int], newest_in_folder: dict[str, tuple[int, str]]
+) -> list[str]:
+    """A restore by path (a ``Checkpointer`` or ``ocp.v1`` load, no manager) of an older step
+    than a checkpoint the loop had already written beside it, in the same folder."""
+    path, step = restore.get("path"), restore.get("step")
+    if not isinstance(path, str) or not path or step is None or restore.get("manager"):
+        return []
+    newest = newest_in_folder.get(_folder(path))
+    if newest is None or step >= newest[0]:
+        return []
+    return [
+        f"run {key[0]} attempt {key[1]} restored the checkpoint of step {step} ({path}) "
+        f"although step {newest[0]} had been written beside it ({newest[1]}): it trains "
+        f"{_plural(newest[0] - step, 'finished step')} again (restore the newest checkpoint "
+        "written, not an older one: compare steps as numbers, not names)"
     ]
 
 

@@ -177,3 +177,64 @@ def test_a_new_attempt_put_back_from_a_host_copy_still_breaks_the_chain(tmp_path
     assert not out.verdict.ok
     why = out.verdict.not_judged["snapshot-pairs"]
     assert "run 1 attempt 2 put its state back from host values" in why, why
+
+
+# -- a third blind tester's loops (2026-12-06, fourth session) --------------------------------
+SIGTERM = f"{LOOPS / 'real_jobs' / 'blind_sigterm_flag.py'}"
+SIGTERM_BUG = f"{LOOPS / 'real_jobs' / 'blind_sigterm_flag_bug.py'}"
+PORTED = f"{LOOPS / 'real_jobs' / 'blind_ported_mc.py'}"
+TWO_LOSSES = (
+    "data_loss@batch=8:slice=2:repair_after_polls=2,not_found@batch=16:slice=1:repair_after_polls=2"
+)
+
+
+def test_a_checkpoint_picked_by_name_after_preemptions_is_an_older_one_and_fails(
+    tmp_path: Path,
+) -> None:
+    """It survived: a ``StandardCheckpointer`` that saves by path has no manager whose newest
+    step a restore is compared with; ``max(names)`` picks step_8 over step_14."""
+    twice = "preemption@batch=9,preemption@batch=15"
+    bad = play_loop(f"{SIGTERM_BUG}:main", twice, checkpoint_dir=tmp_path / "bad")
+    assert not bad.verdict.ok
+    first = bad.verdict.violations[0]
+    assert first.startswith("run 3 attempt 1 restored the checkpoint of step 8 ("), first
+    assert "although step 14 had been written beside it" in first, first
+    assert "it trains 6 finished steps again" in first, first
+    good = play_loop(f"{SIGTERM}:main", twice, checkpoint_dir=tmp_path / "good")
+    assert good.verdict.ok, good.verdict.summary()
+    assert "restore-latest" in good.verdict.judged
+
+
+def test_batches_placed_through_multihost_utils_are_followed_to_the_state(tmp_path: Path) -> None:
+    """A ported multi-controller loop places its batches with
+    ``host_local_array_to_global_array``: the chain broke there ("rebuilt on the host"), so a
+    loop that kept its old mesh after a scale-up survived, with scale-up not judged."""
+    kept = f"{LOOPS / 'real_jobs' / 'blind_ported_mc_keeps_mesh_bug.py'}:main"
+    bad = play_loop(kept, TWO_LOSSES, checkpoint_dir=tmp_path / "bad")
+    assert "scale-up" in bad.verdict.failed, bad.verdict.summary()
+    assert any("kept the old mesh" in v for v in bad.verdict.violations)
+    good = play_loop(f"{PORTED}:main", TWO_LOSSES, checkpoint_dir=tmp_path / "good")
+    assert good.verdict.ok, good.verdict.summary()
+    assert {"scale-up", "snapshot-pairs", "exactly-once"} <= set(good.verdict.judged)
+
+
+def test_a_snapshot_taken_before_the_step_is_named_through_multihost_utils(tmp_path: Path) -> None:
+    """Only the final state failed it: the chain judges could not follow the placements."""
+    early = f"{LOOPS / 'real_jobs' / 'blind_ported_mc_presave_bug.py'}:main"
+    out = play_loop(early, TWO_LOSSES, checkpoint_dir=tmp_path)
+    assert "snapshot-pairs" in out.verdict.failed, out.verdict.summary()
+    assert "ahead of the 72 that model had reached" in out.verdict.violations[0]
+
+
+def test_attempts_that_ended_before_their_first_batch_are_counted_in_the_reasons(
+    tmp_path: Path,
+) -> None:
+    """Six attempts crashed before their restore: no-leaks said "only one attempt ran" and
+    restore-latest "no attempt started while a snapshot or checkpoint existed"."""
+    crash = f"{LOOPS / 'real_jobs' / 'blind_ported_mc_localdev_bug.py'}:main"
+    out = play_loop(crash, "data_loss@batch=8:slice=0", checkpoint_dir=tmp_path)
+    assert not out.verdict.ok and "completed" in out.verdict.failed
+    reasons = out.verdict.not_judged
+    assert "only one attempt ran" not in reasons.get("no-leaks", ""), reasons
+    why = reasons["restore-latest"]
+    assert why.startswith("the attempts that started while a snapshot existed each ended"), why

@@ -21,8 +21,8 @@ from typing import Any
 
 from pathways_chaos.harness.acceptance.recovery_time import (
     LOST_SLICE,
-    MAX_INPUT_WAIT_RATIO,
     RECOVERY_BUDGET_S,
+    input_wait_row,
     recovery_findings,
     runtime_topology,
 )
@@ -246,23 +246,14 @@ def check_input_wait(runs: LoopRuns) -> CheckResult:
     batches = [e for e in events if e["kind"] == "batch"]
     intervals = _batch_intervals(events)
     crashed = failed_run("fault-free run", runs.fault_free)
-    findings: list[Finding] = []
-    note = ""
-    if len(batches) >= 3:
-        wait = statistics.median(e["input_s"] for e in batches[1:])
-        step = statistics.median(
-            max(i - b["input_s"], 0.0) for i, b in zip(intervals[1:], batches[2:], strict=False)
-        )
-        note = f"input wait {wait * 1e3:.2f} ms vs step {step * 1e3:.2f} ms (medians)"
-        if not findings and wait >= MAX_INPUT_WAIT_RATIO * step:
-            findings.append(Finding("fault-free run", f"{note}: the device waits on the loader"))
-    result = CheckResult(
-        "input-wait",
-        "input wait time against step time",
-        "prefetch asynchronously (grain read-ahead), or move input processing onto the "
-        "accelerator hosts with colocated Python; size workers within the container's CPUs",
-        tuple(findings),
-        note,
+    enough = len(batches) >= 3
+    result = input_wait_row(
+        [e["input_s"] for e in batches[1:]] if enough else [],
+        [max(i - b["input_s"], 0.0) for i, b in zip(intervals[1:], batches[2:], strict=False)]
+        if enough
+        else [],
+        "fault-free run",
+        [],
     )
     if crashed:
         return _blocked(result, "data-order", crashed[0])

@@ -7,7 +7,9 @@ Shared by the adapter's and the user loop's runtime rows, read from the oracle's
 
 from __future__ import annotations
 
-from pathways_chaos.harness.acceptance.table import Finding
+import statistics
+
+from pathways_chaos.harness.acceptance.table import CheckResult, Finding
 from pathways_chaos.harness.engine.recorder import Event
 from pathways_chaos.harness.engine.topology import SliceTopology
 from pathways_chaos.harness.errors import ChaosConfigError
@@ -50,6 +52,27 @@ def recovery_findings(
                 f"({r['recovery_wall_s']:.2f} s wall)" + (f" in {mode} mode" if mode else "")
             )
     return findings, notes
+
+
+def input_wait_row(
+    waits: list[float], steps: list[float], what: str, findings: list[Finding]
+) -> CheckResult:
+    """The input-wait row from each step's input wait and compute time (their medians), for
+    both families; ``findings`` (a failed run) stand before any judgement of the timings."""
+    note = ""
+    if waits and steps:
+        wait, step = statistics.median(waits), statistics.median(steps)
+        note = f"input wait {wait * 1e3:.2f} ms vs step {step * 1e3:.2f} ms (medians)"
+        if not findings and wait >= MAX_INPUT_WAIT_RATIO * step:
+            findings = [*findings, Finding(what, f"{note}: the device waits on the loader")]
+    return CheckResult(
+        "input-wait",
+        "input wait time against step time",
+        "prefetch asynchronously (grain read-ahead), or move input processing onto the "
+        "accelerator hosts with colocated Python; size workers within the container's CPUs",
+        tuple(findings),
+        note,
+    )
 
 
 def runtime_topology(topology: SliceTopology | None) -> SliceTopology:

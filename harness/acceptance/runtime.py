@@ -28,8 +28,8 @@ from pathways_chaos.harness.acceptance.loop import (
 )
 from pathways_chaos.harness.acceptance.recovery_time import (
     LOST_SLICE,
-    MAX_INPUT_WAIT_RATIO,
     RECOVERY_BUDGET_S,
+    input_wait_row,
     recovery_findings,
     runtime_topology,
 )
@@ -203,21 +203,11 @@ def check_compile_time(runs: RuntimeRuns) -> CheckResult:
 
 def check_input_wait(runs: RuntimeRuns) -> CheckResult:
     steps = _steps(runs.migrated)[1:]
-    findings = _episode_failed("migrated run", runs.migrated)
-    note = ""
-    if steps:
-        wait = statistics.median(s["input_s"] for s in steps)
-        step = statistics.median(s["step_s"] for s in steps)
-        note = f"input wait {wait * 1e3:.2f} ms vs step {step * 1e3:.2f} ms (medians)"
-        if not findings and wait >= MAX_INPUT_WAIT_RATIO * step:
-            findings.append(Finding("migrated run", f"{note}: the device waits on the loader"))
-    result = CheckResult(
-        "input-wait",
-        "input wait time against step time",
-        "prefetch asynchronously (grain read-ahead), or move input processing onto the "
-        "accelerator hosts with colocated Python; size workers within the container's CPUs",
-        tuple(findings),
-        note,
+    result = input_wait_row(
+        [s["input_s"] for s in steps],
+        [s["step_s"] for s in steps],
+        "migrated run",
+        _episode_failed("migrated run", runs.migrated),
     )
     return _not_judged_if_failed(result, runs.migrated, "data-order", "the migrated run")
 

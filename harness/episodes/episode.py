@@ -15,7 +15,7 @@ from pathways_chaos.harness.engine.deadline import Deadline, episode_deadline
 from pathways_chaos.harness.engine.recorder import Event, Recorder
 from pathways_chaos.harness.episodes.fault_controller import FaultController, refuse_misfits
 from pathways_chaos.harness.episodes.result import EpisodeResult
-from pathways_chaos.harness.episodes.runner import EpisodeRunner
+from pathways_chaos.harness.episodes.runner import EpisodeRunner, Workload
 from pathways_chaos.harness.reference.trainer import ReferenceTrainer, TrainerConfig, TrainResult
 
 TrainerFactory = Callable[..., ReferenceTrainer]
@@ -28,7 +28,7 @@ def _trainer_class(factory: Any) -> Any:
     return factory
 
 
-class TrainerWorkload:
+class TrainerWorkload(Workload[TrainResult]):
     """The reference trainer (or a factory's): a suspended run is resumed by a new run."""
 
     caught: ClassVar[tuple[type[BaseException], ...]] = (Exception,)
@@ -88,27 +88,12 @@ class TrainerWorkload:
             )
         return trainer.run
 
-    def failed(self, error: BaseException) -> BaseException:
-        return error
-
-    def after_run(self) -> None:
-        pass
-
     def again(self, result: TrainResult) -> bool:
         return result.status == "suspended"
 
     def close(self, recorder: Recorder) -> list[str]:
         assert self.faults is not None
         return self.faults.unfired()
-
-    def result(
-        self,
-        recorder: Recorder,
-        results: list[TrainResult],
-        error: BaseException | None,
-        unfired: list[str],
-    ) -> EpisodeResult:
-        return EpisodeResult(recorder.events, results, error, recorder.path, unfired)
 
 
 def run_episode(

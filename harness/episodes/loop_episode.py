@@ -29,7 +29,7 @@ from pathways_chaos.harness.engine.recorder import Event, Recorder
 from pathways_chaos.harness.engine.user_modules import load_name
 from pathways_chaos.harness.episodes.fault_controller import FaultController
 from pathways_chaos.harness.episodes.result import EpisodeResult
-from pathways_chaos.harness.episodes.runner import EpisodeRunner
+from pathways_chaos.harness.episodes.runner import EpisodeRunner, Workload
 from pathways_chaos.harness.errors import ChaosConfigError
 
 #: The observer's events of a save, on any orbax path: ``save=N`` counts them all.
@@ -259,7 +259,7 @@ def refuse_loop_misfits(schedule: Schedule) -> None:
             )
 
 
-class LoopWorkload:
+class LoopWorkload(Workload[Any]):
     """A user's loop: a run that a preemption notice ended (returning ``None``) runs again."""
 
     caught: ClassVar[tuple[type[BaseException], ...]] = (Exception, SystemExit)
@@ -279,7 +279,7 @@ class LoopWorkload:
         self.cluster, self.loop, self.schedule, self.options = cluster, loop, schedule, options
         self.checkpoint_dir, self.step_seconds = checkpoint_dir, step_seconds
         self.lineage, self.show_library_logs, self.deadline = settings
-        self.name = loop_name(loop)
+        self.name = self.subject = loop_name(loop)
         self.held = ExpectedSliceErrors()
         self.arguments: dict[str, Any] = {}
         self.faults: LoopFaultController | None = None
@@ -350,17 +350,6 @@ class LoopWorkload:
     def close(self, recorder: Recorder) -> list[str]:
         assert self.faults is not None
         return _close_episode(recorder, self.held.held, self.faults)
-
-    def result(
-        self,
-        recorder: Recorder,
-        results: list[Any],
-        error: BaseException | None,
-        unfired: list[str],
-    ) -> EpisodeResult:
-        return EpisodeResult(
-            recorder.events, results, error, recorder.path, unfired, subject=self.name
-        )
 
 
 _scratch_dir: tempfile.TemporaryDirectory[str] | None = None

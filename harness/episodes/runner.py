@@ -18,10 +18,12 @@ from pathways_chaos.faults.model import Schedule
 from pathways_chaos.harness.engine.backend import ClusterBackend
 from pathways_chaos.harness.engine.deadline import EpisodeDeadlineExceeded
 from pathways_chaos.harness.engine.recorder import Event, Recorder
+from pathways_chaos.harness.episodes.result import EpisodeResult
 
 
-class Workload[R, T](Protocol):
-    """One kind of episode, as the runner needs it."""
+class Workload[R](Protocol):
+    """One kind of episode, as the runner needs it; a workload that subclasses this takes its
+    defaults (``failed`` passes the error on, ``after_run`` does nothing)."""
 
     #: What a run may raise that ends the episode with that error (the rest propagate).
     caught: ClassVar[tuple[type[BaseException], ...]]
@@ -44,11 +46,16 @@ class Workload[R, T](Protocol):
         """Starts the ``index``-th run (from 1): what it raises ends the episode uncaught; what
         it returns runs the run, and what that returns goes into the results."""
 
+    #: What ran, as the result names it (a loop's ``module:function``; empty: the trainer).
+    subject: str = ""
+
     def failed(self, error: BaseException) -> BaseException:
         """A run raised one of ``caught``: the error the episode ends with."""
+        return error
 
     def after_run(self) -> None:
         """After each run, whatever it did (undoes what the run may have left)."""
+        return None
 
     def again(self, result: R) -> bool:
         """Whether the episode runs again after a run that returned ``result``."""
@@ -56,22 +63,13 @@ class Workload[R, T](Protocol):
     def close(self, recorder: Recorder) -> list[str]:
         """The events logged before ``episode_end``; the faults that never fired."""
 
-    def result(
-        self,
-        recorder: Recorder,
-        results: list[R],
-        error: BaseException | None,
-        unfired: list[str],
-    ) -> T:
-        """The episode's result."""
 
-
-class EpisodeRunner[R, T]:
+class EpisodeRunner[R]:
     """Runs a workload's episode on a cluster under a schedule, all logged."""
 
     def __init__(
         self,
-        workload: Workload[R, T],
+        workload: Workload[R],
         cluster: ClusterBackend,
         schedule: Schedule,
         *,
@@ -89,7 +87,7 @@ class EpisodeRunner[R, T]:
         self.max_runs = max_runs
         self.listeners = listeners
 
-    def run(self) -> T:
+    def run(self) -> EpisodeResult:
         """The episode: checks, ``episode_start``, the runs, the closing events, the result."""
         workload, cluster = self.workload, self.cluster
         workload.refuse()
@@ -120,7 +118,9 @@ class EpisodeRunner[R, T]:
         )
         if self.recorder is None:  # a log it was given goes on after the episode
             recorder.close()
-        return workload.result(recorder, results, error, unfired)
+        return EpisodeResult(
+            recorder.events, list(results), error, recorder.path, unfired, subject=workload.subject
+        )
 
     def _runs(self, results: list[R]) -> BaseException | None:
         """Up to ``max_runs`` runs: the next one while the last asks for it; the first error

@@ -17,7 +17,7 @@ from pathways_chaos.faults.model import Schedule
 from pathways_chaos.harness.engine.recorder import Event, Recorder
 from pathways_chaos.harness.episodes.fault_controller import FaultController
 from pathways_chaos.harness.episodes.result import EpisodeResult
-from pathways_chaos.harness.episodes.runner import EpisodeRunner
+from pathways_chaos.harness.episodes.runner import EpisodeRunner, Workload
 from pathways_chaos.harness.mtc.cluster import MtcCluster
 from pathways_chaos.harness.mtc.trainer import MtcOptions, MtcTrainer
 from pathways_chaos.harness.reference.trainer import TrainerConfig, TrainResult
@@ -67,7 +67,7 @@ class _ServiceLog:
             self._flushing = False
 
 
-class _MtcWorkload:
+class _MtcWorkload(Workload[TrainResult]):
     """One MTC job: its restarts are attempts of one run, so it runs once."""
 
     caught: ClassVar[tuple[type[BaseException], ...]] = (Exception,)
@@ -109,26 +109,11 @@ class _MtcWorkload:
         )
         return trainer.run
 
-    def failed(self, error: BaseException) -> BaseException:
-        return error
-
-    def after_run(self) -> None:
-        pass
-
     def again(self, result: TrainResult) -> bool:
         return False
 
     def close(self, recorder: Recorder) -> list[str]:
         return []  # an MTC episode's result has never listed unfired faults
-
-    def result(
-        self,
-        recorder: Recorder,
-        results: list[TrainResult],
-        error: BaseException | None,
-        unfired: list[str],
-    ) -> EpisodeResult:
-        return EpisodeResult(recorder.events, results, error, recorder.path)
 
 
 def run_mtc_episode(

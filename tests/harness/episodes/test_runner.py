@@ -16,6 +16,7 @@ from pathways_chaos.harness.engine.clock import FakeClock
 from pathways_chaos.harness.engine.deadline import EpisodeDeadlineExceeded
 from pathways_chaos.harness.engine.recorder import Event, Recorder
 from pathways_chaos.harness.engine.topology import SliceTopology
+from pathways_chaos.harness.episodes.result import EpisodeResult
 from pathways_chaos.harness.episodes.runner import EpisodeRunner
 
 
@@ -24,6 +25,7 @@ class Toy:
 
     caught: ClassVar[tuple[type[BaseException], ...]] = (ValueError,)
     deadline_ends_episode: ClassVar[bool] = True
+    subject = "toy"
 
     def __init__(self, outcomes: list[Any], *, refuse: Exception | None = None) -> None:
         self.outcomes = outcomes
@@ -74,14 +76,10 @@ class Toy:
         recorder.emit("closing")
         return ["never"]
 
-    def result(
-        self,
-        recorder: Recorder,
-        results: list[str],
-        error: BaseException | None,
-        unfired: list[str],
-    ) -> tuple[list[Event], list[str], BaseException | None, list[str], Path | None]:
-        return recorder.events, results, error, unfired, recorder.path
+
+def parts(result: EpisodeResult) -> tuple[Any, ...]:
+    assert result.subject == "toy"  # the runner names what ran, from the workload
+    return result.events, result.results, result.error, result.unfired, result.log_path
 
 
 def cluster() -> Any:
@@ -103,7 +101,7 @@ def test_runs_again_while_asked_up_to_max_runs_and_logs_start_and_end(tmp_path: 
         max_runs=2,
         listeners=[lambda e: seen.append(e["kind"])],
     )
-    events, results, error, unfired, path = runner.run()
+    events, results, error, unfired, path = parts(runner.run())
     assert results == ["again", "again"] and error is None and unfired == ["never"]
     # The recorder's own first line comes before the listeners are added.
     assert kinds(events) == ["log_start", "episode_start", "run", "run", "closing", "episode_end"]
@@ -122,7 +120,9 @@ def test_runs_again_while_asked_up_to_max_runs_and_logs_start_and_end(tmp_path: 
 
 def test_a_caught_error_ends_the_runs_and_is_logged() -> None:
     toy = Toy(["again", ValueError("boom"), "done"])
-    events, results, error, _, _ = EpisodeRunner(toy, cluster(), Schedule(), max_runs=3).run()
+    events, results, error, _, _ = parts(
+        EpisodeRunner(toy, cluster(), Schedule(), max_runs=3).run()
+    )
     assert results == ["again"] and isinstance(error, ValueError)
     assert events[-1]["error"] == "ValueError: boom"
     assert toy.calls[-4:] == ["start 2", "failed ValueError", "after", "exit"]
@@ -145,7 +145,7 @@ def test_a_refusal_comes_before_the_log() -> None:
 
 def test_a_deadline_ends_the_episode_only_if_the_workload_says_so() -> None:
     toy = Toy([EpisodeDeadlineExceeded("late")])
-    events, results, error, _, _ = EpisodeRunner(toy, cluster(), Schedule()).run()
+    events, results, error, _, _ = parts(EpisodeRunner(toy, cluster(), Schedule()).run())
     assert isinstance(error, EpisodeDeadlineExceeded) and results == []
     assert kinds(events)[-2:] == ["closing", "episode_end"]
 
@@ -158,5 +158,5 @@ def test_a_deadline_ends_the_episode_only_if_the_workload_says_so() -> None:
 
 def test_a_run_that_does_not_ask_again_is_the_last() -> None:
     toy = Toy(["done", "again"])
-    _, results, error, _, _ = EpisodeRunner(toy, cluster(), Schedule(), max_runs=3).run()
+    _, results, error, _, _ = parts(EpisodeRunner(toy, cluster(), Schedule(), max_runs=3).run())
     assert results == ["done"] and error is None and toy.outcomes == ["again"]

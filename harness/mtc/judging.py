@@ -147,19 +147,26 @@ def check_never_partial(events: Sequence[Event]) -> list[str]:
 def check_bitwise(events: Sequence[Event]) -> list[str]:
     """Every host's restored model is bitwise the state saved at that step."""
     problems = []
+    for e, saved in _restores_of_saves(events):
+        for host, got in enumerate(e.get("host_digests", [e["digest"]])):
+            if got != saved["digest"]:
+                problems.append(
+                    f"attempt {e['attempt']}: host {host}'s restore of step {e['step']} is "
+                    "not bitwise the saved state"
+                )
+    return problems
+
+
+def _restores_of_saves(events: Sequence[Event]) -> list[tuple[Event, Event]]:
+    """Each restore of a step a save completed, with the newest such save before it."""
+    pairs: list[tuple[Event, Event]] = []
     saves: dict[int, Event] = {}
     for e in events:
         if e["kind"] == "checkpoint_save":
             saves[e["step"]] = e
         elif e["kind"] == "restore_end" and e["step"] in saves:
-            want = saves[e["step"]]["digest"]
-            for host, got in enumerate(e.get("host_digests", [e["digest"]])):
-                if got != want:
-                    problems.append(
-                        f"attempt {e['attempt']}: host {host}'s restore of step {e['step']} is "
-                        "not bitwise the saved state"
-                    )
-    return problems
+            pairs.append((e, saves[e["step"]]))
+    return pairs
 
 
 def check_pinned_wins(events: Sequence[Event]) -> list[str]:
@@ -200,18 +207,14 @@ def check_lost_work(events: Sequence[Event]) -> list[str]:
 def check_data_position(events: Sequence[Event]) -> list[str]:
     """The data position restored on every host is the one saved with the restored model."""
     problems = []
-    saves: dict[int, Event] = {}
-    for e in events:
-        if e["kind"] == "checkpoint_save":
-            saves[e["step"]] = e
-        elif e["kind"] == "restore_end" and e["step"] in saves:
-            want = saves[e["step"]]["data_index"]
-            got = e.get("host_data_index", [e.get("data_index")])
-            if any(g != want for g in got) or e.get("data_index") != want:
-                problems.append(
-                    f"attempt {e['attempt']} restored the model of step {e['step']} with data "
-                    f"position {e.get('data_index')} (hosts {got}); it was saved with {want}"
-                )
+    for e, saved in _restores_of_saves(events):
+        want = saved["data_index"]
+        got = e.get("host_data_index", [e.get("data_index")])
+        if any(g != want for g in got) or e.get("data_index") != want:
+            problems.append(
+                f"attempt {e['attempt']} restored the model of step {e['step']} with data "
+                f"position {e.get('data_index')} (hosts {got}); it was saved with {want}"
+            )
     firsts: dict[int, Event] = {}
     for e in events:
         if e["kind"] == "step" and e["attempt"] not in firsts:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pathways_chaos.harness.engine.backend import ClusterBackend, KubeBacked, Unguardable
+from pathways_chaos.harness.judging.yardsticks import judge_with_yardsticks
 
 if TYPE_CHECKING:
     from pathways_chaos.faults.model import Schedule
@@ -68,6 +69,7 @@ class Outcome:
 def play(
     schedule: str | Schedule = "",
     *,
+    loop: Callable[..., Any] | str | None = None,
     config: TrainerConfig | None = None,
     cluster: ClusterBackend | None = None,
     topology: SliceTopology | str | None = None,
@@ -78,14 +80,94 @@ def play(
     expect_completed: bool = True,
     replay: bool = True,
     isolate: bool | None = None,
+    baseline: Sequence[dict[str, Any]] | None = None,
+    options: dict[str, Any] | None = None,
+    checkpoint_dir: str | Path | None = None,
+    clean_rerun: bool = True,
+    deadline: Deadline | None = None,
+    lineage: bool = True,
+    show_library_logs: bool = False,
 ) -> Outcome:
-    """Runs ``trainer`` (the reference trainer by default) under ``schedule`` and judges it.
+    """One episode under ``schedule``, judged: the one front door for every subject.
+
+    With ``loop`` (a function, ``MODULE:FUNC`` or ``FILE.py:FUNC``), a user's own loop runs
+    unchanged, each run in a child process, and is judged from the libraries' calls the
+    black-box observer saw (``options``: its keyword arguments; ``baseline``: the log of its
+    fault-free run, without which the judges that need one say "not judged"). Without it, the
+    reference trainer (or ``trainer``) runs with ``config``.
 
     Without ``cluster``, a fake cluster of ``topology`` (default 4x2) is made for this episode
     and undone after it. A trainer the toolkit did not write runs, and is replayed, in child
     processes on a fake cluster of the same shape (``isolate``: None decides so, True insists,
-    False keeps it here: the toolkit's own tests of in-process behaviour).
+    False keeps it here: the toolkit's own tests of in-process behaviour). An argument meant
+    for the other subject is refused in one line.
     """
+    where: dict[str, Any] = {
+        "cluster": cluster,
+        "topology": topology,
+        "clock": clock,
+        "log_path": log_path,
+        "listeners": listeners,
+    }
+    if loop is not None:
+        _refuse_other_subjects(
+            "a loop",
+            "a loop takes options= (its keyword arguments) and baseline= (its fault-free run)",
+            config=config is not None,
+            trainer=trainer is not None,
+            replay=not replay,
+            expect_completed=not expect_completed,
+        )
+        isolated = True if isolate is None else isolate
+        return play_loop(
+            loop, schedule, baseline=baseline, options=options, checkpoint_dir=checkpoint_dir,
+            lineage=lineage, show_library_logs=show_library_logs, clean_rerun=clean_rerun,
+            deadline=deadline, isolate=isolated, **where,
+        )  # fmt: skip
+    _refuse_other_subjects(
+        "the reference trainer",
+        "pass loop= to run your own loop; the trainer takes config= (its checkpoint folder "
+        "too: TrainerConfig(checkpoint_dir=...))",
+        baseline=baseline is not None,
+        options=options is not None,
+        checkpoint_dir=checkpoint_dir is not None,
+        clean_rerun=not clean_rerun,
+        deadline=deadline is not None,
+        lineage=not lineage,
+        show_library_logs=show_library_logs,
+    )
+    return _play_trainer(
+        schedule, config, trainer, where, expect_completed=expect_completed, replay=replay,
+        isolate=isolate,
+    )  # fmt: skip
+
+
+def _refuse_other_subjects(whose: str, hint: str, **given: bool) -> None:
+    """A ``play`` argument that belongs to the other subject: one line, before anything runs."""
+    from pathways_chaos.harness.errors import ChaosConfigError
+
+    named = [f"{name}=" for name, set_ in given.items() if set_]
+    if named:
+        raise ChaosConfigError(
+            f"{', '.join(named)} {'is' if len(named) == 1 else 'are'} not for {whose}: {hint}"
+        )
+
+
+def _play_trainer(
+    schedule: str | Schedule,
+    config: TrainerConfig | None,
+    trainer: Callable[..., Any] | str | None,
+    where: dict[str, Any],
+    *,
+    expect_completed: bool,
+    replay: bool,
+    isolate: bool | None,
+) -> Outcome:
+    """``play`` of the reference trainer (or a trainer class of the team's); ``where``: its
+    cluster, topology, clock, log path and listeners."""
+    cluster: ClusterBackend | None = where["cluster"]
+    topology, clock = where["topology"], where["clock"]
+    log_path, listeners = where["log_path"], where["listeners"]
     from pathways_chaos.faults.model import parse_schedule
     from pathways_chaos.harness.episodes.episode import run_episode
     from pathways_chaos.harness.judging import oracle
@@ -268,11 +350,21 @@ def play_loop(
     )
     result = _supervised(loop, plan, shape, clock_kind, how, cluster=cluster)
 
-    def rerun(clean: Schedule, where: Path | None) -> EpisodeResult:
-        return _supervised(loop, clean, shape, clock_kind, how.rerun(where), cluster=cluster)
+    def rerun(plan: Schedule, where: Path | None, name: str) -> tuple[Any, str]:
+        again = _supervised(loop, plan, shape, clock_kind, how.rerun(where, name), cluster=cluster)
+        return _usable(again, name, plan)
 
-    verdict = _judged(result, baseline, clean_rerun, checkpoint_dir, rerun)
+    verdict = judge_with_yardsticks(
+        result.events, baseline, reruns=clean_rerun, checkpoint_dir=checkpoint_dir, rerun=rerun
+    )
     return Outcome(result, verdict)
+
+
+def _usable(again: EpisodeResult, name: str, plan: Schedule) -> tuple[Any, str]:
+    """A yardstick run's events, or why they cannot be used."""
+    if again.completed:
+        return again.events, ""
+    return None, f"the {name} rerun ({plan.to_text()}) did not complete"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -287,11 +379,12 @@ class _LoopRun:
     show_library_logs: bool
     deadline: Deadline | None
 
-    def rerun(self, checkpoint_dir: Path | None) -> _LoopRun:
-        """The clean rerun's: its log beside the episode's (``-clean``), nobody listening."""
+    def rerun(self, checkpoint_dir: Path | None, name: str) -> _LoopRun:
+        """A yardstick run's: its log beside the episode's (``-clean``, ``-probe``), nobody
+        listening."""
         log = self.log_path
         if log is not None:
-            log = Path(log).with_name(Path(log).stem + "-clean.jsonl")
+            log = Path(log).with_name(f"{Path(log).stem}-{name}.jsonl")
         return dataclasses.replace(
             self, log_path=log, checkpoint_dir=checkpoint_dir, listeners=(), show_library_logs=False
         )
@@ -399,65 +492,20 @@ def _play_loop_in_process(
         on = cluster
         result = run_loop_episode(on, fn, plan, **how.episode())
 
-        def rerun(clean: Schedule, where: Path | None) -> EpisodeResult:
+        def rerun(plan: Schedule, where: Path | None, name: str) -> tuple[Any, str]:
             for s in sorted(on.down_slices() if isinstance(on, SliceStates) else ()):
                 on.repair_slice(s)
-            return run_loop_episode(
-                on, fn, clean, **dataclasses.replace(how.rerun(where), log_path=None).episode()
-            )
+            settings = dataclasses.replace(how.rerun(where, name), log_path=None)
+            return _usable(run_loop_episode(on, fn, plan, **settings.episode()), name, plan)
 
-        verdict = _judged(result, baseline, clean_rerun, how.checkpoint_dir, rerun)
-    return Outcome(result, verdict)
-
-
-def _judged(
-    result: EpisodeResult,
-    baseline: Sequence[dict[str, Any]] | None,
-    clean_rerun: bool,
-    checkpoint_dir: str | Path | None,
-    rerun: Callable[[Schedule, Path | None], EpisodeResult],
-) -> Verdict:
-    """The loop judge's verdict; when the recovery changed the batch schedule, judged again
-    against ``rerun`` of the same losses made right after the snapshot it resumed from."""
-    from pathways_chaos.faults.model import parse_schedule
-    from pathways_chaos.harness.judging.clean_rerun import clean_schedule
-
-    verdict = _guarded_judge(result.events, baseline)
-    why = verdict.not_judged.get("final-state", "")
-    if not (clean_rerun and baseline is not None and result.completed):
-        return verdict
-    if "changed the batch schedule" not in why:
-        return verdict
-    text, why_not = clean_schedule(result.events)
-    clean = None
-    if text is not None:
-        where = None if checkpoint_dir is None else Path(f"{checkpoint_dir}-clean")
-        again = rerun(parse_schedule(text), where)
-        clean = again.events if again.completed else None
-        why_not = "" if clean is not None else f"the clean rerun ({text}) did not complete"
-    return _guarded_judge(result.events, baseline, clean, why_not)
-
-
-def _guarded_judge(
-    events: Sequence[dict[str, Any]],
-    baseline: Sequence[dict[str, Any]] | None,
-    clean: Sequence[dict[str, Any]] | None = None,
-    clean_why_not: str = "",
-) -> Verdict:
-    """The loop judge, whose own exception (a bug in pathways-chaos) comes back as the verdict's
-    ``judge_errors`` with its traceback: never the loop's failure, never a pass."""
-    from pathways_chaos.harness.judging import loop_oracle
-    from pathways_chaos.harness.judging.verdict import Verdict, judge_error
-
-    try:
-        return loop_oracle.judge_loop(events, baseline, clean, clean_why_not)
-    except Exception as failure:
-        ends = [e for e in events if e["kind"] == "run_end"]
-        return Verdict(
-            completed=bool(ends) and ends[-1]["status"] == "completed",
-            central=loop_oracle.CENTRAL_JUDGES,
-            judge_errors={"loop-judge": judge_error(failure)},
+        verdict = judge_with_yardsticks(
+            result.events,
+            baseline,
+            reruns=clean_rerun,
+            checkpoint_dir=how.checkpoint_dir,
+            rerun=rerun,
         )
+    return Outcome(result, verdict)
 
 
 def play_mtc(

@@ -87,6 +87,5 @@ if TYPE_CHECKING:
     from pathways_chaos.harness.judging.verdict import Verdict as Verdict
     from pathways_chaos.harness.play import Outcome as Outcome
     from pathways_chaos.harness.play import play as play
-    from pathways_chaos.harness.play import play_loop as play_loop
     from pathways_chaos.harness.reference.trainer import ReferenceTrainer as ReferenceTrainer
     from pathways_chaos.harness.reference.trainer import TrainerConfig as TrainerConfig

@@ -22,6 +22,7 @@ import inspect
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import CodeType, FrameType
@@ -327,3 +328,22 @@ def _position(iterator: Any) -> int | None:
 def _bound(table: dict[int, Any]) -> None:
     while len(table) > MAX_FRAMES:
         del table[next(iter(table))]
+
+
+class IteratorOrder:
+    """Numbers the iterators one attempt draws from, in the order of their first draw (0 the
+    first): a loop that draws from two in turn trains a mixture of data sources. Held weakly:
+    an iterator the loop drops is not kept alive (with its workers) by being numbered."""
+
+    def __init__(self) -> None:
+        self._seen: list[Callable[[], Any]] = []
+
+    def of(self, iterator: Any) -> int:
+        for number, seen in enumerate(self._seen):
+            if seen() is iterator:
+                return number
+        try:
+            self._seen.append(weakref.ref(iterator))
+        except TypeError:  # not weakly referable: numbered by a reference that outlives it
+            self._seen.append(lambda: iterator)
+        return len(self._seen) - 1

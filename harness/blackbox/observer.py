@@ -32,11 +32,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from pathways_chaos.harness.blackbox.batch_sources import BatchSources
+from pathways_chaos.harness.blackbox.batch_sources import BatchSources, IteratorOrder
 from pathways_chaos.harness.blackbox.catch_watch import CatchWatch
 from pathways_chaos.harness.blackbox.checkpoints import CheckpointWatch, HeldLike, copy_arrays
 from pathways_chaos.harness.blackbox.held_saves import GateHolder
 from pathways_chaos.harness.blackbox.lineage import LineageSeam
+from pathways_chaos.harness.blackbox.meshes import mesh_fields
 from pathways_chaos.harness.blackbox.values import (
     batch_size_of,
     describe_state,
@@ -82,6 +83,7 @@ class LoopObserver:
         self.batches = 0  # drawn in the whole episode (the batch=N trigger counts these)
         self._attempt_batches = 0
         self._ready = False
+        self._iterators = IteratorOrder()
         self._meshes: set[tuple[Any, ...]] = set()
         self._snapshotters: list[Any] = []
         self._saved: list[tuple[Any, str, Any]] = []
@@ -290,11 +292,12 @@ class LoopObserver:
         position = position_of(iterator.get_state())
         t0 = time.perf_counter()
         batch = original(iterator)
-        self._drawn(batch, position, time.perf_counter() - t0)
+        self._drawn(batch, position, time.perf_counter() - t0, self._iterators.of(iterator))
         return batch
 
-    def _drawn(self, batch: Any, position: int | None, input_s: float) -> None:
-        """One batch reached the loop, from whichever source: counted once, here."""
+    def _drawn(self, batch: Any, position: int | None, input_s: float, source: int = 0) -> None:
+        """One batch reached the loop, from whichever source: counted once, here. ``source``
+        numbers the grain iterators an attempt drew from (a mixture draws from several)."""
         if not self._ready:
             self._attempt_ready()
         size = batch_size_of(batch)
@@ -311,6 +314,8 @@ class LoopObserver:
         }
         if ids is not None:
             fields["ids"] = ids
+        if source:
+            fields["source"] = source
         self.recorder.emit("batch", **self._ids(), **fields)
 
     def _set_state(self, original: Callable[..., Any], iterator: Any, state: Any) -> Any:
@@ -471,6 +476,7 @@ class LoopObserver:
 
         self.attempt += 1
         self._attempt_batches, self._ready = 0, False
+        self._iterators = IteratorOrder()
         self._last_saved = None  # a failed attempt's save must not outlive it here
         if self.attempt > self.max_attempts:
             raise AttemptGuardError(
@@ -530,29 +536,15 @@ class LoopObserver:
 
     # -- placements (from the device-loss seam) ----------------------------------------------
     def _placed(self, sharding: Any) -> None:
-        from jax.sharding import NamedSharding
-
-        if not isinstance(sharding, NamedSharding) or threading.get_ident() != self._main:
+        if threading.get_ident() != self._main:
             return
-        mesh = sharding.mesh
-        devices = getattr(mesh, "devices", None)
-        if devices is None or any(str(a).startswith("_internal") for a in mesh.axis_names):
-            return  # the health checks' pmaps are pathwaysutils', not the loop's
-        key = (self.run, self.attempt, tuple(d.id for d in devices.flat), devices.shape)
-        if key in self._meshes:
+        fields = mesh_fields(sharding, self._slice_of)
+        if fields is None:
             return
-        self._meshes.add(key)
-        rows = devices.reshape(devices.shape[0], -1) if devices.ndim else devices.reshape(1, 1)
-        ids = [[d.id for d in row] for row in rows]
-        self.recorder.emit(
-            "mesh",
-            **self._ids(),
-            reason="placement",
-            slices=sorted({self._slice_of.get(d, -1) for row in ids for d in row}),
-            device_ids=ids,
-            shape=list(rows.shape),
-            axes=list(getattr(mesh, "axis_names", ())),
-        )
+        key = (self.run, self.attempt, str(fields["device_ids"]), str(fields["axes"]))
+        if key not in self._meshes:
+            self._meshes.add(key)
+            self.recorder.emit("mesh", **self._ids(), reason="placement", **fields)
 
     # -- slice-down errors raised to the loop (from the device-loss seam) ---------------------
     def _slice_error(self, error: BaseException) -> None:

@@ -21,8 +21,10 @@ from pathways_chaos.harness.judging.lineage import (
 )
 
 
-def trained_once_in_order(chain: Chain, base: Chain | None) -> list[str]:
-    """Every sample in the chain exactly once, in the fault-free run's order."""
+def trained_once_in_order(chain: Chain, base: Chain | None, mixture: bool = False) -> list[str]:
+    """Every sample in the chain exactly once, in the fault-free run's order; ``mixture``: the
+    batches came from several iterators in turn, whose data positions the explanation of a
+    repeat cannot compare."""
     trained = chain.trained
     samples = [s for d in trained for s in d.samples]
     what = "sample ids" if all(d.ids is not None for d in trained) else "data positions"
@@ -41,7 +43,12 @@ def trained_once_in_order(chain: Chain, base: Chain | None) -> list[str]:
         problems.append(
             f"{what} {ranges(twice)} were trained twice or more: the state was trained on "
             f"them again by {', '.join(again[:3])}{more}"
-            + _iterator_after_restore(chain, repeats[0], base)
+            + (
+                " (the loop trains from several grain iterators in turn: was each one put back "
+                "where the snapshot left it?)"
+                if mixture
+                else _iterator_after_restore(chain, repeats[0], base)
+            )
         )
     if base is None or not base.followed:
         return problems
@@ -375,14 +382,15 @@ def rejoined_slices_used(chain: Chain, events: Sequence[Event]) -> list[str] | s
                 "old mesh (rebuild the mesh, step and shardings after a scale-up)"
             ]
     if not applied:
-        repaired = sorted(
-            {
-                e["fault"].get("slice")
-                for e in events
-                if e["kind"] == "fault" and e["fault"].get("kind") == "repair"
-            }
-            - {None}
-        )
+        faults = [e["fault"] for e in events if e["kind"] == "fault" and "touched" in e]
+        lost = {f.get("slice") for f in faults if f.get("kind") != "repair"}
+        repaired = sorted({f.get("slice") for f in faults if f.get("kind") == "repair"} - {None})
+        never_lost = [s for s in repaired if s not in lost]
+        if never_lost and never_lost == repaired:
+            return (
+                f"the schedule repaired slice {', '.join(map(str, never_lost))}, which no fault "
+                "had taken down, so no slice could come back"
+            )
         if repaired:
             return (
                 f"the loop never took the repaired slice {', '.join(map(str, repaired))} back "

@@ -119,3 +119,15 @@ def _chain_restores(
         assert save is not None
         pairs.append((save, restore))
     return pairs
+
+
+def restore_probe(clean: str) -> str | None:
+    """The restore probe's schedule for a clean rerun's: a slice-down error raised at the
+    save the first loss was moved to, with no slice lost (``judging.yardsticks``); None when
+    it moved no loss."""
+    for item in clean.split(","):
+        name, _, rest = item.partition("@")
+        if name in MOVABLE:
+            trigger = rest.partition(":")[0]
+            return f"raise_error@{trigger}:code=DATA_LOSS"
+    return None

@@ -27,6 +27,7 @@ CAUSES = (
     "stale-mesh",
     "leak",
     "step-count",
+    "state-outside-snapshot",
     "wrong-final-state",
 )
 
@@ -70,6 +71,7 @@ _CAUSE_BY_JUDGE = {
     "no-leaks": "leak",
     "step-count": "step-count",
     "final-state": "wrong-final-state",
+    "restore-keeps-state": "state-outside-snapshot",
 }
 
 

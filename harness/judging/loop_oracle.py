@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathways_chaos.harness.engine.recorder import Event
 from pathways_chaos.harness.judging import chain_judges
 from pathways_chaos.harness.judging import lineage as chain_checks
+from pathways_chaos.harness.judging.data_sources import Mixture, mixture
 from pathways_chaos.harness.judging.final_values import leaf_array as _array
 from pathways_chaos.harness.judging.final_values import (
     worst_outside_tolerance as _worst_outside_tolerance,
@@ -60,9 +61,12 @@ class LoopHistory:
         baseline: Sequence[Event] | None = None,
         clean: Sequence[Event] | None = None,
         clean_why_not: str = "",
+        probe: Sequence[Event] | None = None,
+        probe_why_not: str = "",
     ) -> None:
         self.events, self.baseline, self.clean = events, baseline, clean
         self.clean_why_not = clean_why_not
+        self.probe, self.probe_why_not = probe, probe_why_not
         self.ends = [e for e in events if e["kind"] == "run_end"]
         self.completed = bool(self.ends) and self.ends[-1]["status"] == "completed"
         failed = next((e for e in reversed(self.ends) if e["status"] == "failed"), None)
@@ -96,6 +100,14 @@ class LoopHistory:
         """Why the batches a restored state holds are not known from the draws, or ''."""
         return restored_unseen(self.events)
 
+    @functools.cached_property
+    def mixture(self) -> Mixture:
+        """The data sources the trained batches came from (``judging.data_sources``)."""
+        trained = None
+        if self.followed is not None:
+            trained = {(d.run, d.attempt, d.number) for d in self.followed.trained}
+        return mixture(self.events, trained)
+
     @property
     def broken(self) -> str:
         """Why the chain judges cannot follow the trained steps."""
@@ -105,8 +117,15 @@ class LoopHistory:
 
 
 def _exactly_once_judge(h: LoopHistory) -> Finding:
+    if h.mixture.sources > 1 and h.mixture.ids_overlap:
+        return (
+            f"the loop trains on batches from {h.mixture.sources} grain iterators in turn (a "
+            "mixture) whose sample ids overlap, so an id does not name one sample (give each "
+            "source's records ids of their own, e.g. an offset per source)"
+        )
     if h.followed is not None:
-        return chain_judges.trained_once_in_order(h.followed, h.base_followed)
+        mixed = h.mixture.sources > 1
+        return chain_judges.trained_once_in_order(h.followed, h.base_followed, mixed)
     if h.unseen:  # which batches its model holds is not known from the draws
         return h.unseen
     lineage, problems = h.committed
@@ -121,6 +140,16 @@ def _chain_judge(
         return judge(h.followed) if h.followed is not None else h.broken
 
     return on
+
+
+def _snapshot_pairs_judge(h: LoopHistory) -> Finding:
+    if h.mixture.sources > 1:
+        return (
+            f"the loop trains on batches from {h.mixture.sources} grain iterators in turn (a "
+            "mixture): a data position belongs to one of them, and a snapshot's model is "
+            "paired with the position of a single iterator only"
+        )
+    return _chain_judge(chain_judges.snapshots_consistent)(h)
 
 
 def _completed_judge(h: LoopHistory) -> Finding:
@@ -170,6 +199,37 @@ def _final_state_judge(h: LoopHistory) -> Finding:
     return _final_state(h.ends[-1] if h.ends else None, yardstick, h.completed, against)
 
 
+def _restore_keeps_state_judge(h: LoopHistory) -> Finding:
+    """The restore probe (``judging.yardsticks``): a retry that lost no slice, restoring the
+    snapshot the episode resumed from, ends where the fault-free run does."""
+    if h.base_lineage is None:
+        return "no fault-free run of the same loop to compare with"
+    if _schedule_kept(h.committed[0], h.base_lineage)[0]:
+        return (
+            "the recovery kept the fault-free batch schedule, so final-state compares the "
+            "state with the fault-free run itself"
+        )
+    if h.probe is None:
+        return h.probe_why_not or "no restore probe was made"
+    probe_kept = _schedule_kept(committed_batches(h.probe)[0], h.base_lineage)[0]
+    if not probe_kept:
+        return (
+            "the restore probe (a retry that lost no slice) trained another batch schedule "
+            "than the fault-free run"
+        )
+    found = _final_state(_last_end(h.probe), _last_end(h.baseline or ()), True)
+    if isinstance(found, str):
+        return f"the restore probe: {found}"
+    restored = next((e for e in h.probe if e["kind"] == "restore_end"), None)
+    where = "" if restored is None else f" right after the snapshot of step {restored['step']}"
+    return [
+        f"after a retry that lost no slice (DATA_LOSS raised{where}, every slice kept), the "
+        f"{text[0].lower()}{text[1:]}: the snapshot does not hold all the state the training "
+        "depends on (a PRNG key, a learning-rate or step counter kept outside it?)"
+        for text in found
+    ]
+
+
 #: Every judge, in the order the verdict lists them: causes before the effects they lead to
 #: (a swallowed error or a snapshot that pairs the wrong position before the samples it made
 #: skip; a crash, the end of many a cause, listed after any other finding).
@@ -183,7 +243,7 @@ LOOP_JUDGES: tuple[Judge[LoopHistory], ...] = (
             h.events, h.chain.put_back if h.chain is not None else frozenset()
         ),
     ),
-    Judge("snapshot-pairs", _chain_judge(chain_judges.snapshots_consistent)),
+    Judge("snapshot-pairs", _snapshot_pairs_judge),
     Judge("restore-latest", lambda h: restore_latest(h.events)),
     Judge(
         "resume-step",
@@ -202,6 +262,7 @@ LOOP_JUDGES: tuple[Judge[LoopHistory], ...] = (
     ),
     Judge("exactly-once", _exactly_once_judge),
     Judge("no-leaks", lambda h: _no_leaks(h.events)),
+    Judge("restore-keeps-state", _restore_keeps_state_judge),
     Judge("step-count", _step_count_judge),
     Judge("final-state", _final_state_judge),
 )
@@ -214,12 +275,15 @@ def judge_loop(
     baseline: Sequence[Event] | None = None,
     clean: Sequence[Event] | None = None,
     clean_why_not: str = "",
+    probe: Sequence[Event] | None = None,
+    probe_why_not: str = "",
 ) -> Verdict:
     """Judges a loop episode; ``baseline`` is the log of a fault-free run of the same loop,
     ``clean`` that of a run with the same losses made right after the snapshot the episode
     resumed from (``harness/judging/clean_rerun.py``): the yardstick of the final state when
-    the recovery changed the batch schedule (resize mode with a batch that scales)."""
-    h = LoopHistory(events, baseline, clean, clean_why_not)
+    the recovery changed the batch schedule (resize mode with a batch that scales); ``probe``
+    that of a retry there that lost no slice (``judging.yardsticks``)."""
+    h = LoopHistory(events, baseline, clean, clean_why_not, probe, probe_why_not)
     verdict = Verdict(central=CENTRAL_JUDGES, completed=h.completed, error=h.error)
     verdict.recoveries = recoveries(events)
     convene(LOOP_JUDGES, h, verdict, last_if_others=("completed",), causes=causes_named)

@@ -74,7 +74,7 @@ def _survived(out: Outcome) -> None:
 @uses(*SLICE_DOWN)
 @pytest.mark.parametrize("kind", SLICE_DOWN)
 def test_every_slice_down_code(chaos: Chaos, chaos_loop: str, kind: str) -> None:
-    out = chaos.run_loop(chaos_loop, SCENARIOS[kind])
+    out = chaos.run(SCENARIOS[kind], loop=chaos_loop)
 
     _survived(out)
     (error, *_) = [e for e in out.of_kind("error") if e["slice_down"]]
@@ -85,7 +85,7 @@ def test_every_slice_down_code(chaos: Chaos, chaos_loop: str, kind: str) -> None
 def test_repaired_slice_rejoins(chaos: Chaos, chaos_loop: str) -> None:
     # Lost at batch 6, repaired at 15 s on the episode clock (one batch a second), while the
     # loop trains on without it (resize) or waits for it (pause and resume).
-    out = chaos.run_loop(chaos_loop, SCENARIOS["rejoin"])
+    out = chaos.run(SCENARIOS["rejoin"], loop=chaos_loop)
 
     _survived(out)
     # A loop that takes the slice back must train on it (the verdict's scale-up judge); one
@@ -97,14 +97,14 @@ def test_repaired_slice_rejoins(chaos: Chaos, chaos_loop: str) -> None:
 
 @uses("during-save")
 def test_slice_lost_during_a_save(chaos: Chaos, chaos_loop: str) -> None:
-    out = chaos.run_loop(chaos_loop, SCENARIOS["during-save"])
+    out = chaos.run(SCENARIOS["during-save"], loop=chaos_loop)
 
     _survived(out)
 
 
 @uses("during-restore")
 def test_slice_lost_during_a_restore(chaos: Chaos, chaos_loop: str) -> None:
-    out = chaos.run_loop(chaos_loop, SCENARIOS["during-restore"])
+    out = chaos.run(SCENARIOS["during-restore"], loop=chaos_loop)
 
     _survived(out)
     assert len(out.of_kind("attempt_start")) >= 3
@@ -112,21 +112,21 @@ def test_slice_lost_during_a_restore(chaos: Chaos, chaos_loop: str) -> None:
 
 @uses("flapping")
 def test_flapping_slice(chaos: Chaos, chaos_loop: str) -> None:
-    out = chaos.run_loop(chaos_loop, SCENARIOS["flapping"])
+    out = chaos.run(SCENARIOS["flapping"], loop=chaos_loop)
 
     _survived(out)
 
 
 @uses("all-but-one")
 def test_all_replicas_but_one(chaos: Chaos, chaos_loop: str) -> None:
-    out = chaos.run_loop(chaos_loop, SCENARIOS["all-but-one"])
+    out = chaos.run(SCENARIOS["all-but-one"], loop=chaos_loop)
 
     _survived(out)
 
 
 @uses("preemption")
 def test_preemption_suspends_and_resumes(chaos: Chaos, chaos_loop: str) -> None:
-    out = chaos.run_loop(chaos_loop, SCENARIOS["preemption"])
+    out = chaos.run(SCENARIOS["preemption"], loop=chaos_loop)
 
     out.verdict.raise_if_failed()
     faults = out.of_kind("fault")

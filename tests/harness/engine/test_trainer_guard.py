@@ -24,6 +24,7 @@ from pathways_chaos.harness.engine.deadline import (
 )
 from pathways_chaos.harness.errors import ChaosConfigError
 from pathways_chaos.harness.judging import oracle
+from pathways_chaos.harness.judging import verdict as verdict_module
 from pathways_chaos.harness.reference.overrides import TrainerOverrideWarning, dead_overrides
 from pathways_chaos.harness.reference.trainer import ReferenceTrainer, TrainerConfig
 
@@ -236,7 +237,9 @@ def test_a_toolkit_exception_in_a_judge_is_a_judge_error_never_a_pass(monkeypatc
     reason = verdict.judge_errors["mesh-rebuild"]
     assert reason.startswith("KeyError: 'oops'\n")
     assert "Traceback" in reason and "in broken" in reason
-    with pytest.raises(oracle.OracleViolation, match=r"the judge failed: a bug in pathways-chaos"):
+    with pytest.raises(
+        verdict_module.OracleViolation, match=r"the judge failed: a bug in pathways-chaos"
+    ):
         verdict.raise_if_failed()
 
 

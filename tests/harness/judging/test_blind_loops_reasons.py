@@ -238,3 +238,56 @@ def test_attempts_that_ended_before_their_first_batch_are_counted_in_the_reasons
     assert "only one attempt ran" not in reasons.get("no-leaks", ""), reasons
     why = reasons["restore-latest"]
     assert why.startswith("the attempts that started while a snapshot existed each ended"), why
+
+
+# -- the second tester of the fourth session ----------------------------------------------------
+SCALED = f"{LOOPS / 'real_jobs' / 'blind2_l5_scaled_batch.py'}"
+KEY_NOT_SAVED = f"{LOOPS / 'real_jobs' / 'blind2_l5y_key_not_saved.py'}"
+MIXTURE = f"{LOOPS / 'real_jobs' / 'blind2_l11_mixture.py'}"
+MIXTURE_UNIQUE = f"{LOOPS / 'real_jobs' / 'blind2_l11u_mixture_unique_ids.py'}"
+
+
+def test_a_key_the_snapshot_lacks_fails_though_the_batch_scales_with_the_slices(
+    tmp_path: Path,
+) -> None:
+    """It survived: with a batch that scales, the final state was compared only with a clean
+    rerun, which resets the key the same way. The restore probe (a retry that loses no slice)
+    keeps the fault-free batch schedule, so it is compared with the fault-free run."""
+    baseline = play_loop(f"{KEY_NOT_SAVED}:main", checkpoint_dir=tmp_path / "b0")
+    bad = play_loop(
+        f"{KEY_NOT_SAVED}:main", TWO_LOSSES, baseline=baseline.events, checkpoint_dir=tmp_path / "b"
+    )
+    assert bad.verdict.failed == ["restore-keeps-state"], bad.verdict.summary()
+    first = bad.verdict.violations[0]
+    assert first.startswith("after a retry that lost no slice (DATA_LOSS raised right after"), first
+    assert "the snapshot does not hold all the state" in first
+    assert bad.verdict.causes == ["state-outside-snapshot"]
+    reference = play_loop(f"{SCALED}:main", checkpoint_dir=tmp_path / "g0")
+    good = play_loop(
+        f"{SCALED}:main", TWO_LOSSES, baseline=reference.events, checkpoint_dir=tmp_path / "g"
+    )
+    assert good.verdict.word == "SURVIVED", good.verdict.summary()
+    assert "restore-keeps-state" in good.verdict.judged
+
+
+def test_a_mixture_whose_sources_share_ids_is_not_judged_never_failed(tmp_path: Path) -> None:
+    """Two grain iterators in turn, each numbering its records from 0: FAILED "sample ids
+    0..159 were trained twice" for a correct loop, even under a schedule that did nothing."""
+    out = play_loop(f"{MIXTURE}:main", TWO_LOSSES, checkpoint_dir=tmp_path)
+    assert out.verdict.violations == [], out.verdict.summary()
+    assert (
+        "2 grain iterators in turn (a mixture) whose sample ids overlap"
+        in (out.verdict.not_judged["exactly-once"])
+    )
+    assert "a data position belongs to one of them" in out.verdict.not_judged["snapshot-pairs"]
+    assert out.verdict.word == "NOT JUDGED"
+
+
+def test_a_mixture_with_an_iterator_left_unrestored_fails_naming_the_repeat(
+    tmp_path: Path,
+) -> None:
+    """It failed blaming the snapshot's pairing, which held both positions correctly."""
+    out = play_loop(f"{MIXTURE_UNIQUE}:main_broken", TWO_LOSSES, checkpoint_dir=tmp_path)
+    first = out.verdict.violations[0]
+    assert first.startswith("sample ids 100000..100031 were trained twice or more"), first
+    assert "several grain iterators in turn" in first and "snapshot-pairs" in out.verdict.not_judged

@@ -154,7 +154,8 @@ def test_every_error_of_ours_has_the_one_base():
     from pathways_chaos.faults import kubernetes, safety
     from pathways_chaos.fixtures import control_plane
     from pathways_chaos.harness import properties
-    from pathways_chaos.harness.judging import data_checks, oracle, snapshot_checks
+    from pathways_chaos.harness.judging import data_checks, snapshot_checks
+    from pathways_chaos.harness.judging import verdict as verdict_module
 
     for error in (
         kubernetes.TargetNotFound,
@@ -164,7 +165,7 @@ def test_every_error_of_ours_has_the_one_base():
         data_checks.BatchShardingError,
         snapshot_checks.SnapshotShardingError,
         snapshot_checks.SnapshotLostError,
-        oracle.OracleViolation,
+        verdict_module.OracleViolation,
     ):
         assert issubclass(error, pc.ChaosError), error
 

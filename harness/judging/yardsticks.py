@@ -1,0 +1,87 @@
+"""The loop's verdict with the runs it is measured against, made when the judge asks for them.
+
+The fault-free run (``baseline``) is the yardstick of the final state while the recovery kept
+the batch schedule. When it changed it (resize mode, a batch that scales with the slices), two
+more runs of the same loop are made through ``rerun``:
+
+- the **clean rerun** (``clean_rerun.clean_schedule``): the same losses right after the
+  snapshot the episode resumed from. Its final state is what a recovery that threw no work
+  away ends with; it rules out work thrown away leaking into the state;
+- the **restore probe**: a slice-down error (``DATA_LOSS``) raised right after that snapshot
+  with every slice kept. The retry restores the snapshot on the same meshes, so the batch
+  schedule is the fault-free run's, and so must be the final state. The clean rerun cannot see
+  state the snapshot does not hold (a PRNG key or a learning-rate counter kept outside it): it
+  restores the same way, and shares the bug. The probe sees it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pathways_chaos.harness.engine.recorder import Event
+from pathways_chaos.harness.judging.verdict import Verdict, judge_error
+
+if TYPE_CHECKING:
+    from pathways_chaos.faults.model import Schedule
+
+#: ``rerun(schedule, checkpoint_dir, name)``: the same loop under another schedule, its log
+#: named ``name`` beside the episode's; its events, or why they cannot be used.
+Rerun = Callable[["Schedule", Path | None, str], tuple[Sequence[Event] | None, str]]
+
+
+def judge_with_yardsticks(
+    events: Sequence[Event],
+    baseline: Sequence[Event] | None,
+    *,
+    reruns: bool,
+    checkpoint_dir: str | Path | None,
+    rerun: Rerun,
+) -> Verdict:
+    """The loop judge's verdict; when the recovery changed the batch schedule, judged again
+    with the clean rerun and the restore probe (``reruns``: make them at all)."""
+    from pathways_chaos.faults.model import parse_schedule
+    from pathways_chaos.harness.judging.clean_rerun import clean_schedule, restore_probe
+
+    verdict = guarded_judge(events, baseline)
+    why = verdict.not_judged.get("final-state", "")
+    if not (reruns and baseline is not None and verdict.completed):
+        return verdict
+    if "changed the batch schedule" not in why:
+        return verdict
+    text, why_not = clean_schedule(events)
+    clean = probe = None
+    probe_why_not = why_not
+    if text is not None:
+        where = None if checkpoint_dir is None else Path(f"{checkpoint_dir}-clean")
+        clean, why_not = rerun(parse_schedule(text), where, "clean")
+        probe_text = restore_probe(text)
+        probe_why_not = "the clean rerun moved no loss to a save"
+        if probe_text is not None:
+            where = None if checkpoint_dir is None else Path(f"{checkpoint_dir}-probe")
+            probe, probe_why_not = rerun(parse_schedule(probe_text), where, "probe")
+    return guarded_judge(events, baseline, clean, why_not, probe, probe_why_not)
+
+
+def guarded_judge(
+    events: Sequence[Event],
+    baseline: Sequence[Event] | None,
+    clean: Sequence[Event] | None = None,
+    clean_why_not: str = "",
+    probe: Sequence[Event] | None = None,
+    probe_why_not: str = "",
+) -> Verdict:
+    """The loop judge, whose own exception (a bug in pathways-chaos) comes back as the verdict's
+    ``judge_errors`` with its traceback: never the loop's failure, never a pass."""
+    from pathways_chaos.harness.judging import loop_oracle
+
+    try:
+        return loop_oracle.judge_loop(events, baseline, clean, clean_why_not, probe, probe_why_not)
+    except Exception as failure:
+        ends = [e for e in events if e["kind"] == "run_end"]
+        return Verdict(
+            completed=bool(ends) and ends[-1]["status"] == "completed",
+            central=loop_oracle.CENTRAL_JUDGES,
+            judge_errors={"loop-judge": judge_error(failure)},
+        )

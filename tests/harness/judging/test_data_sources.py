@@ -1,0 +1,31 @@
+"""A mixture is two iterators drawn from in turn, not one replaced by another."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pathways_chaos.harness.judging.data_sources import Mixture, mixture
+
+
+def _batches(sources: list[int], ids: list[list[int]]) -> list[dict[str, Any]]:
+    return [
+        {"kind": "batch", "run": 1, "attempt": 1, "batch": n, "source": s, "ids": i}
+        for n, (s, i) in enumerate(zip(sources, ids, strict=True), 1)
+    ]
+
+
+def test_an_iterator_replaced_by_a_new_one_is_no_mixture() -> None:
+    """A rebuild after a scale-up draws from a new iterator and never from the old again."""
+    events = _batches([0, 0, 1, 1], [[0], [1], [2], [3]])
+    assert mixture(events, None) == Mixture(1, False)
+
+
+def test_two_iterators_in_turn_are_a_mixture_and_shared_ids_are_seen() -> None:
+    assert mixture(_batches([0, 1, 0, 1], [[0], [100], [1], [101]]), None) == Mixture(2, False)
+    assert mixture(_batches([0, 1, 0, 1], [[0], [0], [1], [1]]), None) == Mixture(2, True)
+
+
+def test_only_the_trained_batches_count() -> None:
+    """An eval iterator drawn between training batches trains nothing: no mixture."""
+    events = _batches([0, 1, 0, 1, 0], [[0], [0], [1], [1], [2]])
+    assert mixture(events, {(1, 1, 1), (1, 1, 3), (1, 1, 5)}) == Mixture(1, False)

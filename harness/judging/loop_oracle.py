@@ -11,6 +11,7 @@ save it restored, and so on. Each judge says whether it applied; one that could 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 
@@ -49,6 +50,17 @@ _LOSS_KINDS = frozenset(
 )
 
 
+@dataclasses.dataclass(frozen=True)
+class Reruns:
+    """The runs a resize recovery is measured against (``judging.yardsticks``): each run's
+    log, or why there is none."""
+
+    clean: Sequence[Event] | None = None
+    clean_why_not: str = ""
+    probe: Sequence[Event] | None = None
+    probe_why_not: str = ""
+
+
 class LoopHistory:
     """One loop episode's log and what the judges read of it, each view made once, when a
     judge first asks: the committed batches, the chain of trained steps, the fault-free run's
@@ -59,14 +71,12 @@ class LoopHistory:
         self,
         events: Sequence[Event],
         baseline: Sequence[Event] | None = None,
-        clean: Sequence[Event] | None = None,
-        clean_why_not: str = "",
-        probe: Sequence[Event] | None = None,
-        probe_why_not: str = "",
+        reruns: Reruns | None = None,
     ) -> None:
-        self.events, self.baseline, self.clean = events, baseline, clean
-        self.clean_why_not = clean_why_not
-        self.probe, self.probe_why_not = probe, probe_why_not
+        self.events, self.baseline = events, baseline
+        reruns = reruns or Reruns()
+        self.clean, self.clean_why_not = reruns.clean, reruns.clean_why_not
+        self.probe, self.probe_why_not = reruns.probe, reruns.probe_why_not
         self.ends = [e for e in events if e["kind"] == "run_end"]
         self.completed = bool(self.ends) and self.ends[-1]["status"] == "completed"
         failed = next((e for e in reversed(self.ends) if e["status"] == "failed"), None)
@@ -273,17 +283,14 @@ JUDGES = tuple(judge.name for judge in LOOP_JUDGES)
 def judge_loop(
     events: Sequence[Event],
     baseline: Sequence[Event] | None = None,
-    clean: Sequence[Event] | None = None,
-    clean_why_not: str = "",
-    probe: Sequence[Event] | None = None,
-    probe_why_not: str = "",
+    reruns: Reruns | None = None,
 ) -> Verdict:
     """Judges a loop episode; ``baseline`` is the log of a fault-free run of the same loop,
     ``clean`` that of a run with the same losses made right after the snapshot the episode
     resumed from (``harness/judging/clean_rerun.py``): the yardstick of the final state when
     the recovery changed the batch schedule (resize mode with a batch that scales); ``probe``
     that of a retry there that lost no slice (``judging.yardsticks``)."""
-    h = LoopHistory(events, baseline, clean, clean_why_not, probe, probe_why_not)
+    h = LoopHistory(events, baseline, reruns)
     verdict = Verdict(central=CENTRAL_JUDGES, completed=h.completed, error=h.error)
     verdict.recoveries = recoveries(events)
     convene(LOOP_JUDGES, h, verdict, last_if_others=("completed",), causes=causes_named)

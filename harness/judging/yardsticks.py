@@ -25,6 +25,7 @@ from pathways_chaos.harness.judging.verdict import Verdict, judge_error
 
 if TYPE_CHECKING:
     from pathways_chaos.faults.model import Schedule
+    from pathways_chaos.harness.judging.loop_oracle import Reruns
 
 #: ``rerun(schedule, checkpoint_dir, name)``: the same loop under another schedule, its log
 #: named ``name`` beside the episode's; its events, or why they cannot be used.
@@ -61,23 +62,20 @@ def judge_with_yardsticks(
         if probe_text is not None:
             where = None if checkpoint_dir is None else Path(f"{checkpoint_dir}-probe")
             probe, probe_why_not = rerun(parse_schedule(probe_text), where, "probe")
-    return guarded_judge(events, baseline, clean, why_not, probe, probe_why_not)
+    from pathways_chaos.harness.judging.loop_oracle import Reruns
+
+    return guarded_judge(events, baseline, Reruns(clean, why_not, probe, probe_why_not))
 
 
 def guarded_judge(
-    events: Sequence[Event],
-    baseline: Sequence[Event] | None,
-    clean: Sequence[Event] | None = None,
-    clean_why_not: str = "",
-    probe: Sequence[Event] | None = None,
-    probe_why_not: str = "",
+    events: Sequence[Event], baseline: Sequence[Event] | None, reruns: Reruns | None = None
 ) -> Verdict:
     """The loop judge, whose own exception (a bug in pathways-chaos) comes back as the verdict's
     ``judge_errors`` with its traceback: never the loop's failure, never a pass."""
     from pathways_chaos.harness.judging import loop_oracle
 
     try:
-        return loop_oracle.judge_loop(events, baseline, clean, clean_why_not, probe, probe_why_not)
+        return loop_oracle.judge_loop(events, baseline, reruns)
     except Exception as failure:
         ends = [e for e in events if e["kind"] == "run_end"]
         return Verdict(

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import traceback
 import types
 from collections.abc import Sequence
 from typing import Any
@@ -141,15 +140,7 @@ class MtcTrainer(ReferenceTrainer):
                 result = self._incarnation(slices)
                 break
             except Exception as error:
-                self.recorder.emit(
-                    "error",
-                    run=self.run_index,
-                    attempt=self.attempt,
-                    type=type(error).__name__,
-                    message=str(error)[:500],
-                    slice_down=False,
-                )
-                traceback.clear_frames(error.__traceback__)
+                self.attempt_failed(error, slice_down=False)
                 if self.attempt > self.mtc.max_restarts:
                     self.recorder.emit(
                         "run_end",

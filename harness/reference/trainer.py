@@ -258,6 +258,20 @@ class ReferenceTrainer:
         """Nothing: the failed attempt's arrays must go out of scope (a mutant keeps them)."""
 
     # -- the loop ----------------------------------------------------------------------------
+    def attempt_failed(self, error: BaseException, slice_down: bool) -> None:
+        """An attempt's error, logged; its traceback's frames cleared: they hold the failed
+        attempt's arrays, and anything that keeps the error (a log handler, pytest's log
+        capture) would keep them alive too."""
+        self.recorder.emit(
+            "error",
+            run=self.run_index,
+            attempt=self.attempt,
+            type=type(error).__name__,
+            message=str(error)[:500],
+            slice_down=slice_down,
+        )
+        traceback.clear_frames(error.__traceback__)
+
     def run(self) -> TrainResult:
         # One piece (over 80 lines): the guide's outer loop (Manager, elastic_retry, the
         # scale-up signal) as one reads it in the resilient-training guide it mirrors.
@@ -301,17 +315,8 @@ class ReferenceTrainer:
             try:
                 return self.train_attempt(manager, snapshotter)
             except Exception as error:
-                self.recorder.emit(
-                    "error",
-                    run=self.run_index,
-                    attempt=self.attempt,
-                    type=type(error).__name__,
-                    message=str(error)[:500],
-                    slice_down=elastic.is_error_due_to_slice_down(error, log_traceback=False),
-                )
-                # The traceback's frames hold the failed attempt's arrays; anything that keeps
-                # the error (a log handler, pytest's log capture) would keep them alive too.
-                traceback.clear_frames(error.__traceback__)
+                slice_down = elastic.is_error_due_to_slice_down(error, log_traceback=False)
+                self.attempt_failed(error, slice_down)
                 raise
 
         previous = self._install_preemption_handler()

@@ -277,8 +277,15 @@ def parse_fault(text: str) -> ScheduledFault:
 
 
 def parse_schedule(text: str) -> Schedule:
-    """Parses comma-separated faults; an empty text is the empty schedule."""
-    return Schedule(tuple(parse_fault(part) for part in text.split(",") if part.strip()))
+    """Parses comma-separated faults; an empty text is the empty schedule (a fault-free run),
+    and a text of separators alone is refused: it looks like faults and names none."""
+    schedule = Schedule(tuple(parse_fault(part) for part in text.split(",") if part.strip()))
+    if text.strip() and not len(schedule):
+        raise FaultSpecError(
+            f"the schedule {text.strip()!r} names no fault: give faults such as "
+            "data_loss@batch=12:slice=2 (an empty schedule is written '')"
+        )
+    return schedule
 
 
 def check_schedule_fits(

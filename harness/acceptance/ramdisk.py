@@ -235,6 +235,10 @@ def ramdisk_main(argv: Sequence[str] | None = None) -> int:
                     f"{args.checkpoint_configuration}: no CheckpointConfiguration in the file: "
                     "pass the file that holds kind: CheckpointConfiguration"
                 )
+        # The configured sizes are the file's: a bad one is bad input, said before any output.
+        result = (
+            check_ramdisk(sizing, configured, args.checkpoint_configuration) if configured else None
+        )
     except ChaosConfigError as error:
         print(f"pathways-chaos ramdisk: {error}", file=sys.stderr)
         return 2
@@ -243,7 +247,7 @@ def ramdisk_main(argv: Sequence[str] | None = None) -> int:
     if not configured:
         print(f"configure each pod's ramdisk with at least {_gb(sizing.required_bytes)}")
         return 0
-    result = check_ramdisk(sizing, configured, args.checkpoint_configuration)
+    assert result is not None  # made above for the configured sizes
     print(f"{result.status}: {result.reason}")
     return 0 if result.ok else 1
 

@@ -19,13 +19,13 @@ def add_deadline_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="FAKE_S",
         help="episode-clock seconds before the run ends with what it waited for (default "
-        "3600, 'off' for none)",
+        "3600; 'off' or 0 for none)",
     )
     parser.add_argument(
         "--wall-deadline",
         default=None,
         metavar="S",
-        help="wall-clock seconds before the run ends (default 600, 'off' for none)",
+        help="wall-clock seconds before the run ends (default 600; 'off' or 0 for none)",
     )
 
 

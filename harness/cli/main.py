@@ -200,12 +200,35 @@ def _read_events(path: Path) -> list[dict[str, Any]]:
     try:
         events = read_log(path)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ChaosConfigError(
-            f"{path} is not a JSONL event log ({type(error).__name__}): give the file "
-            "an episode wrote (--log, --chaos-log-dir)"
-        ) from None
+        whole = _without_torn_end(path)
+        if whole is None:
+            raise ChaosConfigError(
+                f"{path} is not a JSONL event log ({type(error).__name__}): give the file "
+                "an episode wrote (--log, --chaos-log-dir)"
+            ) from None
+        events = whole
     if not all(isinstance(e, dict) and "kind" in e for e in events):
         raise ChaosConfigError(f"{path} is not an event log: its lines have no 'kind'")
+    if not any(e["kind"] == "episode_start" for e in events):
+        raise ChaosConfigError(
+            f"{path} holds no episode (no episode_start event): give the file an episode wrote"
+        )
+    return events
+
+
+def _without_torn_end(path: Path) -> list[dict[str, Any]] | None:
+    """A log whose last line alone is torn (its writer was killed mid-line): the whole lines,
+    said on stderr; None when any other line is not JSON."""
+    from pathways_chaos.harness.engine.recorder import LogTail
+
+    tail = LogTail(path)
+    events = tail.read(final=True)
+    if tail.bad or tail.torn != 1:
+        return None
+    print(
+        f"{path}: its last line is torn (cut short while written): judged without it",
+        file=sys.stderr,
+    )
     return events
 
 
@@ -217,8 +240,8 @@ def _check(args: argparse.Namespace) -> int:
 
     if is_loop_log(events):
         baseline = None if args.baseline is None else _read_events(args.baseline)
-        if baseline is not None and not is_loop_log(baseline):
-            raise ChaosConfigError(f"--baseline {args.baseline} is not a loop's event log")
+        if baseline is not None:
+            _check_baseline(args.baseline, baseline, events)
         return check_loop_log(events, baseline)
     if args.baseline is not None:
         raise ChaosConfigError("--baseline is for a loop's log: a trainer's log needs none")
@@ -232,6 +255,32 @@ def _check(args: argparse.Namespace) -> int:
     verdict = oracle.check(events, replay=not args.no_replay, replayed=_replay_child(args, events))
     print(report.summary(events, verdict))
     return 0 if verdict.ok else 1
+
+
+def _check_baseline(
+    path: str, baseline: list[dict[str, Any]], events: list[dict[str, Any]]
+) -> None:
+    """A ``--baseline`` must be a fault-free run of the same loop: anything else would make
+    the judges compare the episode with a yardstick that is not one."""
+    from pathways_chaos.harness.cli.loop_demo import is_loop_log
+    from pathways_chaos.harness.errors import ChaosConfigError
+
+    fix = "give the log of a fault-free run of the same loop (--chaos-log-dir keeps each as "
+    fix += "fault-free-N.jsonl)"
+    if not is_loop_log(baseline):
+        raise ChaosConfigError(f"--baseline {path} is not a loop's event log: {fix}")
+    start = next(e for e in baseline if e["kind"] == "episode_start")
+    if start.get("schedule") or any(e["kind"] == "fault" for e in baseline):
+        raise ChaosConfigError(
+            f"--baseline {path} ran under faults ({start.get('schedule')!r}), so it is not a "
+            f"fault-free run: {fix}"
+        )
+    mine = next(e for e in events if e["kind"] == "episode_start")
+    if start.get("loop") != mine.get("loop"):
+        raise ChaosConfigError(
+            f"--baseline {path} ran the loop {start.get('loop')!r}, the log {mine.get('loop')!r}: "
+            "give a fault-free run of the same loop"
+        )
 
 
 def _replay_child(args: argparse.Namespace, events: list[dict[str, Any]]) -> Any:

@@ -113,8 +113,8 @@ def parse_seconds(raw: str, flag: str) -> float | None:
         return parse_number(text, flag, SECONDS)
     except ChaosConfigError:
         raise ChaosConfigError(
-            f"{flag}={raw!r}: use a number of seconds > 0, or 'off' (at most a year, "
-            f"{SECONDS.maximum:.0f} s)"
+            f"{flag}={raw!r}: use a number of seconds > 0, or 'off' for none (0 too; at most a "
+            f"year, {SECONDS.maximum:.0f} s)"
         ) from None
 
 
@@ -228,14 +228,15 @@ def unsatisfiable(frame: types.FrameType | None, depth: int = 8) -> str | None:
 def _fake_text(limits: Deadline, now: float) -> str:
     return (
         f"the episode passed its deadline of {limits.fake_s:g} s on the fake clock (at "
-        f"{now:g} s; raise it with --chaos-deadline=FAKE_S)"
+        f"{now:g} s; raise it with --chaos-deadline=FAKE_S in pytest, --deadline FAKE_S on "
+        "the command line)"
     )
 
 
 def _wall_text(limits: Deadline) -> str:
     return (
         f"the episode passed its wall-time deadline of {limits.wall_s:g} s (raise it with "
-        "--chaos-wall-deadline=S)"
+        "--chaos-wall-deadline=S in pytest, --wall-deadline S on the command line)"
     )
 
 

@@ -18,6 +18,8 @@ from typing import IO, Any
 
 from pathways_chaos.harness.engine.clock import Clock, RealClock
 from pathways_chaos.harness.engine.owned_paths import open_append
+from pathways_chaos.harness.engine.untrusted_files import open_regular, shown
+from pathways_chaos.harness.errors import ChaosConfigError
 
 Event = dict[str, Any]
 Listener = Callable[[Event], None]
@@ -29,12 +31,42 @@ SCHEMA_VERSION = 1
 def set_aside(path: Path) -> Path | None:
     """Makes room for a new log at ``path``: a log already there (an earlier session's, with
     the same ``--chaos-log-dir``) is renamed ``<stem>.previous<suffix>`` (one generation kept),
-    since a judge reading both episodes as one would judge nonsense. Where it went, if any."""
+    since a judge reading both episodes as one would judge nonsense. Where it went, if any.
+
+    Only an event log of ours is moved, and only over an event log of ours: any other file at
+    either place (a user's notes named by a mistyped ``--log``) is refused in one line, and
+    nothing is changed."""
     if not path.is_file() or path.is_symlink() or path.stat().st_size == 0:
         return None
     previous = path.with_name(f"{path.stem}.previous{path.suffix}")
+    for place in (path, previous):
+        if place.exists() and not is_event_log(place):
+            raise ChaosConfigError(
+                f"{shown(place)} exists and is not an event log of pathways-chaos: give the "
+                "log another path (nothing was changed)"
+            )
     os.replace(path, previous)
     return previous
+
+
+def is_event_log(path: Path) -> bool:
+    """Whether ``path`` is a regular file whose first line is an event log's ``log_start``
+    (read bounded, never through a FIFO; an empty file counts: nothing is lost)."""
+    try:
+        fd = open_regular(path, what="event log", follow_symlinks=False)
+    except ChaosConfigError:
+        return False
+    try:
+        head = os.read(fd, 4096)
+    finally:
+        os.close(fd)
+    if not head:
+        return True
+    try:
+        first = json.loads(head.split(b"\n", 1)[0])
+    except ValueError:
+        return False
+    return isinstance(first, dict) and first.get("kind") == "log_start"
 
 
 class Recorder:

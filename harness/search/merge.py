@@ -22,6 +22,11 @@ from pathways_chaos.harness.engine.option_values import OneLineArgumentParser
 from pathways_chaos.harness.engine.owned_paths import check_not_an_input, write_atomic
 from pathways_chaos.harness.errors import ChaosConfigError
 from pathways_chaos.harness.search.shard import FORMAT
+from pathways_chaos.harness.search.shard_report import (
+    check_one_run,
+    checked_episode,
+    checked_report,
+)
 
 
 @dataclasses.dataclass
@@ -65,9 +70,15 @@ class Merged:
     def summary(self) -> str:
         found = len(self.findings)
         lines = (
-            f"pathways-chaos search: {self.schedules} schedules over {len(self.shards)} of "
-            f"{self.expected} shards, {found} failure{'s' * (found != 1)}"
+            f"pathways-chaos search: {self.schedules} schedules over "
+            f"{len({s.index for s in self.shards})} of {self.expected} shards, "
+            f"{found} failure{'s' * (found != 1)}"
         )
+        if self.duplicates:
+            lines += (
+                f"; shard indexes found more than once (two runs mixed?): "
+                f"{', '.join(map(str, self.duplicates))}"
+            )
         if self.missing:
             lines += f"; shards missing: {', '.join(map(str, self.missing))}"
         if self.unfinished:
@@ -114,6 +125,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 def read_shards(folders: list[Path]) -> list[ShardFiles]:
     """Every ``shard-I-of-N`` in the folders (a folder may hold several)."""
     found: list[ShardFiles] = []
+    reports: list[tuple[Path, dict[str, Any]]] = []
     for folder in folders:
         if not folder.is_dir():
             raise ChaosConfigError(f"{folder} is not a folder: give the folders search --out wrote")
@@ -123,14 +135,22 @@ def read_shards(folders: list[Path]) -> list[ShardFiles]:
             if len(parts) != 4 or not (parts[1].isdigit() and parts[3].isdigit()):
                 continue
             report_path, log_path = folder / f"{name}.json", folder / f"{name}.jsonl"
+            index, count = int(parts[1]), int(parts[3])
             report = _read_json(report_path) if report_path.exists() else None
-            if report is not None and report.get("format") != FORMAT:
-                raise ChaosConfigError(f"{report_path} is not a search report ({FORMAT})")
+            if report is not None:
+                if not isinstance(report, dict) or report.get("format") != FORMAT:
+                    raise ChaosConfigError(f"{report_path} is not a search report ({FORMAT})")
+                report = checked_report(report, report_path, index, count)
+                reports.append((report_path, report))
             episodes = _read_jsonl(log_path) if log_path.exists() else []
-            found.append(ShardFiles(int(parts[1]), int(parts[3]), report, episodes, folder))
+            episodes = [
+                checked_episode(e, log_path, n, index, count) for n, e in enumerate(episodes, 1)
+            ]
+            found.append(ShardFiles(index, count, report, episodes, folder))
     if not found:
         shown = ", ".join(str(f) for f in folders)
         raise ChaosConfigError(f"no shard files (shard-I-of-N.json/.jsonl) in {shown}")
+    check_one_run(reports)
     return found
 
 
@@ -355,7 +375,7 @@ def _coverage_html(merged: Merged, parts: list[str]) -> None:
             for a, b, both in merged.overlaps
         )
         parts.append(f"<p class='bad' id='coverage'>Seeds run twice:</p><ul>{items}</ul>")
-    else:
+    elif not merged.duplicates:
         total = sum(len(s.seeds) for s in merged.shards)
         parts.append(
             f"<p class='ok' id='coverage'>No two shards ran the same seed ({total} seeds "

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import os
 import socket
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -226,7 +227,10 @@ class ShardSearch:
         # A restarted Pod starts its shard over: the file says what this attempt ran. Made anew,
         # never written through a symlink someone planted on the shared volume.
         lost: DatabaseLost | None = None
-        with os.fdopen(open_fresh(self.episodes_path, what="episode log"), "w") as out:
+        with (
+            _hypothesis_home_of_its_own(),
+            os.fdopen(open_fresh(self.episodes_path, what="episode log"), "w") as out,
+        ):
             self._out = out
             try:
                 self._rounds(todo)
@@ -513,3 +517,19 @@ class ShardSearch:
             "pod": os.environ.get("HOSTNAME", ""),
             "episodes": self.episodes_path.name,
         }
+
+
+@contextlib.contextmanager
+def _hypothesis_home_of_its_own() -> Iterator[None]:
+    """hypothesis keeps files of its own (besides the example database) in ``.hypothesis`` of
+    the folder the command runs in: a shard gives it a temporary folder instead, removed
+    after, so a search leaves nothing outside ``--out`` and ``--database``."""
+    from hypothesis import configuration
+
+    before = getattr(configuration, "__hypothesis_home_directory", None)
+    with tempfile.TemporaryDirectory(prefix="pathways-chaos-hypothesis-") as home:
+        configuration.set_hypothesis_home_dir(home)
+        try:
+            yield
+        finally:
+            configuration.set_hypothesis_home_dir(before)

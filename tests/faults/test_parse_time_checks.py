@@ -32,6 +32,7 @@ from pathways_chaos.faults.slice import ERROR_CODES, SLICE_DOWN_CODES, DataLoss,
         ("slow_health@step=3:slice=1:seconds=1e300", "is longer than a day"),
         ("stale_backup@step=3:version=99999999999", "version=99999999999 is too large"),
         ("node_loss@step=3:host=-1", "host=-1 is negative"),
+        (" , ,", "names no fault"),  # looks like faults, would have run fault-free and passed
     ],
 )
 def test_bad_parameters_are_refused_when_parsed(text: str, says: str) -> None:

@@ -106,6 +106,14 @@ def test_cli_bad_input_exits_2_with_one_line(capsys, tmp_path):
     )
     assert code == 2
     assert "no CheckpointConfiguration in the file" in capsys.readouterr().err
+    # A size in the file that is no quantity: one line before any output (was a traceback).
+    (tmp_path / "cc.yaml").write_text(
+        "kind: CheckpointConfiguration\nspec:\n  inMemoryVolumeSize: abcGi\n"
+    )
+    args = ["--params", "70B", "--hosts-per-slice", "16", "--checkpoint-configuration"]
+    assert ramdisk_main([*args, str(tmp_path / "cc.yaml")]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.count("\n") == 1 and "'abcGi'" in out.err
 
 
 @pytest.mark.parametrize(

@@ -307,3 +307,20 @@ def test_check_of_a_loop_log_is_not_judged_without_its_baseline_and_judged_with_
     ]
     assert main(with_base) == 0, capsys.readouterr().out
     assert main(["check", str(tmp_path / "faulted.jsonl"), "--baseline", str(tmp_path)]) == 2
+    # A yardstick that is not one: the episode itself (faults in it), or an empty log.
+    capsys.readouterr()
+    faulted = str(tmp_path / "faulted.jsonl")
+    assert main(["check", faulted, "--baseline", faulted]) == 2
+    said = capsys.readouterr().err.strip()
+    assert "ran under faults" in said and "is not a fault-free run" in said, said
+    (tmp_path / "empty.jsonl").write_text("")
+    assert main(["check", str(tmp_path / "empty.jsonl")]) == 2
+    # A torn last line (its writer killed mid-line) is judged without it, and said.
+    whole = (tmp_path / "faulted.jsonl").read_text()
+    (tmp_path / "torn.jsonl").write_text(whole + '{"seq": 99999, "kind": "ba')
+    capsys.readouterr()
+    assert (
+        main(["check", str(tmp_path / "torn.jsonl"), "--baseline", str(tmp_path / "base.jsonl")])
+        == 0
+    )
+    assert "its last line is torn" in capsys.readouterr().err

@@ -170,3 +170,69 @@ def test_other_files_are_one_line_errors(
         merge([tmp_path / "empty"])
     with pytest.raises(ChaosConfigError, match="is not a folder"):
         merge([tmp_path / "nowhere"])
+
+
+# -- shard files nobody can vouch for: each a one-line error, never a traceback or a mix --------
+def _rewrite(path: Path, **changes: Any) -> None:
+    data = json.loads(path.read_text())
+    for key, value in changes.items():
+        if value is _DROP:
+            data.pop(key)
+        else:
+            data[key] = value
+    path.write_text(json.dumps(data))
+
+
+_DROP = object()
+
+
+@pytest.mark.parametrize(
+    ("changes", "says"),
+    [
+        ({"findings": _DROP}, "'findings' is not a list of objects"),
+        ({"errors": None}, "'errors' is not a list of objects"),
+        ({"schedules": -5}, "'schedules' is -5, not a finite number >= 0"),
+        ({"wall_s": float("nan")}, "'wall_s' is nan, not a finite number >= 0"),
+        ({"seeds": [1, "2"]}, "'seeds' is not a list of whole numbers"),
+        ({"shard": 7}, "it says shard 7 of 2, its name shard 0 of 2"),
+    ],
+)
+def test_a_malformed_report_is_one_line_naming_the_field(
+    tmp_path: Path, changes: dict[str, Any], says: str
+) -> None:
+    _write_shard(tmp_path, 0, 2, [1, 2])
+    _write_shard(tmp_path, 1, 2, [3, 4])
+    _rewrite(tmp_path / "shard-0-of-2.json", **changes)
+    with pytest.raises(ChaosConfigError) as error:
+        merge([tmp_path])
+    assert says in str(error.value) and "\n" not in str(error.value), str(error.value)
+
+
+def test_a_malformed_episode_line_is_one_line(tmp_path: Path) -> None:
+    _write_shard(tmp_path, 0, 1, [1, 2])
+    log = tmp_path / "shard-0-of-1.jsonl"
+    lines = log.read_text().splitlines()
+    first = json.loads(lines[0])
+    first["ok"] = "yes"
+    log.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    with pytest.raises(ChaosConfigError, match="line 1: 'ok' is 'yes'"):
+        merge([tmp_path])
+
+
+def test_reports_of_two_searches_are_refused_not_mixed(tmp_path: Path) -> None:
+    _write_shard(tmp_path, 0, 2, [1, 2])
+    _write_shard(tmp_path, 1, 2, [3, 4])
+    _rewrite(tmp_path / "shard-0-of-2.json", base_seed=1, subject="loop a:b")
+    _rewrite(tmp_path / "shard-1-of-2.json", base_seed=2, subject="loop a:b")
+    with pytest.raises(ChaosConfigError, match="come from different searches \\(base_seed"):
+        merge([tmp_path])
+
+
+def test_a_folder_given_twice_says_so_and_claims_no_coverage(tmp_path: Path) -> None:
+    _write_shard(tmp_path / "run", 0, 2, [1, 2])
+    _write_shard(tmp_path / "run", 1, 2, [3, 4])
+    merged = merge([tmp_path / "run", tmp_path / "run"])
+    assert "over 2 of 2 shards" in merged.summary()
+    assert "shard indexes found more than once (two runs mixed?): 0, 1" in merged.summary()
+    assert "No two shards ran the same seed" not in render_html(merged)
+    assert not merged.complete

@@ -99,6 +99,24 @@ def test_a_symlink_planted_in_out_is_not_followed(tmp_path: Path) -> None:
     assert json.loads(shard.report_path.read_text())["shards"] == 1
 
 
+def test_a_shard_leaves_nothing_in_the_folder_it_runs_in(tmp_path: Path) -> None:
+    """hypothesis keeps a ``.hypothesis`` folder where the command runs (a tester saw one
+    appear): a shard gives it a temporary home of its own instead."""
+    import subprocess
+    import sys
+
+    here = tmp_path / "here"
+    here.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HYPOTHESIS")}
+    command = [sys.executable, "-m", "pathways_chaos.harness.cli.main", "search"]
+    command += ["--shard", "0/1", "--out", str(tmp_path / "out"), "--budget", "20"]
+    command += ["--rounds", "1", "--examples-per-round", "1", "--properties", "snapshot"]
+    done = subprocess.run(command, cwd=here, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert " 1 schedules" in done.stdout, done.stdout  # hypothesis ran an example
+    assert list(here.iterdir()) == []
+
+
 # -- search merge: never over one of its own inputs -------------------------------------------
 
 

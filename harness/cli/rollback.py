@@ -156,6 +156,12 @@ def _rollback_one(args: argparse.Namespace, path: Path, *, holder_checked: bool 
     if lstat_or_none(path, "journal") is None:
         raise JournalError(f"no journal at {shown(path)}")
     contents = read_journal(path)
+    if contents.header is None and len(contents.problems) > 1 and not contents.pending():
+        raise JournalError(  # one line, not a SKIPPED line for each line of another file
+            f"{shown(path)} is not a rollback journal (none of its {len(contents.problems)} "
+            "lines is a journal record): give the journal a session wrote (rollback --pending "
+            "finds them)"
+        )
     for note in contents.notes:
         print(f"{path}: {note}")
     for problem in contents.problems:

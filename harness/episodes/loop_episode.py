@@ -165,7 +165,7 @@ def _fix(error: BaseException, spec: str, how: str) -> str:
     """What to do about a loop that did not load: a module that was found and raised while
     being imported is not a spelling problem."""
     module = spec.rpartition(":")[0]
-    if isinstance(error, ValueError) and str(error) == "no colon":
+    if isinstance(error, ValueError) and str(error) in ("no colon", "no module or no name"):
         return how
     if isinstance(error, ModuleNotFoundError) and error.name and module.startswith(error.name):
         return (
@@ -175,7 +175,7 @@ def _fix(error: BaseException, spec: str, how: str) -> str:
     if isinstance(error, AttributeError):
         return "name a function the module defines (MODULE:FUNCTION)"
     if isinstance(error, FileNotFoundError) or str(error).startswith("no such file"):
-        return "check the file's path (relative to the folder pytest runs in)"
+        return "check the file's path (relative to the folder the command or pytest runs in)"
     return "the module raised while it was imported: fix the line named, then run again"
 
 

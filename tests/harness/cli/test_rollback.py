@@ -258,10 +258,19 @@ def test_sigterm_unwinds_the_run_and_the_guard_rolls_back_by_itself(
     )
 
 
-def test_rollback_cli_usage_errors() -> None:
+def test_rollback_cli_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert rollback_main(["/nonexistent/journal.jsonl"]) == 2
     with pytest.raises(SystemExit):
         rollback_main([])
+    # Another file given as the journal: one line (it was a SKIPPED line per line of it).
+    other = tmp_path / "passwd"
+    other.write_text("".join(f"user{i}:x:{i}:{i}::/home:/bin/sh\n" for i in range(20)))
+    os.chmod(other, 0o600)
+    capsys.readouterr()
+    assert rollback_main([str(other), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not a rollback journal (none of its 20 lines" in err, err
+    assert other.read_text().startswith("user0:")
 
 
 @pytest.mark.parametrize("ending", [AssertionError, KeyboardInterrupt])

@@ -50,7 +50,8 @@ def trained_once_in_order(chain: Chain, base: Chain | None, mixture: bool = Fals
                 else _iterator_after_restore(chain, repeats[0], base)
             )
         )
-    if base is None or not base.followed:
+    if base is None or not base.followed or mixture:
+        # A mixture's order and share of each source change with the batch: only repeats count.
         return problems
     want = [s for d in base.trained for s in d.samples]
     missing = list((collections.Counter(want[: len(samples)]) - counted).elements())

@@ -80,6 +80,8 @@ def _segments(events: Sequence[Event]) -> list[tuple[tuple[int, int], int | None
         save = _restored_save(events, restore)
         if save is None:
             return None
+        if (save["run"], save["attempt"]) == key:
+            break  # the attempt restored what it had itself saved (a first snapshot): it begins
         key = (save["run"], save["attempt"])
         if key in seen:
             return None

@@ -22,8 +22,10 @@ class Mixture:
 
 def mixture(events: Sequence[Event], trained: Collection[tuple[int, int, int]] | None) -> Mixture:
     """The mixture of the batches ``trained`` (``(run, attempt, batch)``; ``None``: every drawn
-    batch) holds: two iterators count when the attempt draws from one again after the other,
-    not when it replaces an iterator by a new one (a rebuild after a scale-up)."""
+    batch) holds. Two iterators of one attempt count as two sources when the attempt draws from
+    one again after the other, or when the later one does not go on where the earlier one
+    stopped (a warm-up iterator, then the main one); not when it does (an iterator rebuilt after
+    a scale-up and set to the old one's position)."""
     draws: dict[tuple[int, int], list[Event]] = collections.defaultdict(list)
     for e in events:
         if e["kind"] == "batch" and (
@@ -32,14 +34,31 @@ def mixture(events: Sequence[Event], trained: Collection[tuple[int, int, int]] |
             draws[(e["run"], e["attempt"])].append(e)
     sources, overlap = 1, False
     for batches in draws.values():
-        order = [int(e.get("source", 0)) for e in batches]
-        back = any(s in order[:i] and s != order[i - 1] for i, s in enumerate(order) if i)
-        if not back:
+        if not _several(batches):
             continue
-        sources = max(sources, len(set(order)))
+        sources = max(sources, len({_source(e) for e in batches}))
         owner: dict[int, int] = {}
         for e in batches:
             for i in e.get("ids") or ():
-                if owner.setdefault(i, int(e.get("source", 0))) != int(e.get("source", 0)):
+                if owner.setdefault(i, _source(e)) != _source(e):
                     overlap = True
     return Mixture(sources, overlap)
+
+
+def _source(e: Event) -> int:
+    return int(e.get("source", 0))
+
+
+def _several(batches: list[Event]) -> bool:
+    """Whether one attempt's batches came from more than one data source."""
+    seen: set[int] = set()
+    for before, e in zip([None, *batches], batches, strict=False):
+        source = _source(e)
+        if before is not None and source != _source(before):
+            if source in seen:
+                return True  # back to an earlier iterator: drawn in turn
+            at, size, next_at = before.get("position"), before.get("size"), e.get("position")
+            if at is not None and size is not None and next_at is not None and at + size != next_at:
+                return True  # a new iterator that does not continue the last one's data
+        seen.add(source)
+    return False

@@ -139,3 +139,29 @@ def batches_per_step(events: Sequence[Event], baseline: Sequence[Event] | None =
                 ratios.add(Fraction(drawn - last[key][1], step - last[key][0]))
             last[key] = (step, drawn)
     return ratios.pop() if len(ratios) == 1 else Fraction(1)
+
+
+def samples_per_step(
+    events: Sequence[Event], baseline: Sequence[Event] | None = None
+) -> Fraction | None:
+    """How many samples make one step of the loop's counter, learned as ``batches_per_step``
+    is: for a loop whose global batch stays fixed while its micro-batches per step change with
+    the slices. None when no such pair of saves, or the pairs disagree."""
+    ratios: set[Fraction] = set()
+    restored: set[tuple[int, int, int]] = set()
+    drawn: dict[tuple[int, int, int], int] = {}
+    last: dict[tuple[int, int, int], tuple[int, int]] = {}
+    for source, e in [*((0, b) for b in baseline or ()), *((1, x) for x in events)]:
+        key = (source, e.get("run", 0), e.get("attempt", 0))
+        if e["kind"] == "restore_end":
+            restored.add(key)
+        elif e["kind"] == "batch" and isinstance(e.get("size"), int):
+            drawn[key] = drawn.get(key, 0) + e["size"]
+        elif e["kind"] in ("snapshot_save", "checkpoint_save") and key not in restored:
+            step, samples = e.get("step"), drawn.get(key, 0)
+            if not isinstance(step, int):
+                continue
+            if key in last and step > last[key][0] and samples > last[key][1]:
+                ratios.add(Fraction(samples - last[key][1], step - last[key][0]))
+            last[key] = (step, samples)
+    return ratios.pop() if len(ratios) == 1 else None

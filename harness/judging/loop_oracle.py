@@ -30,6 +30,7 @@ from pathways_chaos.harness.judging.loop_lineage import (
     batches_per_step,
     committed_batches,
     restored_unseen,
+    samples_per_step,
 )
 from pathways_chaos.harness.judging.oracle import recoveries
 from pathways_chaos.harness.judging.panel import Finding, Judge, convene
@@ -129,8 +130,8 @@ class LoopHistory:
 def _exactly_once_judge(h: LoopHistory) -> Finding:
     if h.mixture.sources > 1 and h.mixture.ids_overlap:
         return (
-            f"the loop trains on batches from {h.mixture.sources} grain iterators in turn (a "
-            "mixture) whose sample ids overlap, so an id does not name one sample (give each "
+            "the loop trains on batches from several grain iterators (a mixture of data "
+            "sources) whose sample ids overlap, so an id does not name one sample (give each "
             "source's records ids of their own, e.g. an offset per source)"
         )
     if h.followed is not None:
@@ -155,8 +156,8 @@ def _chain_judge(
 def _snapshot_pairs_judge(h: LoopHistory) -> Finding:
     if h.mixture.sources > 1:
         return (
-            f"the loop trains on batches from {h.mixture.sources} grain iterators in turn (a "
-            "mixture): a data position belongs to one of them, and a snapshot's model is "
+            "the loop trains on batches from several grain iterators (a mixture of data "
+            "sources): a data position belongs to one of them, and a snapshot's model is "
             "paired with the position of a single iterator only"
         )
     return _chain_judge(chain_judges.snapshots_consistent)(h)
@@ -257,7 +258,13 @@ LOOP_JUDGES: tuple[Judge[LoopHistory], ...] = (
     Judge("restore-latest", lambda h: restore_latest(h.events)),
     Judge(
         "resume-step",
-        lambda h: resume_step(h.events, h.chain, batches_per_step(h.events, h.baseline)),
+        lambda h: resume_step(
+            h.events,
+            h.chain,
+            batches_per_step(h.events, h.baseline),
+            mixture=h.mixture.sources > 1,
+            samples_per_step=samples_per_step(h.events, h.baseline),
+        ),
     ),
     Judge("restore-used", _chain_judge(chain_judges.restores_used)),
     Judge("restore-shapes", lambda h: chain_judges.restored_shapes(h.events)),
@@ -487,7 +494,11 @@ def _step_count(
     if not kept:
         got = sum(r.size or 0 for r in lineage)
         if got == sum(r.size or 0 for r in base):
-            return "the loop is bounded by its data, not its steps, and the batch size changed"
+            return (
+                f"the loop trained as many samples as the fault-free run in {len(lineage)} "
+                f"batches, not {len(base)}: its batches changed size with the slices, so its "
+                "steps are not counted by its batches"
+            )
     if len(lineage) != len(base):
         extra = len(lineage) - len(base)
         return [

@@ -24,27 +24,36 @@ def resume_step(
     events: Sequence[Event],
     chain: chain_checks.Chain | None = None,
     per_step: Fraction = Fraction(1),
+    mixture: bool = False,
+    samples_per_step: Fraction | None = None,
 ) -> list[str] | str:
     """After restoring step S, the first batch is the one saved with S, and the first save
     after k more trained batches carries step S + k (the loop resumed at S + 1). With the
-    chain, k counts the batches the saved model was trained on, not those merely drawn."""
+    chain, k counts the batches the saved model was trained on, not those merely drawn.
+    ``mixture``: batches from several iterators, whose positions one restore cannot name.
+    ``samples_per_step``: the counter's unit in samples, when the fault-free run shows a fixed
+    one (a fixed global batch cut into more micro-batches on fewer slices): a save that the
+    samples trained since explain is not a step counter left behind."""
     problems: list[str] = []
     applied, unnumbered, uncounted = False, 0, 0
     pending: dict[Key, Event] = {}
     first_batch_checked: set[Key] = set()
     drew: set[Key] = set()  # attempts with a batch the observer saw
+    samples: dict[Key, int] = {}  # drawn since the attempt's restore
     for e in events:
         key = (e.get("run", 0), e.get("attempt", 0))
         unnumbered += e["kind"] == "restore_end" and e.get("step") is None
         if e["kind"] == "batch":
             drew.add(key)
+            samples[key] = samples.get(key, 0) + int(e.get("size") or 0)
         if e["kind"] == "restore_end" and e.get("step") is not None:
             pending[key] = e
+            samples[key] = 0
         elif e["kind"] == "batch" and key in pending and key not in first_batch_checked:
             first_batch_checked.add(key)
             restore = pending[key]
             saved = restore.get("position")
-            if saved is not None and e["position"] is not None:
+            if saved is not None and e["position"] is not None and not mixture:
                 applied = True
                 if e["position"] != saved:
                     how = "ahead of" if e["position"] > saved else "behind"
@@ -64,6 +73,10 @@ def resume_step(
                 uncounted += 1  # no batch of this attempt seen: its steps cannot be counted
                 continue
             applied = True
+            if samples_per_step is not None:
+                steps = Fraction(samples.get(key, 0)) / samples_per_step
+                if steps.denominator == 1 and e["step"] == restore["step"] + int(steps):
+                    continue  # the samples trained since explain the step: a fixed global batch
             problems += _next_save(key, restore, e, trained, per_step)
     if not applied:
         return _why_not_judged(unnumbered, uncounted)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pathways_chaos.harness.play import play_loop
+from pathways_chaos.harness.play import Outcome, play_loop
 
 LOOPS = Path(__file__).parents[2] / "loops"
 LOSS = "data_loss@batch=10:slice=1:repair_after_polls=3"
@@ -276,7 +276,7 @@ def test_a_mixture_whose_sources_share_ids_is_not_judged_never_failed(tmp_path: 
     out = play_loop(f"{MIXTURE}:main", TWO_LOSSES, checkpoint_dir=tmp_path)
     assert out.verdict.violations == [], out.verdict.summary()
     assert (
-        "2 grain iterators in turn (a mixture) whose sample ids overlap"
+        "several grain iterators (a mixture of data sources) whose sample ids overlap"
         in (out.verdict.not_judged["exactly-once"])
     )
     assert "a data position belongs to one of them" in out.verdict.not_judged["snapshot-pairs"]
@@ -291,3 +291,46 @@ def test_a_mixture_with_an_iterator_left_unrestored_fails_naming_the_repeat(
     first = out.verdict.violations[0]
     assert first.startswith("sample ids 100000..100031 were trained twice or more"), first
     assert "several grain iterators in turn" in first and "snapshot-pairs" in out.verdict.not_judged
+
+
+# -- the fourth tester: correct loops the new checks misjudged ------------------------------------
+def _judged_against_fault_free(loop: str, schedule: str, tmp_path: Path) -> Outcome:
+    reference = play_loop(loop, checkpoint_dir=tmp_path / "fault-free")
+    return play_loop(loop, schedule, baseline=reference.events, checkpoint_dir=tmp_path / "run")
+
+
+@pytest.mark.parametrize("name", ["blind3_c3_warmup_pause", "blind3_c2_alternate"])
+def test_a_correct_mixture_survives(name: str, tmp_path: Path) -> None:
+    """A warm-up iterator then the main one FAILED (its positions were read as one stream's);
+    two sources in turn with unique ids FAILED "ids ... skipped" against the fault-free order."""
+    out = _judged_against_fault_free(f"{LOOPS / 'real_jobs' / name}.py:main", TWO_LOSSES, tmp_path)
+    assert out.verdict.word == "SURVIVED", out.verdict.summary()
+    assert "exactly-once" in out.verdict.judged and "snapshot-pairs" in out.verdict.not_judged
+
+
+def test_a_loop_restoring_its_own_first_snapshot_is_judged_by_the_reruns(tmp_path: Path) -> None:
+    """It restores at every attempt's start, the first attempt too (a step-0 snapshot): the
+    clean rerun said "the run's restores do not lead back to saves it made" (NOT JUDGED)."""
+    loop = f"{LOOPS / 'real_jobs' / 'blind3_a_tokens.py'}:main"
+    out = _judged_against_fault_free(loop, "data_loss@batch=10:slice=1", tmp_path)
+    assert out.verdict.word == "SURVIVED", out.verdict.summary()
+    assert {"final-state", "restore-keeps-state"} <= set(out.verdict.judged)
+
+
+def test_a_fixed_global_batch_in_more_micro_batches_on_fewer_slices_resumes_right(
+    tmp_path: Path,
+) -> None:
+    """64 samples a step, 8 micro-batches of 8 on one slice, 4 on two: resume-step learned 4
+    batches a step from the fault-free run and FAILED "resumed at step 1, not step 3"."""
+    loop = f"{LOOPS / 'real_jobs' / 'blind3_f_const_global.py'}:main"
+    reference = play_loop(loop, topology="2x2", checkpoint_dir=tmp_path / "fault-free")
+    out = play_loop(
+        loop,
+        "data_loss@batch=11:slice=1",
+        topology="2x2",
+        baseline=reference.events,
+        checkpoint_dir=tmp_path / "run",
+    )
+    assert out.verdict.word == "SURVIVED", out.verdict.summary()
+    assert "resume-step" in out.verdict.judged
+    assert "its batches changed size with the slices" in out.verdict.not_judged["step-count"]

@@ -29,3 +29,17 @@ def test_only_the_trained_batches_count() -> None:
     """An eval iterator drawn between training batches trains nothing: no mixture."""
     events = _batches([0, 1, 0, 1, 0], [[0], [0], [1], [1], [2]])
     assert mixture(events, {(1, 1, 1), (1, 1, 3), (1, 1, 5)}) == Mixture(1, False)
+
+
+def _placed(source: int, position: int, size: int = 8) -> dict[str, Any]:
+    return {"kind": "batch", "run": 1, "attempt": 1, "source": source, "position": position,
+            "size": size, "batch": position // size + 1}  # fmt: skip
+
+
+def test_a_rebuilt_iterator_that_goes_on_from_the_old_position_is_one_source() -> None:
+    assert mixture([_placed(0, 0), _placed(0, 8), _placed(1, 16)], None) == Mixture(1, False)
+
+
+def test_a_warm_up_iterator_then_the_main_one_is_a_mixture() -> None:
+    """The main iterator starts at its own position 0, not where the warm-up one stopped."""
+    assert mixture([_placed(0, 0), _placed(0, 8), _placed(1, 0)], None).sources == 2

@@ -19,8 +19,8 @@ _EPISODE_FIELDS: dict[str, type | tuple[type, ...]] = {
     "property": str,
     "ok": bool,
     "seed": int,
-    "schedule": str,
-    "replay": str,
+    "schedule": (str, type(None)),
+    "replay": (str, type(None)),  # None: an episode whose schedule cannot be replayed alone
     "features": list,
 }
 
@@ -89,7 +89,7 @@ def _same_place(
 
 def check_one_run(reports: list[tuple[Path, dict[str, Any]]]) -> None:
     """Every report comes from one search: the same subject, base seed and shard count."""
-    for key in ("subject", "base_seed", "shards", "name"):
+    for key in ("subject", "base_seed", "shards"):
         seen = [(path, r[key]) for path, r in reports if key in r]
         for path, value in seen[1:]:
             if value != seen[0][1]:

@@ -56,8 +56,8 @@ class LineageSeam:
         self._host_of: dict[int, tuple[weakref.ref[Any], int]] = {}
         self._next_node = 0
         self._next_exec = 0
-        self._draws: collections.deque[tuple[int, list[tuple[int, int]]]] = collections.deque(
-            maxlen=DRAWS_REMEMBERED
+        self._draws: collections.deque[tuple[int, list[tuple[int, int, Callable[[], Any]]]]] = (
+            collections.deque(maxlen=DRAWS_REMEMBERED)
         )
         self._busy = False  # inside an execution (its argument handling is not a placement)
         self._putting = False  # inside jax.device_put (its pieces are not placements)
@@ -207,7 +207,9 @@ class LineageSeam:
         if isinstance(value, np.ndarray) and value.size:
             start = value.__array_interface__["data"][0]
             for draw, ranges in reversed(self._draws):
-                if any(lo <= start < hi for lo, hi in ranges):
+                # Only while the batch's memory is alive: once freed, a later array may be
+                # given the same addresses, and is no sample of that batch.
+                if any(lo <= start < hi and owner() is not None for lo, hi, owner in ranges):
                     return {"source": "batch", "batch": draw}
         return {"source": "host"}
 
@@ -278,7 +280,7 @@ class LineageSeam:
         for leaf in jax.tree_util.tree_leaves(batch):
             if isinstance(leaf, np.ndarray) and leaf.size:
                 start = leaf.__array_interface__["data"][0]
-                ranges.append((start, start + leaf.nbytes))
+                ranges.append((start, start + leaf.nbytes, _memory_owner(leaf)))
         self._draws.append((batch_number, ranges))
 
     def nodes_of(self, tree: Any, *, fresh: bool = False) -> dict[str, int]:
@@ -348,3 +350,15 @@ def _physical(array: Any) -> Any:
     key saved as ``key_data`` and wrapped back after the restore is followed, not re-made."""
     base = getattr(array, "_base_array", None)
     return array if base is None or not hasattr(array, "_impl") else base
+
+
+def _memory_owner(leaf: np.ndarray) -> Callable[[], Any]:
+    """A weak reference to the array that owns ``leaf``'s memory (a view's base), so a drawn
+    batch's addresses are trusted only while that memory is alive."""
+    owner: Any = leaf
+    while isinstance(owner.base, np.ndarray):
+        owner = owner.base
+    try:
+        return weakref.ref(owner)
+    except TypeError:  # not weakly referable: trusted as long as the draw is remembered
+        return lambda: owner

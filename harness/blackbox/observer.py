@@ -327,7 +327,15 @@ class LoopObserver:
         from pathways_chaos.harness.reference.trainer import live_census
 
         self._ready = True
-        self.recorder.emit("attempt_ready", **self._ids(), reason="attempt", live=live_census())
+        fields: dict[str, Any] = {"live": live_census()}
+        earlier = self._failed_attempts - {f"{self.run}:{self.attempt}"}
+        if self.lineage is not None and earlier:
+            # What failed attempts still hold while this one trains: a leak a loop's locals
+            # hide until it returns (a history list, a dict on the trainer object).
+            gc.collect()
+            live = self.lineage.live_by_attempt()
+            fields["failed_attempts_alive"] = {k: n for k, n in live.items() if k in earlier}
+        self.recorder.emit("attempt_ready", **self._ids(), reason="attempt", **fields)
 
     # -- Orbax -----------------------------------------------------------------------------
     def _snapshotter_init(self, original: Callable[..., Any], snap: Any, *a: Any, **k: Any) -> Any:

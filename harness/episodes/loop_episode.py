@@ -244,6 +244,21 @@ def loop_arguments(
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
     out = {k: v for k, v in provided.items() if takes_any or k in parameters}
     out.update(options)
+    missing = [
+        name
+        for name, p in parameters.items()
+        if p.default is inspect.Parameter.empty
+        and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        and name not in out
+    ]
+    if missing:
+        raise ChaosConfigError(
+            f"the loop {getattr(loop, '__qualname__', repr(loop))}() needs "
+            f"{', '.join(missing)}, which nothing passes: give "
+            f"{'it a default' if len(missing) == 1 else 'them defaults'}, or pass "
+            f"{'it' if len(missing) == 1 else 'them'} as the loop's options "
+            f"(chaos.run(..., {missing[0]}=...), --option {missing[0]}=...)"
+        )
     return out
 
 

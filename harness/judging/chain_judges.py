@@ -44,8 +44,8 @@ def trained_once_in_order(chain: Chain, base: Chain | None, mixture: bool = Fals
             f"{what} {ranges(twice)} were trained twice or more: the state was trained on "
             f"them again by {', '.join(again[:3])}{more}"
             + (
-                " (the loop trains from several grain iterators in turn: was each one put back "
-                "where the snapshot left it?)"
+                " (the loop trains from several grain iterators, or made a new one that did not "
+                "go on where the last stopped: was each put back where the snapshot left it?)"
                 if mixture
                 else _iterator_after_restore(chain, repeats[0], base)
             )

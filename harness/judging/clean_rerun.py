@@ -49,7 +49,7 @@ def clean_schedule(events: Sequence[Event]) -> tuple[str | None, str]:
     for f in faults:
         kind = f["fault"]["kind"]
         if kind in KEPT:
-            out.append(f["text"])
+            out.append(_kept_after_the_same_work(f, events, segments))
             continue
         restore = next((r for r in restores if r[0]["seq"] <= f["seq"] < r[1]["seq"]), None)
         if restore is None:
@@ -62,6 +62,30 @@ def clean_schedule(events: Sequence[Event]) -> tuple[str | None, str]:
         _, _, params = rest.partition(":")
         out.append(f"{name}@save={k}" + (f":{params}" if params else ""))
     return ",".join(out), ""
+
+
+def _kept_after_the_same_work(
+    fault: Event, events: Sequence[Event], segments: list[tuple[tuple[int, int], int | None]]
+) -> str:
+    """A repair on a ``batch=`` trigger fires in the clean run after as many of the chain's
+    batches as it did in the faulted run (which also drew the batches a failure threw away);
+    any other trigger as it was written."""
+    name, _, rest = str(fault["text"]).partition("@")
+    trigger, _, params = rest.partition(":")
+    if not trigger.startswith("batch="):
+        return str(fault["text"])
+    chain = {key: limit for key, limit in segments}
+    before = sum(
+        1
+        for e in events
+        if e["kind"] == "batch"
+        and e["seq"] < fault["seq"]
+        and (e["run"], e["attempt"]) in chain
+        and (chain[(e["run"], e["attempt"])] is None or e["seq"] <= chain[(e["run"], e["attempt"])])
+    )
+    if before < 1:
+        return str(fault["text"])
+    return f"{name}@batch={before}" + (f":{params}" if params else "")
 
 
 def _segments(events: Sequence[Event]) -> list[tuple[tuple[int, int], int | None]] | None:

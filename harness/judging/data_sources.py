@@ -24,18 +24,21 @@ def mixture(events: Sequence[Event], trained: Collection[tuple[int, int, int]] |
     """The mixture of the batches ``trained`` (``(run, attempt, batch)``; ``None``: every drawn
     batch) holds. Two iterators of one attempt count as two sources when the attempt draws from
     one again after the other, or when the later one does not go on where the earlier one
-    stopped (a warm-up iterator, then the main one); not when it does (an iterator rebuilt after
-    a scale-up and set to the old one's position)."""
+    stopped (a warm-up iterator, then the main one); not when it does, nor when it was set to a
+    saved position before its first batch (an iterator rebuilt after a scale-up: where it was
+    set is the resume judges' to check)."""
     draws: dict[tuple[int, int], list[Event]] = collections.defaultdict(list)
     for e in events:
-        if e["kind"] == "batch" and (
-            trained is None or (e["run"], e["attempt"], e["batch"]) in trained
+        if e["kind"] == "iterator_set_state" or (
+            e["kind"] == "batch"
+            and (trained is None or (e["run"], e["attempt"], e["batch"]) in trained)
         ):
             draws[(e["run"], e["attempt"])].append(e)
     sources, overlap = 1, False
-    for batches in draws.values():
-        if not _several(batches):
+    for stream in draws.values():
+        if not _several(stream):
             continue
+        batches = [e for e in stream if e["kind"] == "batch"]
         sources = max(sources, len({_source(e) for e in batches}))
         owner: dict[int, int] = {}
         for e in batches:
@@ -49,16 +52,25 @@ def _source(e: Event) -> int:
     return int(e.get("source", 0))
 
 
-def _several(batches: list[Event]) -> bool:
-    """Whether one attempt's batches came from more than one data source."""
+def _several(stream: list[Event]) -> bool:
+    """Whether one attempt's batches (among its ``iterator_set_state`` events) came from more
+    than one data source."""
     seen: set[int] = set()
-    for before, e in zip([None, *batches], batches, strict=False):
+    before: Event | None = None
+    set_since = False  # an iterator was set to a saved position since the last batch
+    for e in stream:
+        if e["kind"] != "batch":
+            set_since = True
+            continue
         source = _source(e)
         if before is not None and source != _source(before):
             if source in seen:
                 return True  # back to an earlier iterator: drawn in turn
             at, size, next_at = before.get("position"), before.get("size"), e.get("position")
-            if at is not None and size is not None and next_at is not None and at + size != next_at:
+            if set_since or at is None or size is None or next_at is None:
+                pass  # set to a saved position (a rebuild), or not known: one source
+            elif at + size != next_at:
                 return True  # a new iterator that does not continue the last one's data
         seen.add(source)
+        before, set_since = e, False
     return False

@@ -39,7 +39,7 @@ from pathways_chaos.harness.judging.replay import REPLAY_ATOL, REPLAY_RTOL
 from pathways_chaos.harness.judging.restore_latest import restore_latest
 from pathways_chaos.harness.judging.resume_step import resume_step
 from pathways_chaos.harness.judging.run_outcome import completed as run_completed
-from pathways_chaos.harness.judging.run_outcome import did_something, faults_fired
+from pathways_chaos.harness.judging.run_outcome import did_something, faults_fired, must_propagate
 from pathways_chaos.harness.judging.verdict import Verdict, judge_error
 from pathways_chaos.harness.judging.wording import plural as _plural
 
@@ -91,6 +91,11 @@ class LoopHistory:
     @functools.cached_property
     def base_lineage(self) -> list[BatchRecord] | None:
         return committed_batches(self.baseline)[0] if self.baseline else None
+
+    @functools.cached_property
+    def schedule_kept(self) -> tuple[bool, str]:
+        """Whether the committed batches hold the fault-free run's batch sizes, or why not."""
+        return _schedule_kept(self.committed[0], self.base_lineage)
 
     @functools.cached_property
     def chain(self) -> chain_checks.Chain | None:
@@ -172,7 +177,7 @@ def _step_count_judge(h: LoopHistory) -> Finding:
     """Steps are counted against the fault-free run whatever the batch sizes: a loop bounded
     by its steps commits as many after a recovery (a clean rerun shares a step bug)."""
     lineage = h.committed[0]
-    kept = _schedule_kept(lineage, h.base_lineage)[0]
+    kept = h.schedule_kept[0]
     if h.followed is not None and h.base_followed is not None:  # what was trained, not drawn
         trained = [_record(d) for d in h.followed.trained]
         return _step_count(
@@ -186,7 +191,7 @@ def _step_count_judge(h: LoopHistory) -> Finding:
 def _final_state_judge(h: LoopHistory) -> Finding:
     """Against the fault-free run; when the recovery changed the batch schedule, against a
     clean run that lost the same slices right after the snapshot it resumed from."""
-    kept, why_not = _schedule_kept(h.committed[0], h.base_lineage)
+    kept, why_not = h.schedule_kept
     yardstick = _last_end(h.baseline) if h.baseline else None
     against = "the fault-free run"
     if not kept and h.base_lineage is not None:
@@ -215,7 +220,7 @@ def _restore_keeps_state_judge(h: LoopHistory) -> Finding:
     snapshot the episode resumed from, ends where the fault-free run does."""
     if h.base_lineage is None:
         return "no fault-free run of the same loop to compare with"
-    if _schedule_kept(h.committed[0], h.base_lineage)[0]:
+    if h.schedule_kept[0]:
         return (
             "the recovery kept the fault-free batch schedule, so final-state compares the "
             "state with the fault-free run itself"
@@ -298,7 +303,9 @@ def judge_loop(
     the recovery changed the batch schedule (resize mode with a batch that scales); ``probe``
     that of a retry there that lost no slice (``judging.yardsticks``)."""
     h = LoopHistory(events, baseline, reruns)
-    verdict = Verdict(central=CENTRAL_JUDGES, completed=h.completed, error=h.error)
+    # Given an error it must not retry, what the episode judges is that the run ends with it.
+    central = ("completed",) if must_propagate(events) is not None else CENTRAL_JUDGES
+    verdict = Verdict(central=central, completed=h.completed, error=h.error)
     verdict.recoveries = recoveries(events)
     convene(LOOP_JUDGES, h, verdict, last_if_others=("completed",), causes=causes_named)
     try:
@@ -440,6 +447,16 @@ def _no_leaks(events: Sequence[Event]) -> list[str] | str:
             f"only one of the {len(started)} attempts drew a batch, and without the lineage "
             "seam the live arrays are counted at each attempt's first batch"
         )
+    for e in readies:  # while a later attempt trains, before the loop lets go at its end
+        kept = {k: n for k, n in (e.get("failed_attempts_alive") or {}).items() if n}
+        if kept:
+            return [
+                f"run {e['run']} attempt {e['attempt']} began training with device arrays "
+                f"made by failed attempts still alive ({_made_by(kept)}), after a garbage "
+                "collection: something keeps the failed attempt's arrays while the next one "
+                "trains (a list or dict of states, an attribute of the trainer, a closure, a "
+                "kept exception)"
+            ]
     if ends:
         for e in ends:
             kept = {k: n for k, n in e["failed_attempts_alive"].items() if n}

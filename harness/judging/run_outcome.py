@@ -6,12 +6,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pathways_chaos.faults.slice import SLICE_DOWN_CODES
 from pathways_chaos.harness.engine.recorder import Event
 from pathways_chaos.harness.judging.wording import one_line as _line
 from pathways_chaos.harness.judging.wording import plural as _plural
 
 
+def must_propagate(events: Sequence[Event]) -> tuple[str, str] | None:
+    """The first injected error that is not a slice-down error (``raise_error`` with
+    ``INVALID_ARGUMENT``, say), as (its code, the fault's text): pathwaysutils' ``elastic_retry``
+    does not retry it, so the run must end with it."""
+    for e in events:
+        fault = e.get("fault") if e["kind"] == "fault" else None
+        if isinstance(fault, dict) and fault.get("kind") == "raise_error":
+            code = str(fault.get("code", ""))
+            if code not in SLICE_DOWN_CODES:
+                return code, str(e.get("text", "raise_error"))
+    return None
+
+
 def completed(events: Sequence[Event], ends: list[Event], failed: Event | None) -> list[str]:
+    propagate = must_propagate(events)
+    if propagate is not None and ends:
+        return _propagated(propagate, ends[-1], failed)
     if not ends:
         unloadable = next((e for e in events if e["kind"] == "loop_unloadable"), None)
         if unloadable is not None:
@@ -33,6 +50,23 @@ def completed(events: Sequence[Event], ends: list[Event], failed: Event | None) 
         + (f" (caused by {_line(cause)})" if cause else "")
         + (f", raised at {where}" if where else "")
     ]
+
+
+def _propagated(propagate: tuple[str, str], last: Event, failed: Event | None) -> list[str]:
+    """A run given an error it must not retry ends with that error, and only then."""
+    code, text = propagate
+    if last["status"] == "completed":
+        return [
+            f"the run completed although {text} raised {code}, which is not a slice-down "
+            "error: the loop retried or swallowed it (elastic_retry lets it propagate; "
+            "retrying a program's own error hides it: re-raise what "
+            "is_error_due_to_slice_down does not count)"
+        ]
+    said = (failed or {}).get("error"), (failed or {}).get("cause")
+    error = " ".join(str(x) for x in said if x)
+    if code in error and failed is last:
+        return []  # it propagated, as it must
+    return completed([], [last], failed) if error else [f"the run ended {last['status']}"]
 
 
 def faults_fired(events: Sequence[Event]) -> list[str] | str:

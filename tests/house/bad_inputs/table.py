@@ -988,6 +988,10 @@ def spins(**options):
 
 class NotALoop:
     pass
+
+
+def needs_a_folder(model_dir, **options):
+    return {"w": 1.0}
 """
 
 
@@ -1028,6 +1032,13 @@ def _loop_rows() -> list[Row]:
             (*demo_loop, "loops.py:NotALoop"),
             2,
             "is a class, not a function",
+            setup=loops,
+        ),
+        Row(
+            "loop with a required parameter nothing passes",
+            (*demo_loop, "loops.py:needs_a_folder"),
+            2,
+            "needs model_dir, which nothing passes",
             setup=loops,
         ),
         Row(

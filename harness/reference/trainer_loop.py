@@ -1,0 +1,62 @@
+"""The reference trainer as a loop: a function with the keyword arguments any user's loop
+takes, so the loop observer watches it and the loop judges judge it, like any team's loop.
+
+``pathways_chaos.harness.reference.trainer_loop:main`` runs ``ReferenceTrainer`` (or
+``trainer=MODULE:CLASS``, a mutant or a variant) for ``steps`` steps and returns its final
+state, or ``None`` after a preemption notice once it has written its checkpoint.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from typing import Any
+
+from pathways_chaos.harness.engine.recorder import Recorder
+from pathways_chaos.harness.errors import ChaosConfigError
+from pathways_chaos.harness.reference.trainer import ReferenceTrainer, TrainerConfig
+
+
+def trainer_class(spec: str) -> type[ReferenceTrainer]:
+    """``MODULE:CLASS`` (or a bare name in ``harness.reference.mutants`` or ``variants``)."""
+    if ":" in spec:
+        module_name, _, name = spec.partition(":")
+        modules = [module_name]
+    else:
+        name = spec
+        modules = [f"pathways_chaos.harness.reference.{m}" for m in ("trainer", "mutants")]
+        modules.append("pathways_chaos.harness.reference.variants")
+    for module_name in modules:
+        found = getattr(importlib.import_module(module_name), name, None)
+        if isinstance(found, type) and issubclass(found, ReferenceTrainer):
+            return found
+    raise ChaosConfigError(
+        f"trainer={spec!r} names no ReferenceTrainer subclass: write MODULE:CLASS, or the name "
+        "of a class in pathways_chaos.harness.reference.mutants or .variants"
+    )
+
+
+def main(
+    devices: Sequence[Any] | None = None,
+    checkpoint_dir: str | None = None,
+    trainer: str = "ReferenceTrainer",
+    steps: int = 30,
+    mode: str = "resize",
+    snapshot_interval: int = 5,
+    global_batch: int = 16,
+    batch: str = "scaled",
+    seed: int = 0,
+) -> Any:
+    """One run of the reference trainer (or ``trainer``), seen from outside as a loop."""
+    config = TrainerConfig(
+        mode=mode,
+        final_step=steps,
+        snapshot_interval=snapshot_interval,
+        global_batch=global_batch,
+        batch=batch,
+        seed=seed,
+        checkpoint_dir=checkpoint_dir,
+    )
+    # The trainer's own events stay in memory: the loop observer is the only witness here.
+    result = trainer_class(trainer)(config, Recorder(), devices=devices).run()
+    return None if result.status == "suspended" else result.state

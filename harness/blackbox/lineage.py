@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import gc
 import threading
 import weakref
 from collections.abc import Callable
@@ -315,6 +316,14 @@ class LineageSeam:
                 node = None if entry is None else entry[1]
             out[jax.tree_util.keystr(path)] = node
         return out
+
+    def alive_from(self, attempts: set[str]) -> dict[str, int]:
+        """Live device arrays made by these attempts (``"run:attempt"``), after a garbage
+        collection: a transient holder (a worker thread, a log record) is gone, a leak is not."""
+        if not attempts:
+            return {}
+        gc.collect()
+        return {k: n for k, n in self.live_by_attempt().items() if k in attempts}
 
     def live_by_attempt(self) -> dict[str, int]:
         """Live device arrays the loop made, by ``"run:attempt"`` of the attempt that made

@@ -155,13 +155,7 @@ class LoopObserver:
             # a transient holder (a worker thread, a log record) is gone by now, a leak is not.
             # The run's last attempt is not counted: its arrays are what it returned, or what
             # the error that ended it still holds.
-            earlier = self._failed_attempts - {f"{self.run}:{self.attempt}"}
-            alive: dict[str, int] = {}
-            if earlier:
-                gc.collect()
-                live = self.lineage.live_by_attempt()
-                alive = {k: n for k, n in live.items() if k in earlier}
-            fields["failed_attempts_alive"] = alive
+            fields["failed_attempts_alive"] = self.lineage.alive_from(self._earlier_failed())
         where = None if self.values_dir is None else self.values_dir / f"run-{self.run}"
         if error is None and value is not None:
             fields["returned"] = type(value).__name__
@@ -328,14 +322,15 @@ class LoopObserver:
 
         self._ready = True
         fields: dict[str, Any] = {"live": live_census()}
-        earlier = self._failed_attempts - {f"{self.run}:{self.attempt}"}
+        earlier = self._earlier_failed()
         if self.lineage is not None and earlier:
             # What failed attempts still hold while this one trains: a leak a loop's locals
             # hide until it returns (a history list, a dict on the trainer object).
-            gc.collect()
-            live = self.lineage.live_by_attempt()
-            fields["failed_attempts_alive"] = {k: n for k, n in live.items() if k in earlier}
+            fields["failed_attempts_alive"] = self.lineage.alive_from(earlier)
         self.recorder.emit("attempt_ready", **self._ids(), reason="attempt", **fields)
+
+    def _earlier_failed(self) -> set[str]:
+        return self._failed_attempts - {f"{self.run}:{self.attempt}"}
 
     # -- Orbax -----------------------------------------------------------------------------
     def _snapshotter_init(self, original: Callable[..., Any], snap: Any, *a: Any, **k: Any) -> Any:
@@ -512,10 +507,8 @@ class LoopObserver:
                 slice_down=elastic.is_error_due_to_slice_down(error, log_traceback=False),
                 where=where_raised(error),
             )
-            # The failed attempt's frames hold its arrays; a log handler keeping the error
-            # (pathwaysutils logs it with its traceback) would keep them alive. Only finished
-            # frames are cleared: whatever the loop itself keeps stays kept.
-            traceback.clear_frames(error.__traceback__)
+            # The error goes on as the loop raised it, frames and all: a loop (or its retry
+            # policy) that keeps it keeps the failed attempt's arrays, and no-leaks says so.
             raise
 
     def _active_property(self, prop: property) -> property:
@@ -571,6 +564,13 @@ class LoopObserver:
             where=own_frame(stack),
             batches_in_attempt=self._attempt_batches,
         )
+
+    def injected(self, error: BaseException) -> None:
+        """A slice-down error a fault raised into the loop, watched as a lost slice's is."""
+        from pathwaysutils.elastic import elastic
+
+        if elastic.is_error_due_to_slice_down(error, log_traceback=False):
+            self._slice_error(error)
 
     def _caught(self, number: int, where: str) -> None:
         self.recorder.emit("slice_error_caught", **self._ids(), number=number, where=where)

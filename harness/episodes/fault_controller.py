@@ -9,6 +9,7 @@ error, which is how Pathways reports one.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from pathways_chaos.faults.model import Schedule, ScheduledFault, check_schedule_fits
@@ -76,6 +77,9 @@ class FaultController:
         self._mesh_slices: list[int] | None = None
         self._main = threading.get_ident()
         self._firing = False
+        #: Told of each error a fault raised into the subject (the loop observer watches
+        #: whether the loop's own ``except`` swallows a slice-down one).
+        self.on_raised: Callable[[BaseException], None] | None = None
         self.last_step = -1
         #: Where ``time=`` triggers count from (the clock's zero).
         self.time_origin = 0.0
@@ -181,6 +185,8 @@ class FaultController:
                 touched = entry.fault.inject(self.cluster)
             except Exception as error:
                 self.recorder.emit("fault", **fields, raised=str(error))
+                if self.on_raised is not None:
+                    self.on_raised(error)
                 raise
             self.recorder.emit("fault", **fields, touched=touched)
         finally:

@@ -328,6 +328,7 @@ class LoopWorkload(Workload[Any]):
         observer = LoopObserver(self.recorder, self.cluster, lineage=self.lineage)
         observer.values_dir = values_beside(self.recorder.path)
         self.observer = stack.enter_context(observer)
+        self.faults.on_raised = observer.injected
 
     def _preemptions(self) -> int:
         assert self.faults is not None

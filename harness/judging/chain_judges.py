@@ -21,7 +21,27 @@ from pathways_chaos.harness.judging.lineage import (
 )
 
 
-def trained_once_in_order(chain: Chain, base: Chain | None, mixture: bool = False) -> list[str]:
+def more_than_fault_free(
+    counted: collections.Counter[int], allowed: collections.Counter[int] | None
+) -> list[int] | str:
+    """The samples trained more often than the fault-free run trained them (once, for one it
+    did not train): data that repeats ids by itself (epochs, sampling with replacement, records
+    sharing a document id) repeats them there too. Without a fault-free run, a repeat cannot
+    be told from such data: not judged."""
+    if allowed is None:
+        if any(n > 1 for n in counted.values()):
+            return (
+                "sample ids repeat, and with no fault-free run of the same loop to compare with "
+                "a repeat the data itself holds (epochs, sampling with replacement) cannot be "
+                "told from one the recovery made"
+            )
+        return []
+    return sorted(s for s, n in counted.items() if n > max(1, allowed.get(s, 0)))
+
+
+def trained_once_in_order(
+    chain: Chain, base: Chain | None, mixture: bool = False
+) -> list[str] | str:
     """Every sample in the chain exactly once, in the fault-free run's order; ``mixture``: the
     batches came from several iterators in turn, whose data positions the explanation of a
     repeat cannot compare."""
@@ -30,14 +50,24 @@ def trained_once_in_order(chain: Chain, base: Chain | None, mixture: bool = Fals
     what = "sample ids" if all(d.ids is not None for d in trained) else "data positions"
     problems: list[str] = []
     counted = collections.Counter(samples)
-    twice = sorted(s for s, n in counted.items() if n > 1)
+    allowed = None
+    if base is not None and base.followed:
+        allowed = collections.Counter(s for d in base.trained for s in d.samples)
+    twice = more_than_fault_free(counted, allowed)
+    if isinstance(twice, str):
+        return twice
+    if base is not None and base.followed and not mixture:
+        unsteady = _order_differs_before_a_restore(trained, samples, base, what)
+        if unsteady:
+            return [unsteady]
     if twice:
-        seen: set[int] = set()
+        running: collections.Counter[int] = collections.Counter()
+        limit = allowed if allowed is not None else collections.Counter()
         repeats: list[Draw] = []
         for d in trained:
-            if seen & set(d.samples):
+            running.update(d.samples)
+            if any(running[s] > max(1, limit[s]) for s in set(d.samples)):
                 repeats.append(d)
-            seen |= set(d.samples)
         again = [d.label() for d in repeats]
         more = f" and {len(again) - 3} more" if len(again) > 3 else ""
         problems.append(
@@ -67,6 +97,29 @@ def trained_once_in_order(chain: Chain, base: Chain | None, mixture: bool = Fals
                 f"got {samples[i : i + 4]}, the fault-free run {want[i : i + 4]}"
             )
     return problems
+
+
+def _order_differs_before_a_restore(
+    trained: list[Draw], samples: list[int], base: Chain, what: str
+) -> str:
+    """The run's first attempt restored nothing, so its data came in the fault-free run's
+    order; when it did not, the data itself differs from run to run and no recovery can
+    resume it: that, not a repeat or a skip it causes later, is the finding."""
+    want = [s for d in base.trained for s in d.samples]
+    n = min(len(want), len(samples))
+    i = next((i for i in range(n) if samples[i] != want[i]), None)
+    if i is None:
+        return ""
+    draw = _draw_at(trained, i)
+    first = trained[0]
+    if (draw.run, draw.attempt) != (first.run, first.attempt) or first.attempt != 1:
+        return ""
+    return (
+        f"the order of {what} differs from the fault-free run already at {draw.label()}, "
+        f"before any restore: got {samples[i : i + 4]}, the fault-free run {want[i : i + 4]}: "
+        "the loop's data order is not the same from run to run (shuffled or sampled with a "
+        "seed from the time, the process or the host?), so no recovery can resume it"
+    )
 
 
 def _iterator_after_restore(chain: Chain, first: Draw, base: Chain | None = None) -> str:
@@ -392,6 +445,21 @@ def rejoined_slices_used(chain: Chain, events: Sequence[Event]) -> list[str] | s
                 f"the schedule repaired slice {', '.join(map(str, never_lost))}, which no fault "
                 "had taken down, so no slice could come back"
             )
+        back_at_start = [
+            s
+            for s in repaired
+            if any(
+                e["kind"] == "attempt_start" and s in e.get("active_slices", ())
+                for e in events
+                if e["seq"] > min(f["seq"] for f in events if _repairs(f, s))
+            )
+        ]
+        if repaired and back_at_start == repaired:
+            return (
+                f"the repaired slice {', '.join(map(str, repaired))} was back when the next "
+                "attempt started (the manager waited for it: pause and resume), so no slice "
+                "joined while the loop trained"
+            )
         if repaired:
             return (
                 f"the loop never took the repaired slice {', '.join(map(str, repaired))} back "
@@ -399,6 +467,13 @@ def rejoined_slices_used(chain: Chain, events: Sequence[Event]) -> list[str] | s
             )
         return "the loop took no slice back while training"
     return []
+
+
+def _repairs(e: Event, slice_: int) -> bool:
+    fault = e.get("fault") if e["kind"] == "fault" and "touched" in e else None
+    return (
+        isinstance(fault, dict) and fault.get("kind") == "repair" and fault.get("slice") == slice_
+    )
 
 
 def _consumes_batch(graph: Graph, n: int) -> bool:

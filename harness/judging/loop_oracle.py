@@ -342,8 +342,12 @@ def _exactly_once(
     problems: list[str] = []
     consumed = samples(lineage)
     counted = collections.Counter(consumed)
-    duplicated = sorted(p for p, n in counted.items() if n > 1)
     want = samples(base) if base is not None and (not by_ids or all(r.ids for r in base)) else None
+    duplicated = chain_judges.more_than_fault_free(
+        counted, None if want is None else collections.Counter(want)
+    )
+    if isinstance(duplicated, str):
+        return duplicated
     if want is not None:
         skipped = sorted(set(want[: len(consumed)]) - set(consumed))
     else:

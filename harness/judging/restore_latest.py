@@ -34,6 +34,7 @@ def restore_latest(events: Sequence[Event]) -> list[str] | str:
     caught_at: dict[tuple[int, int], int] = {}
     for where, seq in caught_slice_errors(events):
         caught_at[where] = min(seq, caught_at.get(where, seq))
+    early = _before_a_save_in_flight(events)
     for e in events:
         key = (e.get("run", 0), e.get("attempt", 0))
         caught = caught_at.get(key, e["seq"]) < e["seq"]
@@ -54,6 +55,7 @@ def restore_latest(events: Sequence[Event]) -> list[str] | str:
                     f"of step {e['step']} although the snapshot of step {newest} was the latest "
                     f"completed: it trains {_plural(newest - e['step'], 'finished step')} again"
                 )
+            problems += early.get(e["seq"], [])
             problems += _older_checkpoint(e, key, newest_saved)
             problems += _older_in_folder(e, key, newest_in_folder)
         elif e["kind"] == "checkpoint_save":
@@ -83,6 +85,33 @@ def restore_latest(events: Sequence[Event]) -> list[str] | str:
             )
         return "no attempt started while a snapshot or checkpoint existed"
     return problems
+
+
+def _before_a_save_in_flight(events: Sequence[Event]) -> dict[int, list[str]]:
+    """Restores (by seq) of an older snapshot while a newer save was in flight (held by
+    ``slow_save``) and then completed; one dropped with its slice never counts."""
+    completes = {
+        (e.get("run", 0), e["step"]): e.get("t") for e in events if e["kind"] == "save_released"
+    }
+    in_flight: dict[int, set[int]] = {}
+    out: dict[int, list[str]] = {}
+    for e in events:
+        run, step = e.get("run", 0), e.get("step")
+        if e["kind"] == "save_held" and step is not None and (run, step) in completes:
+            in_flight.setdefault(run, set()).add(step)
+        elif e["kind"] in ("save_released", "save_dropped"):
+            in_flight.get(run, set()).discard(step)
+        elif e["kind"] == "restore_end" and step is not None and in_flight.get(run):
+            flying = max(in_flight[run])
+            if step < flying:
+                out[e["seq"]] = [
+                    f"run {run} attempt {e.get('attempt')} restored the snapshot of step {step} "
+                    f"while the save of step {flying} was still in flight, and that save was "
+                    f"not dropped (it completed at t={completes[(run, flying)]}): it trains "
+                    f"{_plural(flying - step, 'finished step')} again (wait for the save in "
+                    "flight before a restore: Snapshotter.join() before load, as the guide does)"
+                ]
+    return out
 
 
 def _older_checkpoint(

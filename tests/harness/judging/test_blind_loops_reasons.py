@@ -287,7 +287,7 @@ def test_a_mixture_with_an_iterator_left_unrestored_fails_naming_the_repeat(
     tmp_path: Path,
 ) -> None:
     """It failed blaming the snapshot's pairing, which held both positions correctly."""
-    out = play_loop(f"{MIXTURE_UNIQUE}:main_broken", TWO_LOSSES, checkpoint_dir=tmp_path)
+    out = _judged_against_fault_free(f"{MIXTURE_UNIQUE}:main_broken", TWO_LOSSES, tmp_path)
     first = out.verdict.violations[0]
     assert first.startswith("sample ids 100000..100031 were trained twice or more"), first
     assert (

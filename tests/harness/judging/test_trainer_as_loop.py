@@ -19,6 +19,7 @@ LOSS = "data_loss@batch=7:slice=1"
 REJOIN = "data_loss@batch=7:slice=1,repair@batch=12:slice=1"
 RETRIED = "raise_error@batch=7:code=INTERNAL"  # a host-callback error: retried, no slice lost
 PROGRAM_ERROR = "raise_error@batch=7:code=INVALID_ARGUMENT"  # must propagate
+HELD_SAVE = "slow_save@batch=6:seconds=4,raise_error@batch=7:code=INTERNAL"  # not dropped
 
 #: mutant -> (schedule, a judge that must find it)
 CAUGHT = {
@@ -35,6 +36,7 @@ CAUGHT = {
     "SnapshotBeforeUpdate": (LOSS, "exactly-once"),
     "IteratorNotCarriedAcrossScaleUp": (REJOIN, "exactly-once"),
     "RandomnessNotRestored": (LOSS, "final-state"),
+    "StaleSnapshotRestore": (HELD_SAVE, "restore-latest"),
 }
 #: What the loop panel cannot see from outside yet, and why (the trainer's own panel does).
 NOT_CAUGHT_BY_THE_LOOP_PANEL = {
@@ -42,7 +44,6 @@ NOT_CAUGHT_BY_THE_LOOP_PANEL = {
     "trainer's config says it meant to scale",
     "JoiningSlicesAppended": "the mesh rows' order changes no result the loop returns",
     "UnlimitedRetries": "needs an INTERNAL error at every attempt until the deadline",
-    "StaleSnapshotRestore": "restore-latest counts completed saves; the one in flight is waste",
     "CallbackErrorEscapes": "a user's loop has no callback= trigger",
 }
 
@@ -66,10 +67,20 @@ def test_every_mutant_is_listed_once() -> None:
     assert not set(CAUGHT) & set(NOT_CAUGHT_BY_THE_LOOP_PANEL)
 
 
-@pytest.mark.parametrize("schedule", [LOSS, RETRIED, PROGRAM_ERROR])
+@pytest.mark.parametrize("schedule", [LOSS, RETRIED, PROGRAM_ERROR, HELD_SAVE])
 def test_the_reference_trainer_survives_as_a_loop(schedule: str) -> None:
     """Its central judges judged: a program error's is that the run ends with it."""
     out = _play("ReferenceTrainer", schedule)
+    assert out.verdict.word == "SURVIVED", out.verdict.summary()
+
+
+@pytest.mark.parametrize(
+    "variant", ["WeightDecayTrainer", "StepKeyedInputNoise", "DropoutKeyInState"]
+)
+@pytest.mark.parametrize("schedule", [LOSS, RETRIED])
+def test_a_correct_variant_survives_as_a_loop(variant: str, schedule: str) -> None:
+    """Other step math, the same right recovery: a judge that failed one judged the model."""
+    out = _play(variant, schedule)
     assert out.verdict.word == "SURVIVED", out.verdict.summary()
 
 

@@ -150,11 +150,11 @@ class LoopObserver:
             fields["where"] = where_raised(error)
             cause = error.__cause__
             fields["cause"] = f"{type(cause).__name__}: {cause}"[:300] if cause else None
-        if self.lineage is not None:
+        if self.lineage is not None and error is None:
             # What failed attempts still hold once the run is over and garbage is collected:
             # a transient holder (a worker thread, a log record) is gone by now, a leak is not.
-            # The run's last attempt is not counted: its arrays are what it returned, or what
-            # the error that ended it still holds.
+            # The run's last attempt is not counted: its arrays are what it returned. A run
+            # that raised is not counted at all: an array it left half made crashes the census.
             fields["failed_attempts_alive"] = self.lineage.alive_from(self._earlier_failed())
         where = None if self.values_dir is None else self.values_dir / f"run-{self.run}"
         if error is None and value is not None:

@@ -209,11 +209,37 @@ def _read_events(path: Path) -> list[dict[str, Any]]:
         events = whole
     if not all(isinstance(e, dict) and "kind" in e for e in events):
         raise ChaosConfigError(f"{path} is not an event log: its lines have no 'kind'")
+    events = _recorded_only(path, events)
     if not any(e["kind"] == "episode_start" for e in events):
         raise ChaosConfigError(
             f"{path} holds no episode (no episode_start event): give the file an episode wrote"
         )
     return events
+
+
+def _recorded_only(path: Path, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The lines the recorder wrote; any other (edited, joined from another log, written by
+    the loop) is left out, and said in one line on stderr."""
+    from pathways_chaos.harness.engine.recorder import not_recorded
+
+    kept: list[dict[str, Any]] = []
+    left_out: list[str] = []
+    due = 0
+    for e in events:
+        why = not_recorded(e, due)
+        if why is None:
+            kept.append(e)
+        else:
+            left_out.append(why)
+        if why is None or e.get("seq") == due:
+            due += 1  # its number was the recorder's (a line of ours, edited)
+    if left_out:
+        print(
+            f"{path}: {len(left_out)} line(s) its recorder did not write were left out (the "
+            f"first: {left_out[0]})",
+            file=sys.stderr,
+        )
+    return kept
 
 
 def _without_torn_end(path: Path) -> list[dict[str, Any]] | None:

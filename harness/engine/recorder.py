@@ -152,10 +152,35 @@ def read_log(path: str | Path) -> list[Event]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+#: The fields a judge reads of an event of this kind without a default: a line lacking one
+#: was not written by a ``Recorder``.
+REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
+    "run_end": ("status",),
+    "fault": ("fault",),
+    "batch": ("run", "attempt", "batch"),
+}
+
+
+def not_recorded(event: Any, due: int) -> str | None:
+    """Why a log line was not written by the ``Recorder`` that numbers the log's events
+    0, 1, 2, ... (``due``: the number the next one carries), or None."""
+    if not isinstance(event, dict) or not isinstance(event.get("kind"), str):
+        return "a line that is not an event"
+    kind, seq = event["kind"], event.get("seq")
+    article = "an" if kind[:1] in tuple("aeiou") else "a"
+    if seq != due:
+        return f"{article} {kind} event numbered {seq!r} where {due} was due"
+    missing = [f for f in REQUIRED_FIELDS.get(kind, ()) if f not in event]
+    if missing:
+        return f"{article} {kind} event without {', '.join(missing)}"
+    return None
+
+
 class LogTail:
     """Reads a log another process is writing: whole lines only, a torn last line kept for
-    the next read (or, once the writer is gone, counted as torn and dropped). A line that is
-    not an event object is counted, never trusted."""
+    the next read (or, once the writer is gone, counted as torn and dropped). A line the
+    recorder did not write (not an event, out of its numbering, missing a field a judge
+    reads) is counted in ``foreign``, the first said in ``first_foreign``, and never read."""
 
     def __init__(self, path: str | Path, limit: int = 1 << 30) -> None:
         self.path = Path(path)
@@ -164,6 +189,9 @@ class LogTail:
         self._partial = b""
         self.torn = 0
         self.bad = 0
+        self.foreign = 0
+        self.first_foreign: str | None = None
+        self._due = 0
 
     def read(self, final: bool = False) -> list[Event]:
         try:
@@ -187,12 +215,21 @@ class LogTail:
                 event = json.loads(line)
             except ValueError:
                 self.bad += 1
+                self._not_ours("a line that is not JSON")
                 continue
-            if isinstance(event, dict) and isinstance(event.get("kind"), str):
+            why = not_recorded(event, self._due)
+            if why is None:
+                self._due += 1
                 out.append(event)
-            else:
-                self.bad += 1
+            else:  # the recorder's next line still carries the number due
+                self.bad += not isinstance(event, dict) or "kind" not in event
+                self._not_ours(why)
         return out
+
+    def _not_ours(self, why: str) -> None:
+        self.foreign += 1
+        if self.first_foreign is None:
+            self.first_foreign = why
 
 
 def of_kind(events: Iterable[Event], *kinds: str) -> Iterator[Event]:

@@ -147,6 +147,7 @@ class ChildWatch:
         self.subject = subject
         self.spent_s = 0.0
         self._ready_at: float | None = None
+        self._foreign_said = 0
 
     def runs(
         self, spec: Callable[[int], ChildFiles], max_runs: int, tail: LogTail, events: list[Event]
@@ -372,6 +373,11 @@ class ChildWatch:
         and what ended the child, with anything it left behind."""
         self._feed(tail.read(final=True), events)  # the child is gone: its last words
         new: list[tuple[str, dict[str, Any]]] = []
+        if tail.foreign > self._foreign_said:  # lines no recorder wrote: left unread, said
+            count, self._foreign_said = tail.foreign - self._foreign_said, tail.foreign
+            new.append(
+                ("log_foreign_lines", {"run": run, "count": count, "first": tail.first_foreign})
+            )
         ended = last_exit_status(events, run) is not None
         if ending.toolkit and not ended:
             new.append(("toolkit_error", {"run": run, "error": ending.cause}))

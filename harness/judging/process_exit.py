@@ -19,6 +19,14 @@ def process_exit(events: Sequence[Event]) -> list[str] | str:
     if not children:
         return "the loop ran in the judging process (no child process to watch)"
     found, unknown = [], []
+    for e in events:
+        if e["kind"] == "log_foreign_lines":
+            found.append(
+                f"the event log holds {_plural(int(e.get('count') or 0), 'line')} that "
+                f"pathways-chaos's recorder did not write (the first: {e.get('first')}): "
+                "something in the loop's process wrote into the toolkit's log (or changed "
+                "it); those lines were not read"
+            )
     for e in children:
         if e.get("exit_not_judged"):
             unknown.append(f"run {e.get('run')}: {_line(str(e['exit_not_judged']), 400)}")

@@ -49,11 +49,21 @@ def checked_report(report: Any, path: Path, index: int, count: int) -> dict[str,
         value = report.get(key)
         if value is None:
             continue
-        number = isinstance(value, int | float) and not isinstance(value, bool)
-        if not number or not math.isfinite(value) or value < 0:
-            raise _bad(path, f"'{key}' is {value!r}, not a finite number >= 0")
+        if not _finite(value) or value < 0:
+            shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:37]}..."
+            raise _bad(path, f"'{key}' is {shown}, not a finite number >= 0")
     _same_place(report, path, index, count)
     return report
+
+
+def _finite(value: Any) -> bool:
+    """A JSON number a float holds (an integer of 400 digits does not: OverflowError)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
 
 
 def checked_episode(line: Any, path: Path, number: int, index: int, count: int) -> dict[str, Any]:

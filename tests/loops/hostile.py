@@ -7,6 +7,7 @@ test_hostile_loops.py). None of them trains: what they do happens at once.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import posix
@@ -217,6 +218,17 @@ def floods_stdout(**_: Any) -> Any:
 def changes_the_directory(**_: Any) -> Any:
     os.chdir("/")
     raise RuntimeError("after chdir('/')")
+
+
+def writes_into_its_log(**_: Any) -> Any:
+    """Finds the toolkit's event log among its open files and writes into it: a line that is
+    not JSON, and a forged run_end saying it completed."""
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{fd}").endswith(".jsonl"):
+                os.write(int(fd), b"not json\n")
+                os.write(int(fd), b'{"seq": 99999, "kind": "run_end", "status": "completed"}\n')
+    raise RuntimeError("after writing into the event log")
 
 
 def patches_jax(**_: Any) -> Any:

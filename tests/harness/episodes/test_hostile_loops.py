@@ -83,6 +83,11 @@ TABLE = [
     ("floods_stdout", "the loop wrote more than 16 MiB to stdout and stderr"),
     ("changes_the_directory", "RuntimeError: after chdir('/')"),
     ("patches_jax", "RuntimeError: after patching jax.jit"),
+    (
+        "writes_into_its_log",
+        "the event log holds 2 lines that pathways-chaos's recorder did not write (the first: "
+        "a line that is not JSON)",
+    ),
     ("installs_signal_handlers", "RuntimeError: after installing signal handlers"),
 ]
 #: Loops whose verdict must name their own line in hostile.py.

@@ -193,6 +193,7 @@ _DROP = object()
         ({"errors": None}, "'errors' is not a list of objects"),
         ({"schedules": -5}, "'schedules' is -5, not a finite number >= 0"),
         ({"wall_s": float("nan")}, "'wall_s' is nan, not a finite number >= 0"),
+        ({"schedules": 10**400}, "not a finite number >= 0"),
         ({"seeds": [1, "2"]}, "'seeds' is not a list of whole numbers"),
         ({"shard": 7}, "it says shard 7 of 2, its name shard 0 of 2"),
     ],

@@ -339,6 +339,17 @@ def rows() -> list[Row]:
         ),
         Row("demo --schedule ''", (*demo, "--schedule", ""), 2, "--schedule is empty"),
         Row(
+            "chaos.run(loop=42)",
+            (*PYTEST, "test_user.py"),
+            1,
+            "loop=42 (of type int) is not a loop",
+            setup=_write(
+                "test_user.py",
+                "def test_it(chaos):\n    chaos.run('data_loss@batch=3:slice=1', loop=42)\n",
+            ),
+            pytest_session=True,
+        ),
+        Row(
             "chaos.run MTC fault on the reference trainer",
             (*PYTEST, "test_user.py"),
             1,

@@ -82,3 +82,12 @@ def test_a_slice_back_before_the_next_attempt_is_said_so(tmp_path: Path) -> None
         checkpoint_dir=tmp_path / "run",
     )
     assert "was back when the next attempt started" in out.verdict.not_judged["scale-up"]
+
+
+def test_an_error_raised_inside_a_restore_is_the_loops_not_a_segfault_of_ours() -> None:
+    """It ended "killed by SIGSEGV at jax/_src/api.py in live_arrays": our end-of-run census of
+    a run that raised inside Snapshotter.load; the loop's ValueError was lost."""
+    loop = f"{JOBS / 'blind5_raises_in_restore.py'}:main"
+    out = play_loop(loop, "data_loss@batch=4:slice=2", options={"final_step": 12})
+    first = out.verdict.violations[0]
+    assert "ValueError: mid" in first and "SIGSEGV" not in first, first

@@ -36,6 +36,7 @@ from pathways_chaos.harness.engine.recorder import Event, LogTail, Recorder, set
 from pathways_chaos.harness.episodes import exit_witness, fork_server
 from pathways_chaos.harness.episodes.child import STACK_SIGNAL, ChildFiles
 from pathways_chaos.harness.errors import ChaosConfigError, ChaosError
+from pathways_chaos.harness.judging.final_values import seal
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -372,6 +373,9 @@ class ChildWatch:
         """Appends the parent's own account: the run's end when the child could not write it,
         and what ended the child, with anything it left behind."""
         self._feed(tail.read(final=True), events)  # the child is gone: its last words
+        for e in events:  # what its values files hold now, before any later episode runs
+            if e["kind"] == "run_end" and e.get("run") == run:
+                seal(e)
         new: list[tuple[str, dict[str, Any]]] = []
         if tail.foreign > self._foreign_said:  # lines no recorder wrote: left unread, said
             count, self._foreign_said = tail.foreign - self._foreign_said, tail.foreign

@@ -5,17 +5,50 @@ whole states of a large model never sit on the host at once."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import mmap
 from typing import Any
 
 import numpy as np
 
+from pathways_chaos.harness.engine.recorder import Event
 from pathways_chaos.harness.judging.replay import REPLAY_ATOL, REPLAY_RTOL
+
+#: What a values file changed under the judge says, whichever judge read it.
+CHANGED = "was changed after the run that wrote it ended"
+
+
+class ValuesChanged(Exception):
+    """A values file differs from what its run wrote: a judge reading it cannot judge."""
+
+
+def file_sha256(path: str) -> str:
+    """The file's SHA-256, read in chunks (a large state never sits whole in memory)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def seal(end: dict[str, Any]) -> None:
+    """Notes, in the judging process's copy of a ``run_end``, the SHA-256 of each values file
+    as the run left it: the loop of a later episode may write into that folder too."""
+    for leaf in (end.get("final_state") or {}).values():
+        if isinstance(leaf, dict) and isinstance(leaf.get("file"), str):
+            with contextlib.suppress(OSError):
+                leaf["sha256"] = file_sha256(leaf["file"])
 
 
 def leaf_array(leaf: dict[str, Any]) -> np.ndarray:
     """A final-state leaf: from its ``.npy`` file beside the log (memory-mapped, never
     unpickled: the child that wrote it ran the loop), or from the values in the event."""
+    if "sha256" in leaf and file_sha256(str(leaf["file"])) != leaf["sha256"]:
+        raise ValuesChanged(
+            f"{leaf['file']} {CHANGED} (its SHA-256 "
+            "differs): a later run of the loop wrote into pathways-chaos's folder, where only "
+            "its recorder writes"
+        )
     if "file" in leaf:
         # a 0-d array maps as shape (1,): read it whole
         mapped = bool(leaf["shape"])
@@ -59,3 +92,43 @@ def _release(array: np.ndarray) -> None:
     if isinstance(mapping, mmap.mmap) and hasattr(mapping, "madvise"):
         with contextlib.suppress(OSError, ValueError):
             mapping.madvise(mmap.MADV_DONTNEED)
+
+
+def compare_final_states(
+    end: Event | None,
+    base_end: Event | None,
+    completed: bool,
+    against: str = "the fault-free run",
+) -> list[str] | str:
+    """A run's final state against ``against``'s, leaf by leaf within the replay tolerance:
+    violations, or why it cannot be compared."""
+    if not completed:
+        return "the run did not complete"
+    if end is None or not end.get("final_state"):
+        return "the loop returned no state (return the final train state to have it compared)"
+    if base_end is None or not base_end.get("final_state"):
+        return f"{against} returned no state"
+    got, want = end["final_state"], base_end["final_state"]
+    if sorted(got) != sorted(want):
+        return [f"final state leaves {sorted(got)} differ from those of {against} {sorted(want)}"]
+    for path in sorted(got):
+        try:
+            a, b = leaf_array(got[path]), leaf_array(want[path])
+        except ValuesChanged as changed:  # evidence changed under the judge: the loop's doing
+            return [str(changed)]
+        if a.shape != b.shape:
+            return [f"leaf {path}: shape {a.shape} differs from {against}'s {b.shape}"]
+        worst = worst_outside_tolerance(a, b)
+        if worst is not None:
+            counter = ""
+            if a.dtype.kind in "iu" and a.size == 1:
+                counter = (
+                    f": an integer counter at {int(a.ravel()[0])} where {against} has "
+                    f"{int(b.ravel()[0])}, so it was re-initialised or not restored after the "
+                    "recovery (is it in the snapshot?)"
+                )
+            return [
+                f"final state differs from {against} at leaf {path}: max abs diff "
+                f"{worst:.3g} (tolerance rtol={REPLAY_RTOL}, atol={REPLAY_ATOL}){counter}"
+            ]
+    return []

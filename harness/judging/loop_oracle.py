@@ -19,10 +19,7 @@ from pathways_chaos.harness.engine.recorder import Event
 from pathways_chaos.harness.judging import chain_judges
 from pathways_chaos.harness.judging import lineage as chain_checks
 from pathways_chaos.harness.judging.data_sources import Mixture, mixture
-from pathways_chaos.harness.judging.final_values import leaf_array as _array
-from pathways_chaos.harness.judging.final_values import (
-    worst_outside_tolerance as _worst_outside_tolerance,
-)
+from pathways_chaos.harness.judging.final_values import CHANGED, compare_final_states
 from pathways_chaos.harness.judging.loop_causes import causes_named
 from pathways_chaos.harness.judging.loop_lineage import (
     BatchRecord,
@@ -35,7 +32,6 @@ from pathways_chaos.harness.judging.loop_lineage import (
 from pathways_chaos.harness.judging.oracle import recoveries
 from pathways_chaos.harness.judging.panel import Finding, Judge, convene
 from pathways_chaos.harness.judging.process_exit import process_exit as _process_exit
-from pathways_chaos.harness.judging.replay import REPLAY_ATOL, REPLAY_RTOL
 from pathways_chaos.harness.judging.restore_latest import restore_latest
 from pathways_chaos.harness.judging.resume_step import resume_step
 from pathways_chaos.harness.judging.run_outcome import completed as run_completed
@@ -212,7 +208,7 @@ def _final_state_judge(h: LoopHistory) -> Finding:
                 )
     if not kept:
         return why_not
-    return _final_state(h.ends[-1] if h.ends else None, yardstick, h.completed, against)
+    return compare_final_states(h.ends[-1] if h.ends else None, yardstick, h.completed, against)
 
 
 def _restore_keeps_state_judge(h: LoopHistory) -> Finding:
@@ -233,13 +229,15 @@ def _restore_keeps_state_judge(h: LoopHistory) -> Finding:
             "the restore probe (a retry that lost no slice) trained another batch schedule "
             "than the fault-free run"
         )
-    found = _final_state(_last_end(h.probe), _last_end(h.baseline or ()), True)
+    found = compare_final_states(_last_end(h.probe), _last_end(h.baseline or ()), True)
     if isinstance(found, str):
         return f"the restore probe: {found}"
     restored = next((e for e in h.probe if e["kind"] == "restore_end"), None)
     where = "" if restored is None else f" right after the snapshot of step {restored['step']}"
     return [
-        f"after a retry that lost no slice (DATA_LOSS raised{where}, every slice kept), the "
+        text
+        if CHANGED in text
+        else f"after a retry that lost no slice (DATA_LOSS raised{where}, every slice kept), the "
         f"{text[0].lower()}{text[1:]}: the snapshot does not hold all the state the training "
         "depends on (a PRNG key, a learning-rate or step counter kept outside it?)"
         for text in found
@@ -526,41 +524,6 @@ def _step_count(
             f"{len(lineage)} batches trained where the fault-free run trains {len(base)}: the "
             f"loop trained {_plural(abs(extra), 'step')} {'too many' if extra > 0 else 'too few'}"
         ]
-    return []
-
-
-def _final_state(
-    end: Event | None,
-    base_end: Event | None,
-    completed: bool,
-    against: str = "the fault-free run",
-) -> list[str] | str:
-    if not completed:
-        return "the run did not complete"
-    if end is None or not end.get("final_state"):
-        return "the loop returned no state (return the final train state to have it compared)"
-    if base_end is None or not base_end.get("final_state"):
-        return f"{against} returned no state"
-    got, want = end["final_state"], base_end["final_state"]
-    if sorted(got) != sorted(want):
-        return [f"final state leaves {sorted(got)} differ from those of {against} {sorted(want)}"]
-    for path in sorted(got):
-        a, b = _array(got[path]), _array(want[path])
-        if a.shape != b.shape:
-            return [f"leaf {path}: shape {a.shape} differs from {against}'s {b.shape}"]
-        worst = _worst_outside_tolerance(a, b)
-        if worst is not None:
-            counter = ""
-            if a.dtype.kind in "iu" and a.size == 1:
-                counter = (
-                    f": an integer counter at {int(a.ravel()[0])} where {against} has "
-                    f"{int(b.ravel()[0])}, so it was re-initialised or not restored after the "
-                    "recovery (is it in the snapshot?)"
-                )
-            return [
-                f"final state differs from {against} at leaf {path}: max abs diff "
-                f"{worst:.3g} (tolerance rtol={REPLAY_RTOL}, atol={REPLAY_ATOL}){counter}"
-            ]
     return []
 
 

@@ -91,3 +91,19 @@ def test_an_error_raised_inside_a_restore_is_the_loops_not_a_segfault_of_ours() 
     out = play_loop(loop, "data_loss@batch=4:slice=2", options={"final_step": 12})
     first = out.verdict.violations[0]
     assert "ValueError: mid" in first and "SIGSEGV" not in first, first
+
+
+def test_a_loop_that_rewrites_the_fault_free_values_fails_naming_it(tmp_path: Path) -> None:
+    """It PASSED: its final state was wrong by 1, and it wrote the same into the fault-free
+    run's values files before the judge read them."""
+    loop = f"{JOBS / 'blind5_rewrites_fault_free_values.py'}:main"
+    base = play_loop(loop, log_path=tmp_path / "x" / "fault-free-1.jsonl")
+    out = play_loop(
+        loop,
+        "data_loss@batch=10:slice=1:repair_after_polls=3",
+        baseline=base.events,
+        log_path=tmp_path / "x" / "episode-2.jsonl",
+    )
+    assert any(
+        "was changed after the run that wrote it ended" in v for v in out.verdict.violations
+    ), out.verdict.summary()

@@ -328,10 +328,10 @@ class LineageSeam:
     def live_by_attempt(self) -> dict[str, int]:
         """Live device arrays the loop made, by ``"run:attempt"`` of the attempt that made
         them: logical arrays only (per-device shards never get a node), 0-d ones left out."""
-        import jax
+        from pathways_chaos.harness.engine.census import live_arrays
 
         counts: dict[str, int] = {}
-        for array in jax.live_arrays():
+        for array in live_arrays():
             entry = self._node_of.get(id(array))
             if array is None or entry is None or entry[0]() is not array:
                 continue

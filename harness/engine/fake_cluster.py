@@ -371,11 +371,11 @@ class FakeCluster:
         self._lost_devices.update(lost)
 
     def _delete_arrays_on(self, slice_index: int) -> int:
-        import jax
+        from pathways_chaos.harness.engine.census import live_arrays
 
         dead = {d.id for d in self.slice_devices(slice_index)}
         count = 0
-        for array in jax.live_arrays():
+        for array in live_arrays():
             try:
                 if not array.is_deleted() and dead & {d.id for d in array.sharding.device_set}:
                     array.delete()

@@ -67,6 +67,9 @@ def describe(pid: int) -> str:
     except OSError:
         return f"pid {pid}"
     command = raw.replace(b"\0", b" ").decode(errors="replace").strip() or "?"
+    if "pathways_chaos.harness.episodes.fork_server" in command:
+        # a fork that never exec'd carries the command line it was copied from
+        return f"pid {pid}: a copy of the loop's process it forked (it ran no other program)"
     return f"pid {pid}: {command[:120]}"
 
 

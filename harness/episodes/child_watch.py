@@ -281,6 +281,9 @@ class ChildWatch:
                 over = self._over_limit(child, output)
                 if over is not None:
                     where = self._stacks_then_kill(child, spec)
+                    with contextlib.suppress(OSError):  # what the message says: kept, cut
+                        if output.stat().st_size > self.limits.output_bytes:
+                            os.truncate(output, self.limits.output_bytes)
                     return Ending(None, over + _at(where), where)
             time.sleep(0.05)
 

@@ -257,7 +257,8 @@ def loop_arguments(
             f"{', '.join(missing)}, which nothing passes: give "
             f"{'it a default' if len(missing) == 1 else 'them defaults'}, or pass "
             f"{'it' if len(missing) == 1 else 'them'} as the loop's options "
-            f"(chaos.run(..., {missing[0]}=...), --option {missing[0]}=...)"
+            f"(chaos.run(..., {missing[0]}=...), or pathways-chaos replay "
+            f"--option {missing[0]}=...)"
         )
     return out
 

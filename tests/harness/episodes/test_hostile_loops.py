@@ -172,6 +172,11 @@ def test_a_hostile_loop_ends_in_a_verdict_naming_it(tmp_path, small_limits, name
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers
     if jit is not None:
         assert sys.modules["jax"].jit is jit
+    if name == "forks_and_leaves_a_copy":  # not the fork server's command line it inherited
+        assert "a copy of the loop's process it forked" in first, first
+    if name == "floods_stdout":  # "kept, cut, in FILE": cut at the limit, not left growing
+        kept = Path(first.partition("kept, cut, in ")[2].partition(")")[0])
+        assert kept.stat().st_size <= 16 << 20, kept
 
 
 @pytest.mark.parametrize("start", ["spawn", "fork-server"])

@@ -107,3 +107,17 @@ def test_a_loop_that_rewrites_the_fault_free_values_fails_naming_it(tmp_path: Pa
     assert any(
         "was changed after the run that wrote it ended" in v for v in out.verdict.violations
     ), out.verdict.summary()
+
+
+def test_a_loop_that_replaces_jax_live_arrays_still_has_its_leak_found() -> None:
+    """It SURVIVED: the census asked ``jax.live_arrays``, which the loop made return []."""
+    loop = f"{JOBS / 'blind5_hides_live_arrays.py'}:main"
+    options = {"steps": 12}
+    base = play_loop(loop, options=options)
+    out = play_loop(
+        loop,
+        "data_loss@batch=10:slice=1:repair_after_polls=3",
+        options=options,
+        baseline=base.events,
+    )
+    assert "no-leaks" in out.verdict.failed, out.verdict.summary()

@@ -146,8 +146,10 @@ def load_loop(spec: str, flag: str = "--chaos-loop") -> Callable[..., Any]:
     if not spec.strip():
         raise ChaosConfigError(f"{flag} is empty: {how} (or leave the option out)")
     try:
-        if not sep or not attr:
+        if not sep:
             raise ValueError("no colon")
+        if not attr or not spec.rpartition(":")[0]:
+            raise ValueError("no module or no name")
         loop = load_name(spec, "pathways_chaos_loop_")
     except (Exception, SystemExit, KeyboardInterrupt) as error:  # anything it does at import
         said, fix = said_at_its_line(error), _fix(error, spec, how)

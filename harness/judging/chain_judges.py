@@ -50,19 +50,20 @@ def trained_once_in_order(
     what = "sample ids" if all(d.ids is not None for d in trained) else "data positions"
     problems: list[str] = []
     counted = collections.Counter(samples)
-    allowed = None
-    if base is not None and base.followed:
-        allowed = collections.Counter(s for d in base.trained for s in d.samples)
-    twice = more_than_fault_free(counted, allowed)
+    want = (
+        [s for d in base.trained for s in d.samples] if base is not None and base.followed else None
+    )
+    twice = more_than_fault_free(counted, None if want is None else collections.Counter(want))
     if isinstance(twice, str):
         return twice
-    if base is not None and base.followed and not mixture:
-        unsteady = _order_differs_before_a_restore(trained, samples, base, what)
+    differs = None if want is None else _first_difference(samples, want)
+    if want is not None and differs is not None and not mixture:
+        unsteady = _order_differs_before_a_restore(trained, samples, want, differs, what)
         if unsteady:
             return [unsteady]
     if twice:
         running: collections.Counter[int] = collections.Counter()
-        limit = allowed if allowed is not None else collections.Counter()
+        limit = collections.Counter(want or ())
         repeats: list[Draw] = []
         for d in trained:
             running.update(d.samples)
@@ -80,36 +81,34 @@ def trained_once_in_order(
                 else _iterator_after_restore(chain, repeats[0], base)
             )
         )
-    if base is None or not base.followed or mixture:
+    if want is None or mixture:
         # A mixture's order and share of each source change with the batch: only repeats count.
         return problems
-    want = [s for d in base.trained for s in d.samples]
     missing = list((collections.Counter(want[: len(samples)]) - counted).elements())
     if missing and not twice:
         problems.append(_missing(chain, sorted(missing), what))
-    elif not problems:
-        n = min(len(want), len(samples))
-        if samples[:n] != want[:n]:
-            i = next(i for i in range(n) if samples[i] != want[i])
-            draw = _draw_at(trained, i)
-            problems.append(
-                f"the order of {what} differs from the fault-free run from {draw.label()} on: "
-                f"got {samples[i : i + 4]}, the fault-free run {want[i : i + 4]}"
-            )
+    elif not problems and differs is not None:
+        draw = _draw_at(trained, differs)
+        got, then = samples[differs : differs + 4], want[differs : differs + 4]
+        problems.append(
+            f"the order of {what} differs from the fault-free run from {draw.label()} on: "
+            f"got {got}, the fault-free run {then}"
+        )
     return problems
 
 
+def _first_difference(samples: list[int], want: list[int]) -> int | None:
+    """The first index where the trained samples and the fault-free run's differ, if any."""
+    return next((i for i, (a, b) in enumerate(zip(samples, want, strict=False)) if a != b), None)
+
+
 def _order_differs_before_a_restore(
-    trained: list[Draw], samples: list[int], base: Chain, what: str
+    trained: list[Draw], samples: list[int], want: list[int], i: int, what: str
 ) -> str:
     """The run's first attempt restored nothing, so its data came in the fault-free run's
-    order; when it did not, the data itself differs from run to run and no recovery can
-    resume it: that, not a repeat or a skip it causes later, is the finding."""
-    want = [s for d in base.trained for s in d.samples]
-    n = min(len(want), len(samples))
-    i = next((i for i in range(n) if samples[i] != want[i]), None)
-    if i is None:
-        return ""
+    order; when it did not (``i``: where they first differ), the data itself differs from run
+    to run and no recovery can resume it: that, not a repeat or a skip it causes later, is the
+    finding."""
     draw = _draw_at(trained, i)
     first = trained[0]
     if (draw.run, draw.attempt) != (first.run, first.attempt) or first.attempt != 1:
@@ -435,45 +434,46 @@ def rejoined_slices_used(chain: Chain, events: Sequence[Event]) -> list[str] | s
                 f"{_draw_label(graph, e)} still ran on slices {sorted(on)}: the loop kept the "
                 "old mesh (rebuild the mesh, step and shardings after a scale-up)"
             ]
-    if not applied:
-        faults = [e["fault"] for e in events if e["kind"] == "fault" and "touched" in e]
-        lost = {f.get("slice") for f in faults if f.get("kind") != "repair"}
-        repaired = sorted({f.get("slice") for f in faults if f.get("kind") == "repair"} - {None})
-        never_lost = [s for s in repaired if s not in lost]
-        if never_lost and never_lost == repaired:
-            return (
-                f"the schedule repaired slice {', '.join(map(str, never_lost))}, which no fault "
-                "had taken down, so no slice could come back"
-            )
-        back_at_start = [
-            s
-            for s in repaired
-            if any(
-                e["kind"] == "attempt_start" and s in e.get("active_slices", ())
-                for e in events
-                if e["seq"] > min(f["seq"] for f in events if _repairs(f, s))
-            )
-        ]
-        if repaired and back_at_start == repaired:
-            return (
-                f"the repaired slice {', '.join(map(str, repaired))} was back when the next "
-                "attempt started (the manager waited for it: pause and resume), so no slice "
-                "joined while the loop trained"
-            )
-        if repaired:
-            return (
-                f"the loop never took the repaired slice {', '.join(map(str, repaired))} back "
-                "while training (it trains on without it: capacity is lost, not data)"
-            )
-        return "the loop took no slice back while training"
-    return []
+    return _why_no_slice_joined(events) if not applied else []
 
 
-def _repairs(e: Event, slice_: int) -> bool:
-    fault = e.get("fault") if e["kind"] == "fault" and "touched" in e else None
-    return (
-        isinstance(fault, dict) and fault.get("kind") == "repair" and fault.get("slice") == slice_
-    )
+def _why_no_slice_joined(events: Sequence[Event]) -> str:
+    """Why the scale-up judge had nothing to judge, as true as the schedule lets it say."""
+    faults = [e["fault"] for e in events if e["kind"] == "fault" and "touched" in e]
+    lost = {f.get("slice") for f in faults if f.get("kind") != "repair"}
+    repaired = sorted({f.get("slice") for f in faults if f.get("kind") == "repair"} - {None})
+    never_lost = [s for s in repaired if s not in lost]
+    if never_lost and never_lost == repaired:
+        return (
+            f"the schedule repaired slice {', '.join(map(str, never_lost))}, which no fault "
+            "had taken down, so no slice could come back"
+        )
+    repaired_at: dict[int, int] = {}
+    for e in events:  # the first repair of each slice, by seq
+        if e["kind"] == "fault" and "touched" in e and e["fault"].get("kind") == "repair":
+            repaired_at.setdefault(e["fault"].get("slice"), e["seq"])
+    back_at_start = [
+        s
+        for s in repaired
+        if any(
+            e["kind"] == "attempt_start"
+            and e["seq"] > repaired_at[s]
+            and s in e.get("active_slices", ())
+            for e in events
+        )
+    ]
+    if repaired and back_at_start == repaired:
+        return (
+            f"the repaired slice {', '.join(map(str, repaired))} was back when the next "
+            "attempt started (the manager waited for it: pause and resume), so no slice "
+            "joined while the loop trained"
+        )
+    if repaired:
+        return (
+            f"the loop never took the repaired slice {', '.join(map(str, repaired))} back "
+            "while training (it trains on without it: capacity is lost, not data)"
+        )
+    return "the loop took no slice back while training"
 
 
 def _consumes_batch(graph: Graph, n: int) -> bool:

@@ -179,10 +179,17 @@ class RaiseError(Fault["FakeCluster"]):
                 f"{', '.join(ERROR_CODES)} (OK is not an error)"
             )
 
-    def inject(self, target: FakeCluster) -> list[str]:
+    def error(self) -> BaseException:
+        """The error it raises: ``code`` in a ``JaxRuntimeError``, as XLA reports a status."""
         import jax
 
-        raise jax.errors.JaxRuntimeError(f"{self.code}: {self.message} (pathways-chaos)")
+        error: BaseException = jax.errors.JaxRuntimeError(
+            f"{self.code}: {self.message} (pathways-chaos)"
+        )
+        return error
+
+    def inject(self, target: FakeCluster) -> list[str]:
+        raise self.error()
 
     def describe(self) -> str:
         return f"the next access raises {self.code}"

@@ -53,6 +53,33 @@ class SourceFile:
         ]
         yield from sorted(calls, key=lambda n: (n.lineno, n.col_offset))
 
+    def int_constant(self, node: ast.AST | None) -> int | None:
+        """An int written as a literal, or a module-level name bound to one exactly once
+        (``NUM_HOSTS = 8``): what a check can read without running the code."""
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if not isinstance(node, ast.Name):
+            return None
+        bound = [
+            stmt.value
+            for stmt in self.tree.body
+            if isinstance(stmt, ast.Assign | ast.AnnAssign)
+            and any(
+                isinstance(t, ast.Name) and t.id == node.id
+                for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])
+            )
+        ]
+        assigned_elsewhere = any(
+            isinstance(n, ast.Name) and n.id == node.id and isinstance(n.ctx, ast.Store)
+            for stmt in self.tree.body
+            if not isinstance(stmt, ast.Assign | ast.AnnAssign)
+            for n in ast.walk(stmt)
+        )
+        if len(bound) != 1 or assigned_elsewhere:
+            return None
+        value = bound[0]
+        return value.value if isinstance(value, ast.Constant) and type(value.value) is int else None
+
     def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
         while node in self.parents:
             node = self.parents[node]

@@ -9,6 +9,7 @@ as ``jax.process_index()``.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -17,7 +18,6 @@ from typing import Any
 from pathways_chaos.harness.acceptance.sources import SourceFile, load_sources
 from pathways_chaos.harness.acceptance.table import CheckResult, Finding
 
-PROCESS_CALLS = {"jax.process_index": 0, "jax.process_count": 1}
 DEVICE_LISTS = frozenset({"jax.devices", "jax.local_devices"})
 MESH_BUILDERS = frozenset(
     {
@@ -38,21 +38,29 @@ LOG_METHODS = frozenset(
 
 # -- the checks ----------------------------------------------------------------------------
 def check_process_index(files: Sequence[SourceFile]) -> CheckResult:
-    """``process_index()``/``process_count()`` steering shards, writers or init: 0 and 1 here."""
-    findings = []
+    """``process_index()`` steering shards, writers or init (always 0 here), and a data shard
+    count fixed at the old host count.
+
+    Not findings: ``process_count()`` (1 here: a size divided by it stays global), an index
+    passed with ``process_count()`` (shard 0 of 1 is the whole dataset), and a branch for
+    process 0 (``if jax.process_index() == 0:``), which runs once, on the one controller.
+    """
+    findings: list[Finding] = []
+    guards = 0
     for f in files:
-        for call in f.calls_to(PROCESS_CALLS):
-            if f.ignored(call) or _only_reported(f, call):
+        found = _fixed_shard_counts(f)
+        for call in f.calls_to(["jax.process_index"]):
+            if f.ignored(call) or _only_reported(f, call) or _with_process_count(f, call):
                 continue
-            name = f.qualname(call.func) or "jax.process_index"
+            if _guards_process_zero(f, call):
+                guards += 1
+                continue
             purpose = _process_purpose(f, call)
-            findings.append(
-                Finding(
-                    f.where(call),
-                    f"{name}() {purpose}: under Pathways it is always {PROCESS_CALLS[name]}",
-                )
+            found.append(
+                Finding(f.where(call), f"jax.process_index() {purpose}: under Pathways it is 0")
             )
-    return _result(
+        findings += sorted(found, key=lambda x: int(x.where.rsplit(":", 1)[1]))
+    result = _result(
         "process-index",
         "jax.process_index()/process_count() pick a data shard, a writer or initial state",
         "one controller sees the whole job: read the global dataset (grain NoSharding or "
@@ -60,6 +68,64 @@ def check_process_index(files: Sequence[SourceFile]) -> CheckResult:
         findings,
         files,
     )
+    if guards and result.ok:
+        said = f"{guards} branch{'es' if guards != 1 else ''} for process 0"
+        result = dataclasses.replace(result, note=f"{result.note}; {said}: run on the controller")
+    return result
+
+
+def _with_process_count(f: SourceFile, call: ast.Call) -> bool:
+    """Passed to a call beside ``process_count()`` (``ShardOptions(index, count)``), or a
+    slice's start with it as the step: shard 0 of 1 under Pathways, the whole dataset."""
+    parent = f.parents.get(call)
+    if isinstance(parent, ast.keyword):
+        parent = f.parents.get(parent)
+    if isinstance(parent, ast.Slice):  # data[process_index()::process_count()]
+        return any(True for _ in f.calls_to(["jax.process_count"], within=parent))
+    if not isinstance(parent, ast.Call) or call is parent.func:
+        return False
+    return any(True for _ in f.calls_to(["jax.process_count"], within=parent))
+
+
+def _guards_process_zero(f: SourceFile, call: ast.Call) -> bool:
+    """``if jax.process_index() == 0:`` (or ``not jax.process_index()``): the branch the
+    controller, process 0, takes."""
+    parent = f.parents.get(call)
+    if isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not):
+        test: ast.AST = parent
+    elif (
+        isinstance(parent, ast.Compare)
+        and len(parent.ops) == 1
+        and isinstance(parent.ops[0], ast.Eq)
+        and 0 in (f.int_constant(parent.left), f.int_constant(parent.comparators[0]))
+    ):
+        test = parent
+    else:
+        return False
+    holder = f.parents.get(test)
+    return isinstance(holder, ast.If | ast.IfExp) and holder.test is test
+
+
+def _fixed_shard_counts(f: SourceFile) -> list[Finding]:
+    """``ShardOptions(i, NUM_HOSTS)`` / ``shard_count=8``: the one controller reads 1/N."""
+    out = []
+    for node in ast.walk(f.tree):
+        if not isinstance(node, ast.Call) or f.ignored(node):
+            continue
+        callee = (f.qualname(node.func) or ast.unparse(node.func)).rsplit(".", 1)[-1]
+        count = next((k.value for k in node.keywords if k.arg == "shard_count"), None)
+        if count is None and callee == "ShardOptions" and len(node.args) > 1:
+            count = node.args[1]
+        n = f.int_constant(count)
+        if n is not None and n > 1:
+            out.append(
+                Finding(
+                    f.where(node),
+                    f"{callee}(...) reads one shard of {n} (a count fixed at one process per "
+                    f"host): under Pathways the one controller reads 1/{n} of the data",
+                )
+            )
+    return out
 
 
 def check_mesh_from_all_devices(files: Sequence[SourceFile]) -> CheckResult:
@@ -223,9 +289,9 @@ def check_minimum_slice_count(files: Sequence[SourceFile], manifest: Any) -> Che
             if f.ignored(call):
                 continue
             value = next((k.value for k in call.keywords if k.arg == "minimum_slice_count"), None)
-            if not isinstance(value, ast.Constant) or not isinstance(value.value, int):
+            wanted = f.int_constant(value)  # MIN_SLICES = 3 at module level too
+            if wanted is None:
                 continue  # None (every slice), or computed at run time: the run shows it
-            wanted = value.value
             seen.append(f"minimum_slice_count={wanted} ({f.where(call)})")
             if not 1 <= wanted <= slices:
                 findings.append(

@@ -226,7 +226,7 @@ class LoopObserver:
         jax.monitoring.register_event_duration_secs_listener(self._compiled)
         self._listening = True
         if isinstance(self.cluster, DeviceListeners):
-            self.cluster.add_error_listener(self._slice_error)
+            self.cluster.add_error_listener(self.slice_error)
             self._catches = CatchWatch(self._caught)
             self._catches.start()
         if self.lineage is not None:
@@ -246,7 +246,7 @@ class LoopObserver:
         if self.lineage is not None:
             self.lineage.stop()
         if isinstance(self.cluster, DeviceListeners):
-            self.cluster.remove_error_listener(self._slice_error)
+            self.cluster.remove_error_listener(self.slice_error)
         catches = getattr(self, "_catches", None)
         if catches is not None:
             catches.stop()
@@ -548,9 +548,14 @@ class LoopObserver:
             self.recorder.emit("mesh", **self._ids(), reason="placement", **fields)
 
     # -- slice-down errors raised to the loop (from the device-loss seam) ---------------------
-    def _slice_error(self, error: BaseException) -> None:
+    def slice_error(self, error: BaseException) -> None:
+        """A slice-down error raised to the loop (by the device-loss seam or a fault)."""
+        from pathwaysutils.elastic import elastic
+
         if threading.get_ident() != self._main or self._reading:
             return
+        if not elastic.is_error_due_to_slice_down(error, log_traceback=False):
+            return  # an armed raise_error of another code: the loop must let it propagate
         stack = traceback.extract_stack()[:-1]
         self._error_number += 1
         catches = getattr(self, "_catches", None)
@@ -564,13 +569,6 @@ class LoopObserver:
             where=own_frame(stack),
             batches_in_attempt=self._attempt_batches,
         )
-
-    def injected(self, error: BaseException) -> None:
-        """A slice-down error a fault raised into the loop, watched as a lost slice's is."""
-        from pathwaysutils.elastic import elastic
-
-        if elastic.is_error_due_to_slice_down(error, log_traceback=False):
-            self._slice_error(error)
 
     def _caught(self, number: int, where: str) -> None:
         self.recorder.emit("slice_error_caught", **self._ids(), number=number, where=where)

@@ -84,6 +84,14 @@ class DeviceListeners(Protocol):
 
 
 @runtime_checkable
+class ErrorArming(Protocol):
+    """Makes the next use of a device raise an error once, no slice lost (``raise_error`` on
+    a loop: a program error comes from a computation, not from the draw that triggered it)."""
+
+    def arm_error(self, make_error: Callable[[], BaseException]) -> None: ...
+
+
+@runtime_checkable
 class AccessCounting(Protocol):
     """Counts each batch's use of the mesh's slices: a flapping slice fails again after so many."""
 

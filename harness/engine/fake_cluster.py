@@ -93,7 +93,9 @@ class FakeCluster:
         self._lock = threading.RLock()
         self._seams = PathwaysCpuSeams(self.slice_of, self._health_check, self.clock)
         # Device id -> maker of its slice's slice-down error, while the slice is down.
-        self._lost_devices: dict[int, Callable[[], BaseException]] = {}
+        self._lost_devices: dict[int, Callable[[], BaseException | None]] = {}
+        #: ``arm_error``'s: the thread it is for and the error, until raised once.
+        self._armed: tuple[int, Callable[[], BaseException]] | None = None
         self._device_seam = JaxDeviceLossSeam(self._lost_devices)
         self._poll_listeners: list[Callable[[int], None]] = []
         self.save_gate = SaveGate(self.clock)  # slow_save holds snapshot saves in flight here
@@ -121,6 +123,7 @@ class FakeCluster:
         self.save_gate.reset()
         with self._lock:
             self._slices = [_Slice() for _ in range(self.topology.num_slices)]
+            self._armed = None
             self._lost_devices.clear()
 
     @property
@@ -294,6 +297,25 @@ class FakeCluster:
             with self._lock:
                 self._refresh_lost_devices()
 
+    def arm_error(self, make_error: Callable[[], BaseException]) -> None:
+        """The next use of any device by this thread raises ``make_error()``, once, no slice
+        lost (``raise_error`` on a loop: from its computation, where a program error comes
+        from, not from inside the batch draw the trigger counted)."""
+        with self._lock:
+            self._armed = (threading.get_ident(), make_error)
+            self._refresh_lost_devices()
+        if self._device_seam.installed:
+            self._device_seam.on_loss()  # the next jitted call comes through the seam
+
+    def _armed_error(self) -> BaseException | None:
+        with self._lock:
+            armed = self._armed
+            if armed is None or armed[0] != threading.get_ident():
+                return None
+            self._armed = None
+            self._refresh_lost_devices()
+        return armed[1]()
+
     def count_access(self, slices: Iterable[int]) -> list[int]:
         """A flapping slice serves ``up_accesses`` accesses, then is lost again (no raise).
 
@@ -362,11 +384,13 @@ class FakeCluster:
 
     def _refresh_lost_devices(self) -> None:
         """Called with the lock held whenever a slice goes down or comes back."""
-        lost: dict[int, Callable[[], BaseException]] = {}
+        lost: dict[int, Callable[[], BaseException | None]] = {}
         for i, s in enumerate(self._slices):
             if s.state is SliceState.DOWN:
                 make = functools.partial(slice_down_error, s.code, i)
                 lost.update({d.id: make for d in self.slice_devices(i)})
+        if self._armed is not None:
+            lost.update({d.id: self._armed_error for d in self.devices if d.id not in lost})
         self._lost_devices.clear()
         self._lost_devices.update(lost)
 

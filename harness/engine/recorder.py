@@ -158,6 +158,7 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "run_end": ("status",),
     "fault": ("fault",),
     "batch": ("run", "attempt", "batch"),
+    "subject": ("run", "event"),
 }
 
 

@@ -149,7 +149,7 @@ DEVICE_LOSS_TARGETS = (
 
 #: Device id -> a maker of the slice-down error to raise for it; the fake cluster owns the
 #: mapping and changes it in place, so the hot path reads one dict.
-LostDevices = Mapping[int, Callable[[], BaseException]]
+LostDevices = Mapping[int, Callable[[], BaseException | None]]
 
 
 class SeamUnavailableError(ChaosConfigError):
@@ -255,8 +255,8 @@ class JaxDeviceLossSeam:
             if lost:
                 for device in devices:
                     make_error = lost.get(device.id)
-                    if make_error is not None:
-                        error = make_error()
+                    error = make_error() if make_error is not None else None
+                    if error is not None:  # None: an armed error not for this thread
                         for listener in error_listeners:
                             listener(error)
                         try:

@@ -169,6 +169,10 @@ class FaultController:
         counted = self.triggers[at.kind]
         return event["kind"] == counted and self._counts[counted] == at.value
 
+    def _inject(self, entry: ScheduledFault) -> list[str]:
+        """Acts the fault out; what it touched (it may raise into the subject)."""
+        return entry.fault.inject(self.cluster)
+
     def _fire(self, entry: ScheduledFault) -> None:
         self.pending.remove(entry)
         self.fired.append(entry)
@@ -182,7 +186,7 @@ class FaultController:
         self._firing = True
         try:
             try:
-                touched = entry.fault.inject(self.cluster)
+                touched = self._inject(entry)
             except Exception as error:
                 self.recorder.emit("fault", **fields, raised=str(error))
                 if self.on_raised is not None:

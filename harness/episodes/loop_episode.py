@@ -21,19 +21,21 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from pathways_chaos.faults.model import Schedule, ScheduledFault
+from pathways_chaos.faults.slice import RaiseError
 from pathways_chaos.harness.blackbox.observer import LoopObserver
 from pathways_chaos.harness.engine import user_modules
-from pathways_chaos.harness.engine.backend import AccessCounting, ClusterBackend
+from pathways_chaos.harness.engine.backend import AccessCounting, ClusterBackend, ErrorArming
 from pathways_chaos.harness.engine.deadline import Deadline, episode_deadline
 from pathways_chaos.harness.engine.recorder import Event, Recorder
+from pathways_chaos.harness.engine.subject_events import reporting
 from pathways_chaos.harness.engine.user_modules import load_name
 from pathways_chaos.harness.episodes.fault_controller import FaultController
 from pathways_chaos.harness.episodes.result import EpisodeResult
 from pathways_chaos.harness.episodes.runner import EpisodeRunner, Workload
 from pathways_chaos.harness.errors import ChaosConfigError
+from pathways_chaos.harness.judging.clean_rerun import SAVE_EVENTS
 
 #: The observer's events of a save, on any orbax path: ``save=N`` counts them all.
-SAVE_EVENTS = ("snapshot_save", "checkpoint_save")
 
 #: Trigger kind -> the observer's event it counts (``step`` is ``batch`` for a loop; ``save``
 #: counts every event of ``SAVE_EVENTS``).
@@ -72,6 +74,16 @@ class LoopFaultController(FaultController):
         if entry.at.kind == "save":  # a save on any path: Snapshotter, CheckpointManager, v1...
             return event["kind"] in SAVE_EVENTS and self._counts["save"] == entry.at.value
         return super()._due(entry, event)
+
+    def _inject(self, entry: ScheduledFault) -> list[str]:
+        """``raise_error`` is armed, not raised here: the loop's next use of a device raises
+        it, from its computation, where a program error comes from (raised inside the batch
+        draw that triggered it, a loop that guards only its step would never see it)."""
+        fault = entry.fault
+        if isinstance(fault, RaiseError) and isinstance(self.cluster, ErrorArming):
+            self.cluster.arm_error(fault.error)
+            return [f"armed: the loop's next use of a device raises {fault.code}"]
+        return super()._inject(entry)
 
     def _touch_mesh(self, kind: str, slices: list[int]) -> None:
         """A loop's batch uses its mesh: a flapping slice in it fails again (the loop's own
@@ -331,7 +343,8 @@ class LoopWorkload(Workload[Any]):
         observer = LoopObserver(self.recorder, self.cluster, lineage=self.lineage)
         observer.values_dir = values_beside(self.recorder.path)
         self.observer = stack.enter_context(observer)
-        self.faults.on_raised = observer.injected
+        stack.enter_context(reporting(self.recorder, lambda: observer.run))
+        self.faults.on_raised = observer.slice_error
 
     def _preemptions(self) -> int:
         assert self.faults is not None

@@ -58,7 +58,7 @@ def trained_once_in_order(
         return twice
     differs = None if want is None else _first_difference(samples, want)
     if want is not None and differs is not None and not mixture:
-        unsteady = _order_differs_before_a_restore(trained, samples, want, differs, what)
+        unsteady = _order_differs_before_a_restore(chain, trained, samples, want, differs, what)
         if unsteady:
             return [unsteady]
     if twice:
@@ -102,8 +102,19 @@ def _first_difference(samples: list[int], want: list[int]) -> int | None:
     return next((i for i, (a, b) in enumerate(zip(samples, want, strict=False)) if a != b), None)
 
 
+def _drawn_and_dropped(chain: Chain, draw: Draw, sample: int) -> bool:
+    """Whether ``sample`` was drawn earlier in ``draw``'s attempt by a batch that was not
+    trained: the data came in order, and a batch was dropped."""
+    trained = {d.number for d in chain.trained}
+    return any(
+        d.number not in trained and sample in d.samples
+        for d in chain.graph.draws.values()
+        if (d.run, d.attempt) == (draw.run, draw.attempt) and d.number < draw.number
+    )
+
+
 def _order_differs_before_a_restore(
-    trained: list[Draw], samples: list[int], want: list[int], i: int, what: str
+    chain: Chain, trained: list[Draw], samples: list[int], want: list[int], i: int, what: str
 ) -> str:
     """The run's first attempt restored nothing, so its data came in the fault-free run's
     order; when it did not (``i``: where they first differ), the data itself differs from run
@@ -113,6 +124,8 @@ def _order_differs_before_a_restore(
     first = trained[0]
     if (draw.run, draw.attempt) != (first.run, first.attempt) or first.attempt != 1:
         return ""
+    if _drawn_and_dropped(chain, draw, want[i]):
+        return ""  # the order held: a batch drawn before it was not trained (a skip)
     return (
         f"the order of {what} differs from the fault-free run already at {draw.label()}, "
         f"before any restore: got {samples[i : i + 4]}, the fault-free run {want[i : i + 4]}: "

@@ -20,6 +20,9 @@ from pathways_chaos.harness.judging.lineage import saved_for
 MOVABLE = frozenset({"data_loss", "deadline_exceeded", "not_found", "internal", "slice_loss"})
 KEPT = frozenset({"repair"})
 SAVE_KINDS = ("snapshot_save",)
+#: What a loop's ``save=N`` trigger counts: a save on any Orbax path, a checkpoint manager's
+#: too. The clean rerun's ``save=K`` counts the same, or it lands on another save.
+SAVE_EVENTS = ("snapshot_save", "checkpoint_save")
 
 
 def clean_schedule(events: Sequence[Event]) -> tuple[str | None, str]:
@@ -39,8 +42,7 @@ def clean_schedule(events: Sequence[Event]) -> tuple[str | None, str]:
         clean_saves += [
             e
             for e in events
-            if e["kind"] in SAVE_KINDS
-            and not e.get("skipped")
+            if e["kind"] in SAVE_EVENTS
             and (e["run"], e["attempt"]) == key
             and (limit is None or e["seq"] <= limit)
         ]

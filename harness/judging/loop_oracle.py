@@ -36,6 +36,7 @@ from pathways_chaos.harness.judging.restore_latest import restore_latest
 from pathways_chaos.harness.judging.resume_step import resume_step
 from pathways_chaos.harness.judging.run_outcome import completed as run_completed
 from pathways_chaos.harness.judging.run_outcome import did_something, faults_fired, must_propagate
+from pathways_chaos.harness.judging.subject_judges import SUBJECT_JUDGES, reported_anything
 from pathways_chaos.harness.judging.verdict import Verdict, judge_error
 from pathways_chaos.harness.judging.wording import plural as _plural
 
@@ -302,16 +303,32 @@ def judge_loop(
     that of a retry there that lost no slice (``judging.yardsticks``)."""
     h = LoopHistory(events, baseline, reruns)
     # Given an error it must not retry, what the episode judges is that the run ends with it.
-    central = ("completed",) if must_propagate(events) is not None else CENTRAL_JUDGES
+    propagate = must_propagate(events) is not None
+    central = ("completed",) if propagate else CENTRAL_JUDGES
     verdict = Verdict(central=central, completed=h.completed, error=h.error)
     verdict.recoveries = recoveries(events)
-    convene(LOOP_JUDGES, h, verdict, last_if_others=("completed",), causes=causes_named)
+    judges = LOOP_JUDGES + _subject_judges(events)
+    if propagate:  # a run that went on past it: the cause, what other judges see follows
+        judges = tuple(sorted(judges, key=lambda j: j.name != "completed"))
+    last = () if propagate else ("completed",)
+    convene(judges, h, verdict, last_if_others=last, causes=causes_named)
     try:
         verdict.batches = h.committed[0]
         verdict.wasted_steps = sum(1 for e in events if e["kind"] == "batch") - len(verdict.batches)
     except Exception as failure:  # already said by each judge that reads it
         verdict.judge_errors.setdefault("lineage", judge_error(failure))
     return verdict
+
+
+def _subject_judges(events: Sequence[Event]) -> tuple[Judge[LoopHistory], ...]:
+    """The judges of what the subject reported of itself, when it reported anything."""
+    if not reported_anything(events):
+        return ()
+
+    def over_events(judge: Judge[Sequence[Event]]) -> Judge[LoopHistory]:
+        return Judge(judge.name, lambda h: judge.judge(h.events))
+
+    return tuple(over_events(j) for j in SUBJECT_JUDGES)
 
 
 # -- the judges ------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pathways_chaos.harness.engine.recorder import Recorder
+from pathways_chaos.harness.engine.subject_events import reporter
 from pathways_chaos.harness.errors import ChaosConfigError
 from pathways_chaos.harness.reference.trainer import ReferenceTrainer, TrainerConfig
 
@@ -57,6 +58,11 @@ def main(
         seed=seed,
         checkpoint_dir=checkpoint_dir,
     )
-    # The trainer's own events stay in memory: the loop observer is the only witness here.
-    result = trainer_class(trainer)(config, Recorder(), devices=devices).run()
+    # The trainer's own events go into the episode's log as what the subject says of itself
+    # (judged beside the observer's, never instead); outside an episode they stay in memory.
+    recorder = Recorder()
+    report = reporter()
+    if report is not None:
+        recorder.add_listener(report)
+    result = trainer_class(trainer)(config, recorder, devices=devices).run()
     return None if result.status == "suspended" else result.state

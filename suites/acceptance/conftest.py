@@ -173,6 +173,20 @@ def runtime_runs(
         runs.close()
 
 
+def _row_of_bad_input(check: str, judge: Callable[[], CheckResult]) -> CheckResult:
+    """``judge()``; input it cannot read (a size that is no Kubernetes quantity) is a FAIL row
+    saying so: the table and the report keep the row, a gate reading them sees the failure."""
+    from pathways_chaos.harness.acceptance.table import CheckResult, Finding
+    from pathways_chaos.harness.errors import ChaosConfigError
+
+    try:
+        return judge()
+    except ChaosConfigError as error:
+        said = str(error)
+    fix = "correct the input as the finding says, then run the check again"
+    return CheckResult(check, "its input can be read", fix, (Finding("input", said),))
+
+
 @pytest.fixture
 def check_row(request: pytest.FixtureRequest) -> Callable[..., None]:
     """``check_row(check, run, *needs)``: runs ``run(*values)`` when every input is given, else
@@ -187,7 +201,9 @@ def check_row(request: pytest.FixtureRequest) -> Callable[..., None]:
         if missing:
             result = CheckResult(check, "", "", skipped="; ".join(dict.fromkeys(missing)))
         else:  # a toolkit exception is NOT JUDGED, never the user's FAIL
-            result = _usage(lambda: judge_row(check, run, *(n.value for n in needs)))
+            result = _row_of_bad_input(
+                check, lambda: judge_row(check, run, *(n.value for n in needs))
+            )
         result = dataclasses.replace(result, group=group)
         request.config.stash.setdefault(ROWS, []).append(result)
         request.node.user_properties += [

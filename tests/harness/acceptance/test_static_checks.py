@@ -30,11 +30,12 @@ CASES = {
         """
         import jax
         shard = jax.process_index()
-        ds = data[jax.process_index()::jax.process_count()]
-        if jax.process_index() == 0:
-            save()
+        ds = data[jax.process_index()::NUM_HOSTS]
+        opts = grain.ShardOptions(0, 8)
+        if jax.process_index() == 1:
+            evaluate()
         """,
-        [2, 3, 3, 4],
+        [2, 3, 4, 5],
         """
         import jax
         print("controller", jax.process_index())
@@ -223,8 +224,48 @@ def test_purpose_is_named(tmp_path):
     messages = [f.message for f in result.findings]
     assert "picks a data shard" in messages[0]
     assert "initialises state" in messages[1]
-    assert "chooses which process acts" in messages[2]
-    assert all("always 0" in m for m in messages)
+    assert len(messages) == 2  # the branch for process 0 runs on the controller
+    assert all("under Pathways it is 0" in m for m in messages)
+
+
+def test_what_means_the_same_on_one_controller_is_not_a_finding(tmp_path):
+    """Index 0 of a count of 1 is the whole dataset, a size divided by the count stays
+    global, and the branch for process 0 runs once, on the controller (MaxText has over a
+    hundred such lines; each was a FAIL)."""
+    result = run(
+        tmp_path,
+        "process-index",
+        """
+        import jax
+        ds = data[jax.process_index()::jax.process_count()]
+        opts = grain.ShardOptions(jax.process_index(), jax.process_count())
+        opts = grain.ShardOptions(shard_index=jax.process_index(), shard_count=jax.process_count())
+        per_host = global_batch // jax.process_count()
+        if jax.process_index() == 0:
+            save()
+        if not jax.process_index():
+            log_metrics()
+        """,
+    )
+    assert result.ok, result.failure_message()
+    assert "2 branches for process 0" in result.reason
+
+
+def test_a_shard_count_fixed_at_the_old_host_count_is_found(tmp_path):
+    """The migration article's own pitfall, with no process_index() in sight: it PASSED."""
+    result = run(
+        tmp_path,
+        "process-index",
+        """
+        import grain
+        NUM_HOSTS = 8
+        a = grain.ShardOptions(shard_index=0, shard_count=NUM_HOSTS)
+        b = grain.ShardOptions(0, 4)
+        c = grain.ShardOptions(0, 1)
+        """,
+    )
+    assert lines(result) == [3, 4]
+    assert "1/8 of the data" in result.findings[0].message
 
 
 def test_mesh_check_only_applies_to_elastic_code(tmp_path):

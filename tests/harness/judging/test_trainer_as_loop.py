@@ -1,7 +1,9 @@
 """The reference trainer seen from outside, as a user's loop (``reference.trainer_loop``): the
 loop panel judges it and its mutants from the libraries' calls alone, the first step of one
 subject (issue 32). Each mutant below is caught by the judge named; the mutants the loop panel
-does not catch yet are listed with the reason in ``NOT_CAUGHT_BY_THE_LOOP_PANEL``."""
+does not catch yet are listed with the reason in ``NOT_CAUGHT_BY_THE_LOOP_PANEL``. What only the
+trainer knows (its batch policy, its mesh rows' order) it reports as ``subject`` events, judged
+by the subject judges beside the loop judges."""
 
 from __future__ import annotations
 
@@ -37,12 +39,12 @@ CAUGHT = {
     "IteratorNotCarriedAcrossScaleUp": (REJOIN, "exactly-once"),
     "RandomnessNotRestored": (LOSS, "final-state"),
     "StaleSnapshotRestore": (HELD_SAVE, "restore-latest"),
+    # Seen only in what the trainer reports of itself (``subject`` events):
+    "BatchFromTotalSlices": (LOSS, "batch-sizes"),
+    "JoiningSlicesAppended": (REJOIN, "mesh-rebuild"),
 }
 #: What the loop panel cannot see from outside yet, and why (the trainer's own panel does).
 NOT_CAUGHT_BY_THE_LOOP_PANEL = {
-    "BatchFromTotalSlices": "a fixed global batch is a correct policy for a loop; only the "
-    "trainer's config says it meant to scale",
-    "JoiningSlicesAppended": "the mesh rows' order changes no result the loop returns",
     "UnlimitedRetries": "needs an INTERNAL error at every attempt until the deadline",
     "CallbackErrorEscapes": "a user's loop has no callback= trigger",
 }
@@ -90,6 +92,20 @@ def test_the_loop_panel_catches_the_mutant(mutant: str) -> None:
     out = _play(mutant, schedule)
     assert out.verdict.word == "FAILED", out.verdict.summary()
     assert judge in out.verdict.failed, (out.verdict.failed, out.verdict.violations)
+
+
+def test_what_the_trainer_reports_of_itself_is_judged_only_when_present() -> None:
+    """The trainer's own events reach the log as ``subject`` events and its judges are heard;
+    a user's loop reports none, and is judged by the loop judges alone."""
+    from pathways_chaos.harness.judging.subject_judges import SUBJECT_JUDGES
+
+    names = {j.name for j in SUBJECT_JUDGES}
+    trainer = _play("ReferenceTrainer", LOSS)
+    assert any(e["kind"] == "subject" for e in trainer.events)
+    assert names <= set(trainer.verdict.judged), trainer.verdict.summary()
+    user = play_loop("pathways_chaos.harness.reference.user_loop:main", "", options={"steps": 12})
+    assert not any(e["kind"] == "subject" for e in user.events)
+    assert not names & (set(user.verdict.judged) | set(user.verdict.not_judged))
 
 
 def test_a_program_error_the_loop_retries_is_named() -> None:

@@ -297,3 +297,35 @@ def test_an_adapters_own_failure_is_its_row_and_a_nan_leaf_is_no_difference(tmp_
     )
     assert table_rows(out.stdout) == {"data-order": row}, out.stdout[-3000:]
     assert says in out.stdout and "bug in pathways-chaos" not in out.stdout, out.stdout[-3000:]
+
+
+def test_a_row_whose_input_cannot_be_read_stays_in_the_report(tmp_path):
+    """It vanished: an invalid ``inMemoryVolumeSize`` failed the test with its one line, but
+    the table said "0 passed" and the JSON report held no row, so a gate reading the report
+    saw green."""
+    (tmp_path / "deploy").mkdir()
+    jobset = (SAMPLES / "good_port" / "jobset.yaml").read_text()
+    config = """
+apiVersion: checkpointing.gke.io/v1
+kind: CheckpointConfiguration
+metadata:
+  name: mtc
+spec:
+  cloudStorageBucketName: bucket
+  inMemoryVolumeSize: 60GB
+"""
+    (tmp_path / "deploy" / "jobset.yaml").write_text(jobset + "\n---\n" + config)
+    report = tmp_path / "report.json"
+    out = pytest_run(
+        tmp_path,
+        "--pyargs",
+        "pathways_chaos.suites.acceptance",
+        "--acceptance-checks=ramdisk-size",
+        "--acceptance-manifest=deploy",
+        "--acceptance-params=8e9",
+        f"--acceptance-report={report}",
+    )
+    assert out.returncode == 1, out.stdout[-3000:]
+    assert table_rows(out.stdout) == {"ramdisk-size": "FAIL"}
+    (row,) = json.loads(report.read_text())["rows"]
+    assert row["status"] == "FAIL" and "'60GB' is not a Kubernetes quantity" in row["reason"]

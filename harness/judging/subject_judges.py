@@ -1,0 +1,41 @@
+"""The judges of what a subject reported of itself (``engine/subject_events.py``): heard
+beside the loop judges only when the subject reported something, so a user's loop, which
+reports nothing, is judged as before.
+
+They read what only the subject knows: the reference trainer's batch policy (a global batch
+that scales with the slices must scale), the slice order of its mesh rows, the slices each of
+its steps ran on. These are the reference trainer's own oracle checks, over its own events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from pathways_chaos.harness.engine.recorder import Event
+from pathways_chaos.harness.engine.subject_events import SUBJECT, subject_history
+from pathways_chaos.harness.judging import oracle
+from pathways_chaos.harness.judging.panel import Finding, Judge
+
+_CHECKS: tuple[tuple[str, Callable[[Sequence[Event]], list[str]]], ...] = (
+    ("batch-sizes", oracle.check_batch_sizes),
+    ("mesh-rebuild", oracle.check_meshes),
+    ("scale-up-joins", oracle.check_scale_up_joins),
+)
+
+
+def _over_its_history(check: Callable[[Sequence[Event]], list[str]]) -> Callable[..., Finding]:
+    def judge(events: Sequence[Event]) -> Finding:
+        return [f"by its own events, {text}" for text in check(subject_history(events))]
+
+    return judge
+
+
+#: Every subject judge, in the order the verdict lists them, after the loop judges.
+SUBJECT_JUDGES: tuple[Judge[Sequence[Event]], ...] = tuple(
+    Judge(name, _over_its_history(check)) for name, check in _CHECKS
+)
+
+
+def reported_anything(events: Sequence[Event]) -> bool:
+    """Whether the subject reported events of its own: its judges are heard only then."""
+    return any(e["kind"] == SUBJECT for e in events)

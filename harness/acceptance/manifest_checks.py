@@ -86,9 +86,7 @@ def check_gcs_scratch_location(m: Manifest) -> CheckResult:
     if not proxies:
         return _skip("gcs-scratch-location", title, fix, NO_PROXY)
     findings = [
-        Finding(p.where, "--gcs_scratch_location is missing or empty")
-        for p in proxies
-        if not p.flags.get("gcs_scratch_location", "").strip()
+        Finding(p.where, problem) for p in proxies if (problem := _scratch_problem(p)) is not None
     ]
     values = sorted({p.flags.get("gcs_scratch_location", "") for p in proxies})
     return CheckResult(
@@ -98,6 +96,24 @@ def check_gcs_scratch_location(m: Manifest) -> CheckResult:
         tuple(findings),
         f"--gcs_scratch_location={', '.join(values)}",
     )
+
+
+def _scratch_problem(proxy: Container) -> str | None:
+    """Why the proxy's scratch location is no Cloud Storage location, or None: empty (quotes
+    too), a ``$(VAR)`` its env does not define, a local path."""
+    raw = proxy.flags.get("gcs_scratch_location", "")
+    value = raw.strip().strip("\"'").strip()
+    if not value:
+        return "--gcs_scratch_location is missing or empty"
+    for name in re.findall(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", value):
+        if name not in proxy.env:
+            return f"--gcs_scratch_location={raw} refers to $({name}), which its env does not set"
+        if not proxy.env[name]:
+            return None  # from a ConfigMap or a Secret (valueFrom): only the cluster knows it
+        value = value.replace(f"$({name})", proxy.env[name])
+    if value.startswith("gs://") and len(value) > len("gs://"):
+        return None
+    return f"--gcs_scratch_location={raw} is not a Cloud Storage location (gs://BUCKET/PATH)"
 
 
 def elastic_flag(flags: dict[str, str]) -> tuple[str, str] | None:

@@ -118,9 +118,10 @@ def load_sources(paths: Sequence[str | Path]) -> list[SourceFile]:
 
 
 def parse_source(path: Path) -> SourceFile:
-    from pathways_chaos.harness.engine.untrusted_files import read_text
+    from pathways_chaos.harness.engine.untrusted_files import decode_python, read_bytes
 
-    text = read_text(path, what="--acceptance-source file")  # regular, size-limited, UTF-8
+    what = "--acceptance-source file"
+    text = decode_python(read_bytes(path, what=what), path, what=what)  # regular, size-limited
     label = _label(path)
     try:
         tree = ast.parse(text, filename=str(path))

@@ -46,12 +46,12 @@ class GateHolder:
             self._gate.block(held)
         except BaseException as error:
             if error is held.lost:  # the loop sees it as any slice-down error it meets
-                self._observer._slice_error(error)
+                self._observer.slice_error(error)
             raise
 
     def lost(self, held: HeldLike) -> None:
         if held.lost is not None:
-            self._observer._slice_error(held.lost)
+            self._observer.slice_error(held.lost)
             raise held.lost
 
     def wait(self, owner: int | None) -> None:

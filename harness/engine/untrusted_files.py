@@ -158,6 +158,29 @@ def decode_utf8(data: bytes, path: Path | str, *, what: str = "file") -> str:
         ) from None
 
 
+def decode_python(data: bytes, path: Path | str, *, what: str = "file") -> str:
+    """Python source as Python reads it: a UTF-8 BOM or a PEP 263 coding line honoured (a
+    ``# -*- coding: latin-1 -*-`` file is valid Python), else UTF-8; one line when it cannot."""
+    import io
+    import tokenize
+
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as error:
+        said = f"{what} {shown(path)}: {error.msg}: fix its coding line"
+        raise UntrustedFileError(said) from None
+    if encoding in ("utf-8", "utf-8-sig"):
+        return decode_utf8(data.removeprefix(b"\xef\xbb\xbf"), path, what=what)
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise UntrustedFileError(
+            f"{what} {shown(path)} is not {encoding} text as its coding line says (byte "
+            f"0x{data[error.start]:02x} on line {line}): fix the coding line or the file"
+        ) from None
+
+
 def read_text(
     path: str | os.PathLike[str],
     *,

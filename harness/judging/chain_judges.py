@@ -240,8 +240,9 @@ def _missing(chain: Chain, missing: list[int], what: str) -> str:
         key = (e["run"], e["attempt"])
         last_exec[key] = max(last_exec.get(key, -1), e["seq"])
     gone = set(missing)
+    trained = {d.number for d in chain.trained}  # a sample drawn twice: not the trained draw
     for draw in sorted(graph.draws.values(), key=lambda d: d.seq):
-        if not gone & set(draw.samples):
+        if draw.number in trained or not gone & set(draw.samples):
             continue
         key = (draw.run, draw.attempt)
         if key in last_exec and draw.seq < last_exec[key]:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from pathways_chaos.harness.engine.recorder import Event
 from pathways_chaos.harness.judging.lineage import saved_for
+from pathways_chaos.harness.judging.run_outcome import own_retry
 
 #: Fault kinds a clean rerun can move to a save trigger (losses) or keep as they were.
 MOVABLE = frozenset({"data_loss", "deadline_exceeded", "not_found", "internal", "slice_loss"})
@@ -55,7 +56,8 @@ def clean_schedule(events: Sequence[Event]) -> tuple[str | None, str]:
             continue
         restore = next((r for r in restores if r[0]["seq"] <= f["seq"] < r[1]["seq"]), None)
         if restore is None:
-            return None, f"the loss {f['text']} led to no restore the final state comes from"
+            why = own_retry(events)
+            return None, why or f"the loss {f['text']} led to no restore the final state comes from"
         save = restore[0]
         k = next((i for i, s in enumerate(clean_saves, 1) if s["seq"] == save["seq"]), None)
         if k is None:

@@ -35,7 +35,12 @@ from pathways_chaos.harness.judging.process_exit import process_exit as _process
 from pathways_chaos.harness.judging.restore_latest import restore_latest
 from pathways_chaos.harness.judging.resume_step import resume_step
 from pathways_chaos.harness.judging.run_outcome import completed as run_completed
-from pathways_chaos.harness.judging.run_outcome import did_something, faults_fired, must_propagate
+from pathways_chaos.harness.judging.run_outcome import (
+    did_something,
+    faults_fired,
+    must_propagate,
+    own_retry,
+)
 from pathways_chaos.harness.judging.subject_judges import SUBJECT_JUDGES, reported_anything
 from pathways_chaos.harness.judging.verdict import Verdict, judge_error
 from pathways_chaos.harness.judging.wording import plural as _plural
@@ -459,7 +464,7 @@ def _no_leaks(events: Sequence[Event]) -> list[str] | str:
         (e.get("run", 0), e.get("attempt", 0)) for e in events if e["kind"] == "attempt_start"
     }
     if len(started) < 2 and len(readies) < 2:
-        return "only one attempt ran"
+        return own_retry(events) or "only one attempt ran"
     ends = [e for e in events if e["kind"] == "run_end" and "failed_attempts_alive" in e]
     if not ends and len(readies) < 2:
         return (

@@ -25,6 +25,21 @@ def must_propagate(events: Sequence[Event]) -> tuple[str, str] | None:
     return None
 
 
+def own_retry(events: Sequence[Event]) -> str:
+    """Why attempts cannot be told apart when the loop retried by itself: it caught a
+    slice-down error and went on with no ``elastic_retry`` around it (attempts are counted by
+    ``elastic_retry``), or "" when it did not."""
+    if any(e["kind"] == "attempt_start" for e in events):
+        return ""
+    if not any(e["kind"] == "slice_error_caught" for e in events):
+        return ""
+    return (
+        "the loop retried by itself (it caught the slice-down error, with no elastic_retry "
+        "around it), and attempts are counted by elastic_retry, so its attempts and the "
+        "restore each began with cannot be told apart"
+    )
+
+
 def completed(events: Sequence[Event], ends: list[Event], failed: Event | None) -> list[str]:
     propagate = must_propagate(events)
     if propagate is not None and ends:

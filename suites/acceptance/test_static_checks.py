@@ -23,7 +23,9 @@ def test_static_check(
     check_row(check, STATIC_CHECKS[check], acceptance_sources)
 
 
+@pytest.mark.parametrize("check", ["minimum-slice-count"])  # selectable by its row's name
 def test_minimum_slice_count(
+    check: str,
     acceptance_sources: Given[list[SourceFile]],
     acceptance_manifest: Given[Manifest],
     check_row: Callable[..., None],
@@ -31,6 +33,4 @@ def test_minimum_slice_count(
     """The source's elastic_retry(minimum_slice_count=N) against the manifest's slice count."""
     from pathways_chaos.harness.acceptance.static_checks import check_minimum_slice_count
 
-    check_row(
-        "minimum-slice-count", check_minimum_slice_count, acceptance_sources, acceptance_manifest
-    )
+    check_row(check, check_minimum_slice_count, acceptance_sources, acceptance_manifest)

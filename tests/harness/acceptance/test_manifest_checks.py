@@ -405,3 +405,29 @@ def test_a_folder_of_manifests(tmp_path):
     manifest = load_manifest(tmp_path)
     assert check_manifest_ramdisk(manifest, 8e9).ok
     assert copy.deepcopy(manifest.slice_count) == 2
+
+
+@pytest.mark.parametrize(
+    ("value", "env", "phrase"),
+    [
+        ('""', [], "missing or empty"),
+        ("/tmp/scratch", [], "is not a Cloud Storage location"),
+        ("gs://", [], "is not a Cloud Storage location"),
+        ("$(SCRATCH)", [], "refers to $(SCRATCH), which its env does not set"),
+        ("$(SCRATCH)", [{"name": "SCRATCH", "value": "/local"}], "not a Cloud Storage"),
+        ("$(SCRATCH)/tmp", [{"name": "SCRATCH", "value": "gs://b"}], None),
+        ("$(SCRATCH)", [{"name": "SCRATCH", "valueFrom": {"configMapKeyRef": {}}}], None),
+        ("'gs://bucket/tmp'", [], None),
+    ],
+)
+def test_the_scratch_location_is_a_bucket(tmp_path, value, env, phrase):
+    """An empty string in quotes, a local path and an unset $(VAR) all PASSED."""
+    docs = good_docs()
+    drop_arg(proxy(docs), "--gcs_scratch_location")
+    proxy(docs)["args"].append(f"--gcs_scratch_location={value}")
+    proxy(docs)["env"] = proxy(docs).get("env", []) + env
+    result = MANIFEST_CHECKS["gcs-scratch-location"](load_manifest(write(tmp_path, docs)))
+    if phrase is None:
+        assert result.ok, result.failure_message()
+    else:
+        assert any(phrase in str(f) for f in result.findings), result.failure_message()

@@ -330,3 +330,20 @@ def test_container_cpu_count_reads_the_cgroup_quota(tmp_path):
     )
     (tmp_path / "cpu.max").write_text("max 100000\n")
     assert static_checks.container_cpu_count(tmp_path) >= 1
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\xef\xbb\xbfimport jax\nx = jax.process_index()\n",  # a UTF-8 BOM
+        b'# -*- coding: latin-1 -*-\nimport jax\ns = "caf\xe9"\nx = jax.process_index()\n',
+    ],
+    ids=["bom", "pep263-latin-1"],
+)
+def test_valid_python_in_any_encoding_python_reads_is_checked(tmp_path, data):
+    """Both are valid Python; the BOM errored every static row and the latin-1 file ended the
+    whole session ("not UTF-8 text")."""
+    path = tmp_path / "port.py"
+    path.write_bytes(data)
+    result = STATIC_CHECKS["process-index"](load_sources([path]))
+    assert [f.where.rsplit(":", 1)[1] for f in result.findings] == [str(data.count(b"\n"))]

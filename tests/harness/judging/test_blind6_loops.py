@@ -38,3 +38,29 @@ def test_a_program_error_swallowed_around_the_step_fails_naming_it(tmp_path: Pat
     assert "which is not a slice-down error: the loop retried or swallowed it" in first
     assert "were drawn in batch #7" in second and "never trained" in second
     assert not any("not the same from run to run" in v for v in out.verdict.violations)
+
+
+def test_a_retry_of_the_loops_own_says_why_it_is_not_judged(tmp_path: Path) -> None:
+    """A correct loop that retries by itself (``is_error_due_to_slice_down`` and
+    ``wait_for_slices``, no ``elastic_retry``) was told "only one attempt ran" and "the loss led
+    to no restore", both false: it restored snapshot 6. Attempts are counted by
+    ``elastic_retry``; without it the judges that need them say so."""
+    out = _judged("own_retry_without_elastic_retry_ok", DL, tmp_path)
+    assert out.verdict.word == "NOT JUDGED", out.verdict.summary()
+    for judge in ("no-leaks", "final-state"):
+        assert "the loop retried by itself" in out.verdict.not_judged[judge]
+    said = " ".join(out.verdict.not_judged.values())
+    assert "only one attempt ran" not in said and "led to no restore" not in said
+    assert "exactly-once" in out.verdict.judged and not out.verdict.violations
+
+
+def test_samples_a_sampler_drew_twice_are_blamed_on_the_draw_thrown_away(tmp_path: Path) -> None:
+    """A sampler (with replacement) whose key stays outside the snapshot goes on after the
+    restore where the failed attempt stopped. The first line blamed a batch that was trained
+    ("sample ids 1278 were drawn in batch #2 and never trained"): 1278 is drawn twice by the
+    fault-free run too, and the draw named must be one the chain did not train."""
+    out = _judged("sampler_key_not_saved", DL, tmp_path)
+    assert out.verdict.word == "FAILED", out.verdict.summary()
+    first = out.verdict.violations[0]
+    assert "never drawn again after the restore" in first, first
+    assert "batch #2 " not in first

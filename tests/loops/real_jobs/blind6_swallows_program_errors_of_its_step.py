@@ -55,7 +55,11 @@ def make_step():
 def abstract_of(rep):
     import jax
 
-    return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep), jax.eval_shape(init))
+    return jax.tree.map(
+        lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep), jax.eval_shape(init)
+    )
+
+
 """BROKEN: the step is wrapped in try/except jax.errors.JaxRuntimeError; slice-down errors are
 re-raised correctly (so elastic_retry works), but any OTHER runtime error (e.g. INVALID_ARGUMENT,
 a real program bug) is logged and the batch is silently skipped: the run 'completes'."""
@@ -74,8 +78,12 @@ def main(devices=None, checkpoint_dir=None, steps=20):
     data = grain_data()
     step = make_step()
 
-    @mgr.elastic_retry(minimum_slice_count=1, poll_interval=5, timeout=300,
-                       retry_policy=manager.ElasticRetryLimit(6))
+    @mgr.elastic_retry(
+        minimum_slice_count=1,
+        poll_interval=5,
+        timeout=300,
+        retry_policy=manager.ElasticRetryLimit(6),
+    )
     def run():
         mesh = mesh_of(mgr)
         rep = NamedSharding(mesh, P())

@@ -103,6 +103,8 @@ def _guards_process_zero(f: SourceFile, call: ast.Call) -> bool:
     else:
         return False
     holder = f.parents.get(test)
+    if isinstance(holder, ast.BoolOp) and isinstance(holder.op, ast.And):  # == 0 and ...
+        test, holder = holder, f.parents.get(holder)
     return isinstance(holder, ast.If | ast.IfExp) and holder.test is test
 
 

@@ -148,14 +148,7 @@ def read_bytes(
 
 def decode_utf8(data: bytes, path: Path | str, *, what: str = "file") -> str:
     """UTF-8 text, or one line naming the first bad byte and its line."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = data[: error.start].count(b"\n") + 1
-        raise UntrustedFileError(
-            f"{what} {shown(path)} is not UTF-8 text (byte 0x{data[error.start]:02x} on line "
-            f"{line}): is it a binary file? save it as UTF-8"
-        ) from None
+    return _decoded(data, "utf-8", path, what, "is it a binary file? save it as UTF-8")
 
 
 def decode_python(data: bytes, path: Path | str, *, what: str = "file") -> str:
@@ -171,13 +164,19 @@ def decode_python(data: bytes, path: Path | str, *, what: str = "file") -> str:
         raise UntrustedFileError(said) from None
     if encoding in ("utf-8", "utf-8-sig"):
         return decode_utf8(data.removeprefix(b"\xef\xbb\xbf"), path, what=what)
+    return _decoded(data, encoding, path, what, "its coding line says so: fix the line or the file")
+
+
+def _decoded(data: bytes, encoding: str, path: Path | str, what: str, fix: str) -> str:
+    """``data`` in ``encoding``, or one line naming the first bad byte, its line and ``fix``."""
     try:
         return data.decode(encoding)
     except UnicodeDecodeError as error:
         line = data[: error.start].count(b"\n") + 1
+        name = "UTF-8" if encoding == "utf-8" else encoding
         raise UntrustedFileError(
-            f"{what} {shown(path)} is not {encoding} text as its coding line says (byte "
-            f"0x{data[error.start]:02x} on line {line}): fix the coding line or the file"
+            f"{what} {shown(path)} is not {name} text (byte 0x{data[error.start]:02x} on line "
+            f"{line}): {fix}"
         ) from None
 
 

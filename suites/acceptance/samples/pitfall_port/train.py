@@ -107,7 +107,7 @@ def run(final_step: int, snapshot_interval: int, checkpoint_dir: str) -> dict[st
         state = jax.device_put(init_state(), replicated)
         for step in range(final_step):
             state, _ = jax.jit(train_step)(state, next(loader))
-            if jax.process_index() == 0 and step % snapshot_interval == 0:  # PITFALL: writer
+            if jax.process_index() == 0 and step % snapshot_interval == 0:  # the controller: fine
                 logging.info("saving %s", step_lib.build_step_path(checkpoint_dir, "s", step))
         return state
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pathways_chaos.harness.acceptance.ramdisk import _load_yaml, in_memory_volume_sizes
+from pathways_chaos.harness.acceptance.ramdisk import in_memory_volume_sizes
 from pathways_chaos.harness.errors import ChaosConfigError
 
 PROXY = "pathways-proxy"
@@ -157,13 +157,14 @@ class Manifest:
 
 
 def load_manifest(path: str | Path | Sequence[str | Path]) -> Manifest:
-    """Every JobSet in the YAML files given (a file, or every ``.yaml``/``.yml`` of a folder)."""
+    """Every JobSet in the YAML files given (a file, or every ``.yaml``/``.yml``/``.json`` of a
+    folder; a ``kind: List`` stands for its items)."""
     paths = [path] if isinstance(path, str | Path) else list(path)
     files: list[Path] = []
     for raw in paths:
         root = Path(raw)
         if root.is_dir():
-            files += sorted([*root.glob("*.yaml"), *root.glob("*.yml")])
+            files += sorted([*root.glob("*.yaml"), *root.glob("*.yml"), *root.glob("*.json")])
         elif root.is_file():
             files.append(root)
         else:
@@ -173,7 +174,7 @@ def load_manifest(path: str | Path | Sequence[str | Path]) -> Manifest:
     documents: list[Any] = []
     pods: list[Pod] = []
     for file in files:
-        docs = _load_yaml(file)
+        docs = _unlisted(_load_rendered(file))
         documents += docs
         for doc in docs:
             if isinstance(doc, dict) and doc.get("kind") == "JobSet":
@@ -185,6 +186,49 @@ def load_manifest(path: str | Path | Sequence[str | Path]) -> Manifest:
             "Pathways JobSet YAML your job deploys (kubectl get jobset NAME -o yaml)"
         )
     return Manifest(label, pods, documents)
+
+
+def _load_rendered(file: Path) -> list[Any]:
+    """The file's documents, refused in one line when they are not what Kubernetes receives:
+    a Helm template (``{{ }}``), or a kustomization, whose patches are not applied here (its
+    base alone would be checked, not what is deployed)."""
+    from pathways_chaos.harness.engine.untrusted_files import load_yaml_all, read_text
+    from pathways_chaos.harness.errors import ChaosError
+
+    if file.name in ("kustomization.yaml", "kustomization.yml", "Kustomization"):
+        raise ChaosConfigError(_KUSTOMIZE.format(file=file, folder=file.parent))
+    text = read_text(file, what="YAML file")  # regular, size-limited, UTF-8
+    try:
+        docs = [d for d in load_yaml_all(text, file) if d is not None]
+    except ChaosError:
+        if "{{" not in text:
+            raise
+        helm = f"{file} is a Helm template ({{{{ }}}}), not a manifest: render it (helm template "
+        raise ChaosConfigError(helm + "RELEASE CHART > rendered.yaml) and pass that") from None
+    if any(isinstance(d, dict) and d.get("kind") == "Kustomization" for d in docs):
+        raise ChaosConfigError(_KUSTOMIZE.format(file=file, folder=file.parent))
+    return docs
+
+
+_KUSTOMIZE = (
+    "{file} is a kustomization: its patches are not applied here, so the base alone would be "
+    "checked: render it (kubectl kustomize {folder} > rendered.yaml) and pass that"
+)
+
+
+def _unlisted(docs: list[Any]) -> list[Any]:
+    """A ``kind: List`` (``kubectl get -o yaml`` of several objects) stands for its items."""
+    out: list[Any] = []
+    for doc in docs:
+        if (
+            isinstance(doc, dict)
+            and doc.get("kind") == "List"
+            and isinstance(doc.get("items"), list)
+        ):
+            out += doc["items"]
+        else:
+            out.append(doc)
+    return out
 
 
 def _pods(jobset: dict[str, Any], label: str) -> list[Pod]:

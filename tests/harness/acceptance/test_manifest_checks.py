@@ -431,3 +431,29 @@ def test_the_scratch_location_is_a_bucket(tmp_path, value, env, phrase):
         assert result.ok, result.failure_message()
     else:
         assert any(phrase in str(f) for f in result.findings), result.failure_message()
+
+
+def test_a_kustomization_or_a_helm_template_is_refused_with_how_to_render_it(tmp_path):
+    """A kustomization's patch (replicas 2 -> 4) was silently not applied, and its base
+    PASSED as if deployed; a Helm template said only "not valid YAML"."""
+    (tmp_path / "k").mkdir()
+    write(tmp_path / "k", good_docs())
+    (tmp_path / "k" / "kustomization.yaml").write_text("resources:\n- jobset.yaml\n")
+    with pytest.raises(ChaosConfigError, match=r"kubectl kustomize .* > rendered.yaml"):
+        load_manifest(tmp_path / "k")
+    (tmp_path / "h").mkdir()
+    helm = tmp_path / "h" / "jobset.yaml"
+    helm.write_text(GOOD.read_text() + "\n---\nreplicas: {{ .Values.slices }}\n")
+    with pytest.raises(ChaosConfigError, match=r"Helm template .*helm template"):
+        load_manifest(tmp_path / "h")
+
+
+def test_a_list_or_a_json_file_in_a_folder_is_read(tmp_path):
+    """``kind: List`` (kubectl get -o yaml) and a .json file in a folder found no JobSet."""
+    import json
+
+    listed = {"apiVersion": "v1", "kind": "List", "items": good_docs()}
+    (tmp_path / "jobset.json").write_text(json.dumps(listed))
+    manifest = load_manifest(tmp_path)
+    assert manifest.slice_count == load_manifest(GOOD).slice_count
+    assert MANIFEST_CHECKS["num-elastic-instances"](manifest).ok

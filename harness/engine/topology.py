@@ -133,3 +133,11 @@ def env_sizes() -> dict[str, int]:
         if raw:
             sizes[flag] = parse_whole(raw, f"{env} (as {flag})", allowed)
     return sizes
+
+
+def elastic_slices_fit(elastic: int, slices: int) -> bool:
+    """The proxy's elastic flag counts the slices that may be lost and come back: 1 up to
+    the JobSet's worker slices (pathwaysutils' generator refuses more; its samples and
+    google/pathways-job's run 1 elastic slice of 2). The acceptance row and the ``--cluster``
+    preflight hold a JobSet to this one rule."""
+    return 1 <= elastic <= slices

@@ -22,7 +22,7 @@ from pathways_chaos.faults.jobset import (
 )
 from pathways_chaos.harness.engine.clock import Clock
 from pathways_chaos.harness.engine.fake_cluster import FakeCluster, SliceState
-from pathways_chaos.harness.engine.topology import SliceTopology
+from pathways_chaos.harness.engine.topology import SliceTopology, elastic_slices_fit
 from pathways_chaos.harness.errors import ChaosConfigError
 from pathways_chaos.harness.kube.pod_bridge import PodBridge
 from pathways_chaos.harness.kube.slice_health import HealthFollower, SliceHealthWatch
@@ -245,19 +245,21 @@ def preflight(api: ApiClient, spec: ClusterSpec, layout: JobSetLayout) -> list[t
     elif layout.elastic_instances is None:
         flag, value = found
         lines.append((False, f"{PROXY_CONTAINER} has {flag}={value}: not a number of slices"))
-    elif layout.elastic_instances != layout.slices:
+    elif not elastic_slices_fit(layout.elastic_instances, layout.slices):
         lines.append(
             (
                 False,
                 f"{PROXY_CONTAINER} has {found[0]}={layout.elastic_instances} but the JobSet has "
-                f"{layout.slices} worker slices: make them equal",
+                f"{layout.slices} worker slices: use 1 to {layout.slices}",
             )
         )
     else:
+        relation = "=" if layout.elastic_instances == layout.slices else f"of {layout.slices}"
         lines.append(
             (
                 True,
-                f"elastic: {PROXY_CONTAINER} {found[0]}={layout.elastic_instances} = worker slices",
+                f"elastic: {PROXY_CONTAINER} {found[0]}={layout.elastic_instances} {relation} "
+                "worker slices",
             )
         )
     from pathways_chaos.faults.safety import OPT_IN_LABEL, OPT_IN_VALUE

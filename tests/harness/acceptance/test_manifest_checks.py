@@ -301,6 +301,9 @@ def test_containers_are_found_by_role_not_by_name(tmp_path):
         (["--num_elastic_slices=2"], "PASS", "--num_elastic_slices=2 = 2 worker slices"),
         (["--num_elastic_slices", "2"], "PASS", "--num_elastic_slices=2 = 2 worker slices"),
         (["--num_elastic_slices=3"], "FAIL", "--num_elastic_slices=3 but the worker jobs have 2"),
+        # fewer is allowed: pathwaysutils' generator and pathways-job's sample run 1 of 2
+        (["--num_elastic_slices=1"], "PASS", "--num_elastic_slices=1 of 2 worker slices"),
+        (["--num_elastic_slices=0"], "FAIL", "--num_elastic_slices=0 but the worker jobs have 2"),
         (
             ["--num_elastic_instances=2", "--num_elastic_slices=3"],
             "FAIL",

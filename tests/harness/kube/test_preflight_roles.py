@@ -86,14 +86,30 @@ def test_the_generators_jobset_passes_the_elastic_preflight(namespace):
     assert line == (True, "elastic: pathways-proxy --num_elastic_slices=2 = worker slices")
 
 
-def test_a_wrong_or_missing_flag_is_refused_naming_the_spelling(namespace):
+def test_fewer_elastic_slices_than_slices_pass_as_the_generator_allows(namespace):
+    """pathwaysutils' generator allows elastic_slices up to num_slices (google/pathways-job's
+    sample runs 1 of 2): the preflight refused it ("make them equal")."""
     api, ns = namespace
     create_jobs(api, ns, generated(elastic_slices=1))
     _, line = elastic_line(api, ns)
+    assert line == (True, "elastic: pathways-proxy --num_elastic_slices=1 of 2 worker slices")
+
+
+def test_a_wrong_or_missing_flag_is_refused_naming_the_spelling(namespace):
+    api, ns = namespace
+    more = generated(elastic_slices=2)
+    more["metadata"]["name"] = "more"
+    for rj in more["spec"]["replicatedJobs"]:
+        for c in rj["template"]["spec"]["template"]["spec"].get("containers", []):
+            c["args"] = [
+                "--num_elastic_slices=3" if a == "--num_elastic_slices=2" else a
+                for a in c.get("args") or []
+            ]
+    create_jobs(api, ns, more)
+    _, line = elastic_line(api, ns, "more")
     assert line == (
         False,
-        "pathways-proxy has --num_elastic_slices=1 but the JobSet has 2 worker slices: make "
-        "them equal",
+        "pathways-proxy has --num_elastic_slices=3 but the JobSet has 2 worker slices: use 1 to 2",
     )
     off = generated()
     off["metadata"]["name"] = "off"

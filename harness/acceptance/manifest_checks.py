@@ -355,21 +355,36 @@ def check_sidecar_shared_dir(m: Manifest) -> CheckResult:
 
 
 def check_worker_priority_class(m: Manifest) -> CheckResult:
-    findings = [
-        Finding(p.where, "the pod template has no priorityClassName")
-        for p in m.worker_pods
-        if not p.priority_class
-    ]
+    """Hot-swap needs a priority class on the worker pods; it is optional (the guide's, and
+    pathwaysutils' generator writes none by default), so only a JobSet that gives some pod a
+    class and leaves a worker pod without one fails: it meant to use hot-swap, and cannot."""
+    findings = []
     if not m.worker_pods:
         findings.append(Finding(m.label, f"no worker replicatedJob (no {WORKER} container)"))
-    classes = sorted({p.priority_class or "" for p in m.worker_pods})
+    given = sorted({p.priority_class for p in m.pods if p.priority_class})
+    if given:
+        findings += [
+            Finding(
+                p.where,
+                f"the pod template has no priorityClassName ({given[0]} is set on "
+                "another pod of the JobSet)",
+            )
+            for p in m.worker_pods
+            if not p.priority_class
+        ]
+    note = (
+        f"priorityClassName {', '.join(given)}"
+        if given
+        else "no priorityClassName: hot-swap is not set up (optional: set one on the worker "
+        "pods to let a failed slice take over a lower-priority job's)"
+    )
     return CheckResult(
         "worker-priority-class",
-        "priorityClassName on the worker pods, so hot-swap can preempt a spare slice",
+        "priorityClassName on the worker pods, when the JobSet uses priority classes (hot-swap)",
         "set spec.template.spec.priorityClassName (e.g. high-prior-job) in the worker "
         "replicatedJob's pod template",
         tuple(findings),
-        f"priorityClassName {', '.join(classes)}",
+        note,
     )
 
 

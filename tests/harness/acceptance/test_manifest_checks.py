@@ -460,3 +460,13 @@ def test_a_list_or_a_json_file_in_a_folder_is_read(tmp_path):
     manifest = load_manifest(tmp_path)
     assert manifest.slice_count == load_manifest(GOOD).slice_count
     assert MANIFEST_CHECKS["num-elastic-instances"](manifest).ok
+
+
+def test_no_priority_class_anywhere_is_optional_hot_swap(tmp_path):
+    """pathwaysutils' generator writes no priority class by default, and the guide makes
+    hot-swap optional: that FAILED. A class on another pod but not the workers still does."""
+    docs = good_docs()
+    for name in ("worker", "pathways-head"):
+        pod(docs, name).pop("priorityClassName", None)
+    result = MANIFEST_CHECKS["worker-priority-class"](load_manifest(write(tmp_path, docs)))
+    assert result.status == "PASS" and "hot-swap is not set up" in result.reason

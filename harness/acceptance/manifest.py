@@ -77,6 +77,7 @@ class Pod:
     label: str
     coordinator: bool = False
     containers: list[Container] = dataclasses.field(default_factory=list)
+    node_selector: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def where(self) -> str:
@@ -139,7 +140,21 @@ class Manifest:
 
     @property
     def checkpoint_configurations(self) -> list[tuple[str, str]]:
-        return in_memory_volume_sizes(self.documents)
+        """The CheckpointConfigurations that can serve the worker nodes: one whose
+        ``nodeSelector`` gives another value for a label the workers select on is for another
+        node pool (a v5e pool's beside a v6e job's), and is left out."""
+        return in_memory_volume_sizes([d for d in self.documents if self._serves_workers(d)])
+
+    def _serves_workers(self, doc: Any) -> bool:
+        if not isinstance(doc, dict) or doc.get("kind") != "CheckpointConfiguration":
+            return True
+        wanted = (doc.get("spec") or {}).get("nodeSelector") or {}
+        if not isinstance(wanted, dict) or not self.worker_pods:
+            return True
+        return any(
+            all(p.node_selector.get(str(k), str(v)) == str(v) for k, v in wanted.items())
+            for p in self.worker_pods
+        )
 
     @property
     def mtc_volumes(self) -> list[str]:
@@ -249,6 +264,7 @@ def _pods(jobset: dict[str, Any], label: str) -> list[Pod]:
             priority_class=pod_spec.get("priorityClassName"),
             label=Path(label).name,
             coordinator=job == coordinator,
+            node_selector={str(k): str(v) for k, v in (pod_spec.get("nodeSelector") or {}).items()},
         )
         for c in [*(pod_spec.get("initContainers") or []), *(pod_spec.get("containers") or [])]:
             pod.containers.append(_container(c, pod))

@@ -470,3 +470,19 @@ def test_no_priority_class_anywhere_is_optional_hot_swap(tmp_path):
         pod(docs, name).pop("priorityClassName", None)
     result = MANIFEST_CHECKS["worker-priority-class"](load_manifest(write(tmp_path, docs)))
     assert result.status == "PASS" and "hot-swap is not set up" in result.reason
+
+
+def test_a_checkpoint_configuration_for_another_node_pool_is_not_judged_as_this_ones(tmp_path):
+    """A second CheckpointConfiguration for a v5e pool (1Gi) FAILED the v6e job's ramdisk-size."""
+    docs = good_docs()
+    pod(docs, "worker")["nodeSelector"] = {"node.kubernetes.io/instance-type": "ct6e-standard-4t"}
+    other = copy.deepcopy(next(d for d in docs if d["kind"] == "CheckpointConfiguration"))
+    other["metadata"]["name"] = "other-pool-mtc"
+    other["spec"]["nodeSelector"] = {"node.kubernetes.io/instance-type": "ct5lp-hightpu-4t"}
+    other["spec"]["inMemoryVolumeSize"] = "1Gi"
+    manifest = load_manifest(write(tmp_path, [*docs, other]))
+    assert [name for name, _ in manifest.checkpoint_configurations] == ["good-port-mtc"]
+    assert check_manifest_ramdisk(manifest, 8e9).ok
+    other["spec"]["nodeSelector"] = {"node.kubernetes.io/instance-type": "ct6e-standard-4t"}
+    both = load_manifest(write(tmp_path, [*docs, other]))  # the same pool: both are judged
+    assert not check_manifest_ramdisk(both, 8e9).ok

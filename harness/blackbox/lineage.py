@@ -326,22 +326,21 @@ class LineageSeam:
         return {k: n for k, n in self.live_by_attempt().items() if k in attempts}
 
     def live_by_attempt(self) -> dict[str, int]:
-        """Live device arrays the loop made, by ``"run:attempt"`` of the attempt that made
-        them: logical arrays only (per-device shards never get a node), 0-d ones left out."""
-        from pathways_chaos.harness.engine.census import live_arrays
-
+        """Device arrays the loop made that are still alive, by ``"run:attempt"`` of the
+        attempt that made them: logical arrays only (per-device shards never get a node), 0-d
+        ones left out. An array the fake deleted with a lost slice counts while the loop still
+        holds it: on Pathways its buffers on the slices that stayed are still allocated."""
         counts: dict[str, int] = {}
-        for array in live_arrays():
-            entry = self._node_of.get(id(array))
-            if array is None or entry is None or entry[0]() is not array:
+        for ref, node in list(self._node_of.values()):
+            live: Any = ref()
+            if live is None:
                 continue
-            live: Any = array
             try:
                 if str(live.sharding.memory_kind) != "device" or not live.shape:
                     continue
-            except RuntimeError:  # deleted with a lost slice
+            except RuntimeError:
                 continue
-            key = self._made_in.get(entry[1])
+            key = self._made_in.get(node)
             if key is not None:
                 counts[key] = counts.get(key, 0) + 1
         return counts

@@ -126,3 +126,14 @@ def test_the_clean_rerun_repairs_after_the_same_trained_batches(tmp_path: Path) 
     ]
     assert start["text"].startswith("data_loss@save="), faults
     assert "repair@batch=11:slice=1" in faults, faults
+
+
+def test_a_failed_attempts_arrays_kept_across_a_lost_slice_are_a_leak() -> None:
+    """The fake deletes the arrays on a lost slice, and the census read only JAX's live
+    arrays, so a state kept from the failed attempt vanished from it: the mutant SURVIVED a
+    lost slice (it was caught only under a retried error, which loses none). On Pathways its
+    buffers on the slices that stayed stay allocated while the loop holds it."""
+    out = _play("FailedAttemptArraysKept", LOSS)
+    assert "no-leaks" in out.verdict.failed, out.verdict.summary()
+    kept = [e.get("failed_attempts_alive") for e in out.events if e["kind"] == "attempt_ready"]
+    assert kept[-1] == {"1:1": 6}

@@ -89,6 +89,7 @@ class ErrorArming(Protocol):
     a loop: a program error comes from a computation, not from the draw that triggered it)."""
 
     def arm_error(self, make_error: Callable[[], BaseException]) -> None: ...
+    def disarm_error(self) -> bool: ...
 
 
 @runtime_checkable

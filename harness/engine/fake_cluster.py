@@ -300,12 +300,21 @@ class FakeCluster:
     def arm_error(self, make_error: Callable[[], BaseException]) -> None:
         """The next use of any device by this thread raises ``make_error()``, once, no slice
         lost (``raise_error`` on a loop: from its computation, where a program error comes
-        from, not from inside the batch draw the trigger counted)."""
+        from, not from inside the batch draw the trigger counted). Other threads (the health
+        monitor's polls) do not meet it; a jitted function another thread calls meanwhile
+        takes JAX's C++ fast path again, unless the lineage seam (on for loops) keeps it off."""
         with self._lock:
             self._armed = (threading.get_ident(), make_error)
             self._refresh_lost_devices()
         if self._device_seam.installed:
             self._device_seam.on_loss()  # the next jitted call comes through the seam
+
+    def disarm_error(self) -> bool:
+        """Takes back an armed error nothing met; whether one was still armed."""
+        with self._lock:
+            armed, self._armed = self._armed, None
+            self._refresh_lost_devices()
+        return armed is not None
 
     def _armed_error(self) -> BaseException | None:
         with self._lock:

@@ -35,8 +35,6 @@ from pathways_chaos.harness.episodes.runner import EpisodeRunner, Workload
 from pathways_chaos.harness.errors import ChaosConfigError
 from pathways_chaos.harness.judging.clean_rerun import SAVE_EVENTS
 
-#: The observer's events of a save, on any orbax path: ``save=N`` counts them all.
-
 #: Trigger kind -> the observer's event it counts (``step`` is ``batch`` for a loop; ``save``
 #: counts every event of ``SAVE_EVENTS``).
 LOOP_TRIGGERS = {
@@ -64,6 +62,7 @@ class LoopFaultController(FaultController):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.time_origin = self.cluster.clock.time()
+        self._armed: str | None = None  # the raise_error armed last, until the episode ends
 
     def on_event(self, event: Event) -> None:
         if event["kind"] in SAVE_EVENTS and not self._firing:
@@ -82,6 +81,7 @@ class LoopFaultController(FaultController):
         fault = entry.fault
         if isinstance(fault, RaiseError) and isinstance(self.cluster, ErrorArming):
             self.cluster.arm_error(fault.error)
+            self._armed = entry.to_text()
             return [f"armed: the loop's next use of a device raises {fault.code}"]
         return super()._inject(entry)
 
@@ -125,6 +125,13 @@ class LoopFaultController(FaultController):
                     ),
                 }[counted]
             lines.append(f"fault never fired: {entry.to_text()} ({why})")
+        if self._armed is not None and isinstance(self.cluster, ErrorArming):
+            if self.cluster.disarm_error():  # taken back: it must not reach a later run
+                lines.append(
+                    f"fault never fired: {self._armed} (armed, but the loop used no device "
+                    "after it, in the thread that drew its trigger, so it never raised)"
+                )
+            self._armed = None
         return lines
 
     def _fire(self, entry: ScheduledFault) -> None:

@@ -249,3 +249,33 @@ def test_a_moved_target_refuses_the_fake_by_name_and_leaves_nothing_patched(
     assert "JAX device-loss seam" in str(caught.value)
     assert "ArrayImpl._check_if_deleted_moved_in_a_new_jax" in str(caught.value)
     assert elastic.get_slice_to_devices is before  # the pathwaysutils seams were undone too
+
+
+def test_an_armed_error_is_raised_once_by_the_next_computation_of_its_thread(fake_cluster):
+    """``raise_error`` on a loop: armed at its trigger, raised by the loop's next use of a
+    device (a jitted call here), once; another thread does not meet it; an error nothing met
+    is taken back (``disarm_error``) so no later run does."""
+    import threading
+
+    import jax
+    import jax.numpy as jnp
+
+    x = jax.device_put(np.ones(4, np.float32), fake_cluster.slice_devices(0)[0])
+    double = jax.jit(lambda a: a * 2)
+    assert float(jnp.sum(double(x))) == 8.0  # compiled: the C++ fast path from here on
+    fake_cluster.arm_error(lambda: jax.errors.JaxRuntimeError("INVALID_ARGUMENT: armed"))
+    other: list[float] = []
+    device = fake_cluster.slice_devices(1)[0]
+    worker = threading.Thread(
+        target=lambda: other.append(float(np.asarray(jax.device_put(np.ones(2), device)).sum()))
+    )
+    worker.start()
+    worker.join()
+    assert other == [2.0]  # another thread's use of a device (a monitor's poll): untouched
+    with pytest.raises(jax.errors.JaxRuntimeError, match="INVALID_ARGUMENT: armed"):
+        double(x)
+    assert float(jnp.sum(double(x))) == 8.0  # once
+    assert fake_cluster.disarm_error() is False
+    fake_cluster.arm_error(lambda: jax.errors.JaxRuntimeError("INVALID_ARGUMENT: unmet"))
+    assert fake_cluster.disarm_error() is True
+    assert float(jnp.sum(double(x))) == 8.0

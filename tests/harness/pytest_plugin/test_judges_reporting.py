@@ -121,7 +121,9 @@ def test_the_session_ends_red_with_each_outcome_in_its_place(session: tuple[Any,
     done, _ = session
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
     last = done.stdout.strip().splitlines()[-1]
-    assert re.search(r"1 failed, 2 passed, 1 skipped, 2 errors", last), last
+    # A library's deprecation under the installed jax may add "1 warning, " (this session runs
+    # outside the repository's pyproject, whose filterwarnings hide it).
+    assert re.search(r"1 failed, 2 passed, 1 skipped, (\d+ warnings?, )?2 errors", last), last
 
 
 def test_a_passing_loop_names_every_judge_it_ran(session: tuple[Any, Path]) -> None:

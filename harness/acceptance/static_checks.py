@@ -168,7 +168,7 @@ def check_cpu_count_workers(files: Sequence[SourceFile]) -> CheckResult:
     findings = []
     for f in files:
         for call in f.calls_to(CPU_COUNTS):
-            if f.ignored(call) or _only_reported(f, call):
+            if f.ignored(call) or _only_reported(f, call) or _capped(f, call):
                 continue
             name = f.qualname(call.func)
             findings.append(
@@ -407,6 +407,18 @@ def _process_purpose(f: SourceFile, call: ast.Call) -> str:
             break
         node = parent
     return "steers the program"
+
+
+def _capped(f: SourceFile, call: ast.Call) -> bool:
+    """``min(4, os.cpu_count() or 1)``: at most a constant, whatever the host counts."""
+    node: ast.AST = call
+    parent = f.parents.get(node)
+    if isinstance(parent, ast.BoolOp):  # os.cpu_count() or 1
+        node, parent = parent, f.parents.get(parent)
+    if not (isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name)):
+        return False
+    others = [a for a in parent.args if a is not node]
+    return parent.func.id == "min" and any(f.int_constant(a) is not None for a in others)
 
 
 def _sized_thing(f: SourceFile, call: ast.Call) -> str:

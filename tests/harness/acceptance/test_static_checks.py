@@ -84,6 +84,7 @@ CASES = {
         import os
         workers = 4
         print("node cpus", os.cpu_count())
+        capped = min(4, os.cpu_count() or 1)
         """,
     ),
     "private-src-import": (

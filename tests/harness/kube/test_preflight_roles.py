@@ -100,7 +100,8 @@ def test_a_wrong_or_missing_flag_is_refused_naming_the_spelling(namespace):
     more = generated(elastic_slices=2)
     more["metadata"]["name"] = "more"
     for rj in more["spec"]["replicatedJobs"]:
-        for c in rj["template"]["spec"]["template"]["spec"].get("containers", []):
+        pod_spec = rj["template"]["spec"]["template"]["spec"]
+        for c in pod_spec.get("initContainers", []) + pod_spec.get("containers", []):
             c["args"] = [
                 "--num_elastic_slices=3" if a == "--num_elastic_slices=2" else a
                 for a in c.get("args") or []

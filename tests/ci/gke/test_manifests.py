@@ -328,7 +328,7 @@ def test_the_manifest_checks_see_our_file(tmp_path: Path) -> None:
     """A wrong slice count in a copy fails: the checks above really read this JobSet."""
     broken = tmp_path / "jobset.yaml"
     broken.write_text(
-        JOBSET.read_text().replace("--num_elastic_instances=4", "--num_elastic_instances=3")
+        JOBSET.read_text().replace("--num_elastic_instances=4", "--num_elastic_instances=5")
     )
     results = {r.check: r for r in run_manifest_checks(broken)}
     assert not results["num-elastic-instances"].ok

@@ -16,6 +16,7 @@ import functools
 from collections.abc import Callable, Sequence
 
 from pathways_chaos.harness.engine.recorder import Event
+from pathways_chaos.harness.engine.subject_events import subject_history
 from pathways_chaos.harness.judging import chain_judges
 from pathways_chaos.harness.judging import lineage as chain_checks
 from pathways_chaos.harness.judging.data_sources import Mixture, mixture
@@ -41,7 +42,7 @@ from pathways_chaos.harness.judging.run_outcome import (
     must_propagate,
     own_retry,
 )
-from pathways_chaos.harness.judging.subject_judges import SUBJECT_JUDGES, reported_anything
+from pathways_chaos.harness.judging.subject_judges import SUBJECT_JUDGES
 from pathways_chaos.harness.judging.verdict import Verdict, judge_error
 from pathways_chaos.harness.judging.wording import plural as _plural
 
@@ -85,6 +86,11 @@ class LoopHistory:
         failed = next((e for e in reversed(self.ends) if e["status"] == "failed"), None)
         self.failed_end = failed
         self.error = None if failed is None else failed.get("error")
+
+    @functools.cached_property
+    def subject(self) -> list[Event]:
+        """What the subject reported of itself, as a log of its own; empty: nothing."""
+        return subject_history(self.events)
 
     @functools.cached_property
     def committed(self) -> tuple[list[BatchRecord], list[str]]:
@@ -312,7 +318,7 @@ def judge_loop(
     central = ("completed",) if propagate else CENTRAL_JUDGES
     verdict = Verdict(central=central, completed=h.completed, error=h.error)
     verdict.recoveries = recoveries(events)
-    judges = LOOP_JUDGES + _subject_judges(events)
+    judges = LOOP_JUDGES + (_SUBJECT_JUDGES if h.subject else ())
     if propagate:  # a run that went on past it: the cause, what other judges see follows
         judges = tuple(sorted(judges, key=lambda j: j.name != "completed"))
     last = () if propagate else ("completed",)
@@ -325,15 +331,12 @@ def judge_loop(
     return verdict
 
 
-def _subject_judges(events: Sequence[Event]) -> tuple[Judge[LoopHistory], ...]:
-    """The judges of what the subject reported of itself, when it reported anything."""
-    if not reported_anything(events):
-        return ()
+def _over_subject(judge: Judge[Sequence[Event]]) -> Judge[LoopHistory]:
+    return Judge(judge.name, lambda h: judge.judge(h.subject))
 
-    def over_events(judge: Judge[Sequence[Event]]) -> Judge[LoopHistory]:
-        return Judge(judge.name, lambda h: judge.judge(h.events))
 
-    return tuple(over_events(j) for j in SUBJECT_JUDGES)
+#: The judges of what the subject reported of itself, heard when it reported anything.
+_SUBJECT_JUDGES = tuple(_over_subject(j) for j in SUBJECT_JUDGES)
 
 
 # -- the judges ------------------------------------------------------------------------------

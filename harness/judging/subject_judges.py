@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from pathways_chaos.harness.engine.recorder import Event
-from pathways_chaos.harness.engine.subject_events import SUBJECT, subject_history
 from pathways_chaos.harness.judging import oracle
 from pathways_chaos.harness.judging.panel import Finding, Judge
 
@@ -23,19 +22,15 @@ _CHECKS: tuple[tuple[str, Callable[[Sequence[Event]], list[str]]], ...] = (
 )
 
 
-def _over_its_history(check: Callable[[Sequence[Event]], list[str]]) -> Callable[..., Finding]:
-    def judge(events: Sequence[Event]) -> Finding:
-        return [f"by its own events, {text}" for text in check(subject_history(events))]
+def _said_of_itself(check: Callable[[Sequence[Event]], list[str]]) -> Callable[..., Finding]:
+    def judge(history: Sequence[Event]) -> Finding:
+        return [f"by its own events, {text}" for text in check(history)]
 
     return judge
 
 
-#: Every subject judge, in the order the verdict lists them, after the loop judges.
+#: Every subject judge, in the order the verdict lists them, after the loop judges; each
+#: reads the subject's own history (``engine.subject_events.subject_history``), made once.
 SUBJECT_JUDGES: tuple[Judge[Sequence[Event]], ...] = tuple(
-    Judge(name, _over_its_history(check)) for name, check in _CHECKS
+    Judge(name, _said_of_itself(check)) for name, check in _CHECKS
 )
-
-
-def reported_anything(events: Sequence[Event]) -> bool:
-    """Whether the subject reported events of its own: its judges are heard only then."""
-    return any(e["kind"] == SUBJECT for e in events)

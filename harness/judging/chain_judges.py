@@ -86,7 +86,7 @@ def trained_once_in_order(
         return problems
     missing = list((collections.Counter(want[: len(samples)]) - counted).elements())
     if missing and not twice:
-        problems.append(_missing(chain, sorted(missing), what))
+        problems.append(_missing(chain, trained, sorted(missing), what))
     elif not problems and differs is not None:
         draw = _draw_at(trained, differs)
         got, then = samples[differs : differs + 4], want[differs : differs + 4]
@@ -102,12 +102,12 @@ def _first_difference(samples: list[int], want: list[int]) -> int | None:
     return next((i for i, (a, b) in enumerate(zip(samples, want, strict=False)) if a != b), None)
 
 
-def _drawn_and_dropped(chain: Chain, draw: Draw, sample: int) -> bool:
+def _drawn_and_dropped(chain: Chain, trained: list[Draw], draw: Draw, sample: int) -> bool:
     """Whether ``sample`` was drawn earlier in ``draw``'s attempt by a batch that was not
     trained: the data came in order, and a batch was dropped."""
-    trained = {d.number for d in chain.trained}
+    numbers = {d.number for d in trained}
     return any(
-        d.number not in trained and sample in d.samples
+        d.number not in numbers and sample in d.samples
         for d in chain.graph.draws.values()
         if (d.run, d.attempt) == (draw.run, draw.attempt) and d.number < draw.number
     )
@@ -124,7 +124,7 @@ def _order_differs_before_a_restore(
     first = trained[0]
     if (draw.run, draw.attempt) != (first.run, first.attempt) or first.attempt != 1:
         return ""
-    if _drawn_and_dropped(chain, draw, want[i]):
+    if _drawn_and_dropped(chain, trained, draw, want[i]):
         return ""  # the order held: a batch drawn before it was not trained (a skip)
     return (
         f"the order of {what} differs from the fault-free run already at {draw.label()}, "
@@ -230,7 +230,7 @@ def _iterator_set_back(chain: Chain, first: Draw, restore: Event | None) -> str:
     )
 
 
-def _missing(chain: Chain, missing: list[int], what: str) -> str:
+def _missing(chain: Chain, trained: list[Draw], missing: list[int], what: str) -> str:
     """Why samples are missing from the chain: drawn and never trained, or never drawn again."""
     graph, walk = chain.graph, chain.walk
     assert walk is not None
@@ -240,9 +240,9 @@ def _missing(chain: Chain, missing: list[int], what: str) -> str:
         key = (e["run"], e["attempt"])
         last_exec[key] = max(last_exec.get(key, -1), e["seq"])
     gone = set(missing)
-    trained = {d.number for d in chain.trained}  # a sample drawn twice: not the trained draw
+    numbers = {d.number for d in trained}  # a sample drawn twice: not the trained draw
     for draw in sorted(graph.draws.values(), key=lambda d: d.seq):
-        if draw.number in trained or not gone & set(draw.samples):
+        if draw.number in numbers or not gone & set(draw.samples):
             continue
         key = (draw.run, draw.attempt)
         if key in last_exec and draw.seq < last_exec[key]:

@@ -142,7 +142,8 @@ def check_num_elastic_instances(m: Manifest) -> CheckResult:
     findings = []
     if not m.worker_pods:
         findings.append(Finding(m.label, f"no worker replicatedJob (no {WORKER} container)"))
-    seen = []
+    seen: list[str] = []
+    counts: set[int] = set()  # the elastic flag's values that are numbers
     for p in proxies:
         given = {n: p.flags[n] for n in ELASTIC_FLAGS if n in p.flags}
         misplaced = [
@@ -172,7 +173,9 @@ def check_num_elastic_instances(m: Manifest) -> CheckResult:
             seen.append(f"--{name}={value}")
             if not value.strip().isdigit():
                 findings.append(Finding(p.where, f"--{name}={value} is not a number of slices"))
-            elif m.worker_pods and not elastic_slices_fit(int(value), slices):
+                continue
+            counts.add(int(value))
+            if m.worker_pods and not elastic_slices_fit(int(value), slices):
                 findings.append(
                     Finding(
                         p.where,
@@ -181,7 +184,6 @@ def check_num_elastic_instances(m: Manifest) -> CheckResult:
                 )
     # Fewer elastic slices than slices is allowed (pathwaysutils' generator and the
     # pathways-job samples write 1 of 2): said, not failed.
-    counts = {int(v.rsplit("=", 1)[1]) for v in seen if v.rsplit("=", 1)[1].isdigit()}
     relation = "=" if counts == {slices} else "of"
     return CheckResult(
         "num-elastic-instances",

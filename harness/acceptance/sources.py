@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -58,27 +59,33 @@ class SourceFile:
         (``NUM_HOSTS = 8``): what a check can read without running the code."""
         if isinstance(node, ast.Constant) and type(node.value) is int:
             return node.value
-        if not isinstance(node, ast.Name):
-            return None
-        bound = [
-            stmt.value
-            for stmt in self.tree.body
-            if isinstance(stmt, ast.Assign | ast.AnnAssign)
-            and any(
-                isinstance(t, ast.Name) and t.id == node.id
-                for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])
-            )
-        ]
-        assigned_elsewhere = any(
-            isinstance(n, ast.Name) and n.id == node.id and isinstance(n.ctx, ast.Store)
+        return self._module_ints.get(node.id) if isinstance(node, ast.Name) else None
+
+    @functools.cached_property
+    def _module_ints(self) -> dict[str, int]:
+        """Module-level names bound once, to an int literal, and stored nowhere else in the
+        module's other statements: read once per file, not once per name looked up."""
+        bound: dict[str, list[ast.expr | None]] = {}
+        for stmt in self.tree.body:
+            if isinstance(stmt, ast.Assign | ast.AnnAssign):
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                for name in {t.id for t in targets if isinstance(t, ast.Name)}:
+                    bound.setdefault(name, []).append(stmt.value)
+        stored_elsewhere = {
+            n.id
             for stmt in self.tree.body
             if not isinstance(stmt, ast.Assign | ast.AnnAssign)
             for n in ast.walk(stmt)
-        )
-        if len(bound) != 1 or assigned_elsewhere:
-            return None
-        value = bound[0]
-        return value.value if isinstance(value, ast.Constant) and type(value.value) is int else None
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+        }
+        return {
+            name: values[0].value
+            for name, values in bound.items()
+            if len(values) == 1
+            and name not in stored_elsewhere
+            and isinstance(values[0], ast.Constant)
+            and type(values[0].value) is int
+        }
 
     def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
         while node in self.parents:

@@ -80,11 +80,10 @@ def _with_process_count(f: SourceFile, call: ast.Call) -> bool:
     parent = f.parents.get(call)
     if isinstance(parent, ast.keyword):
         parent = f.parents.get(parent)
-    if isinstance(parent, ast.Slice):  # data[process_index()::process_count()]
-        return any(True for _ in f.calls_to(["jax.process_count"], within=parent))
-    if not isinstance(parent, ast.Call) or call is parent.func:
-        return False
-    return any(True for _ in f.calls_to(["jax.process_count"], within=parent))
+    beside = isinstance(parent, ast.Slice) or (  # data[process_index()::process_count()]
+        isinstance(parent, ast.Call) and call is not parent.func
+    )
+    return beside and next(f.calls_to(["jax.process_count"], within=parent), None) is not None
 
 
 def _guards_process_zero(f: SourceFile, call: ast.Call) -> bool:
@@ -114,7 +113,8 @@ def _fixed_shard_counts(f: SourceFile) -> list[Finding]:
     for node in ast.walk(f.tree):
         if not isinstance(node, ast.Call) or f.ignored(node):
             continue
-        callee = (f.qualname(node.func) or ast.unparse(node.func)).rsplit(".", 1)[-1]
+        func = node.func  # the name as written: ShardOptions, grain.ShardOptions, ...
+        callee = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "a call")
         count = next((k.value for k in node.keywords if k.arg == "shard_count"), None)
         if count is None and callee == "ShardOptions" and len(node.args) > 1:
             count = node.args[1]

@@ -87,6 +87,28 @@ def test_minimum_slice_count_within_the_slices_or_unknown_passes(tmp_path, minim
     assert row.status == PASS, row.failure_message()
 
 
+@pytest.mark.parametrize(
+    ("prelude", "status"),
+    [
+        ("MIN_SLICES = 3\n", FAIL),  # it PASSED: only a literal was read
+        ("MIN_SLICES: int = 3\n", FAIL),
+        ("MIN_SLICES = 3\nMIN_SLICES = 1\n", PASS),  # bound twice: not a constant
+        ("MIN_SLICES = 3\nfor MIN_SLICES in range(2):\n    pass\n", PASS),
+    ],
+)
+def test_a_module_constant_minimum_is_read(tmp_path, prelude, status):
+    path = tmp_path / "train.py"
+    path.write_text(
+        prelude + "from pathwaysutils.elastic import manager\n"
+        "m = manager.Manager()\n"
+        "@m.elastic_retry(minimum_slice_count=MIN_SLICES, "
+        "retry_policy=manager.ElasticRetryLimit(3))\n"
+        "def loop():\n    pass\n"
+    )
+    row = check_minimum_slice_count(load_sources([path]), load_manifest(GOOD_MANIFEST))
+    assert row.status == status, row.reason
+
+
 def test_the_good_port_passes_minimum_slice_count():
     row = check_minimum_slice_count(load_sources([GOOD_SOURCE]), load_manifest(GOOD_MANIFEST))
     assert row.status == PASS, row.failure_message()

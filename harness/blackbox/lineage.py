@@ -330,10 +330,12 @@ class LineageSeam:
         attempt that made them: logical arrays only (per-device shards never get a node), 0-d
         ones left out. An array the fake deleted with a lost slice counts while the loop still
         holds it: on Pathways its buffers on the slices that stayed are still allocated."""
+        import jax
+
         counts: dict[str, int] = {}
         for ref, node in list(self._node_of.values()):
             live: Any = ref()
-            if live is None:
+            if not isinstance(live, jax.Array):  # gone, or a drawn batch's host buffer
                 continue
             try:
                 if str(live.sharding.memory_kind) != "device" or not live.shape:

@@ -137,3 +137,21 @@ def test_a_failed_attempts_arrays_kept_across_a_lost_slice_are_a_leak() -> None:
     assert "no-leaks" in out.verdict.failed, out.verdict.summary()
     kept = [e.get("failed_attempts_alive") for e in out.events if e["kind"] == "attempt_ready"]
     assert kept[-1] == {"1:1": 6}
+
+
+def test_a_loop_holding_a_drawn_batch_is_counted_without_its_host_buffers(tmp_path: Path) -> None:
+    """The leak census walks every buffer the lineage tracks; a drawn batch's numpy leaves are
+    tracked too. Counting them as device arrays raised in the child ("'numpy.ndarray' object
+    has no attribute 'sharding'", a toolkit error), which ``pathways-chaos replay`` printed as
+    its one line for a correct loop that returns None (tests/loops/real_jobs)."""
+    jobs = Path(__file__).parents[2] / "loops" / "real_jobs"
+    loop = f"{jobs / 'final_ckpt_returns_none.py'}:main"
+    base = play_loop(loop, checkpoint_dir=tmp_path / "fault-free")
+    out = play_loop(
+        loop,
+        "data_loss@batch=6:slice=1:repair_after_polls=2",
+        baseline=base.events,
+        checkpoint_dir=tmp_path / "run",
+    )
+    assert out.verdict.word == "SURVIVED", out.verdict.summary()
+    assert "no-leaks" in out.verdict.judged

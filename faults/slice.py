@@ -242,6 +242,27 @@ class SlowSave(Fault["FakeCluster"]):
 
 
 @dataclasses.dataclass(frozen=True)
+class Stall(Fault["ClusterBackend"]):
+    """The training thread stalls ``seconds`` on the episode clock: time passes (the elastic
+    monitor's polls come due, a held save's time runs out) and nothing is trained, as in a
+    slow host-side step. A clean rerun uses it to stand where the faulted run's clock stood."""
+
+    kind = "stall"
+    seconds: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.seconds > 0:
+            raise FaultSpecError(f"stall seconds={self.seconds}: use seconds > 0")
+
+    def inject(self, target: ClusterBackend) -> list[str]:
+        target.clock.sleep(self.seconds)
+        return [f"the training thread stalled {self.seconds:g} s on the episode clock"]
+
+    def describe(self) -> str:
+        return f"the training thread stalls {self.seconds:g} s"
+
+
+@dataclasses.dataclass(frozen=True)
 class CallbackError(RaiseError):
     """``code`` raised inside the trainer's elastic-event callback (trigger ``callback=N``: the
     Nth call), as a callback that touches a lost slice sees it."""

@@ -64,8 +64,21 @@ def clean_schedule(events: Sequence[Event]) -> tuple[str | None, str]:
             return None, f"the save the run resumed from after {f['text']} is not on its chain"
         name, _, rest = f["text"].partition("@")
         _, _, params = rest.partition(":")
+        out += _stall(events, save, f, k)
         out.append(f"{name}@save={k}" + (f":{params}" if params else ""))
     return ",".join(out), ""
+
+
+def _stall(events: Sequence[Event], save: Event, loss: Event, k: int) -> list[str]:
+    """On the fake clock, the time the faulted run spent between the save and the loss (the
+    work it threw away), passed at ``save=K`` before the loss: the clean run then stands where
+    the faulted run's clock stood, and the elastic monitor, which polls on that clock, sees a
+    slice come back after the same batches as it did (three batches early, it did not)."""
+    start = next((e for e in events if e["kind"] == "episode_start"), None)
+    lag = float(loss.get("t", 0.0)) - float(save.get("t", 0.0))
+    if start is None or start.get("clock") != "fake" or lag <= 0:
+        return []
+    return [f"stall@save={k}:seconds={lag:g}"]
 
 
 def _kept_after_the_same_work(

@@ -60,6 +60,7 @@ def test_the_batch_trigger_has_a_text_form():
         ("data_loss@step=-1", "is negative"),
         ("slow_save@step=1", "give exactly one of seconds or polls"),
         ("slow_save@step=1:seconds=2:polls=1", "give exactly one of seconds or polls"),
+        ("stall@save=1:seconds=0", "use seconds > 0"),
     ],
 )
 def test_bad_text_is_one_clear_line(text: str, says: str):
@@ -83,3 +84,17 @@ def test_every_slice_fault_kind_is_registered():
         "callback_error",
     ):
         assert kind in kinds
+
+
+def test_a_stall_passes_time_on_the_episode_clock_and_touches_no_slice():
+    """What a clean rerun uses to stand where the faulted run's clock stood."""
+    from pathways_chaos.harness.engine.fake_cluster import FakeCluster
+    from pathways_chaos.harness.engine.topology import SliceTopology
+
+    entry = parse_fault("stall@save=3:seconds=2.5")
+    with FakeCluster(SliceTopology(2, 1)) as fake:
+        before = fake.clock.time()
+        touched = entry.fault.inject(fake)
+        assert fake.clock.time() == before + 2.5
+        assert fake.down_slices() == frozenset()
+    assert touched == ["the training thread stalled 2.5 s on the episode clock"]

@@ -337,3 +337,29 @@ def test_a_fixed_global_batch_in_more_micro_batches_on_fewer_slices_resumes_righ
     assert out.verdict.word == "SURVIVED", out.verdict.summary()
     assert "resume-step" in out.verdict.judged
     assert "its batches changed size with the slices" in out.verdict.not_judged["step-count"]
+
+
+# -- a slice that comes back: the clean rerun stands where the faulted run's clock stood -----
+def _judged_against_a_clean_rerun(loop: str, tmp_path: Path) -> Outcome:
+    baseline = play_loop(loop, checkpoint_dir=tmp_path / "c0")
+    return play_loop(loop, LOSS, baseline=baseline.events, checkpoint_dir=tmp_path / "c1")
+
+
+def test_a_slice_taken_back_after_a_loss_has_its_final_state_judged(tmp_path: Path) -> None:
+    """Was "not judged: a clean run ... trained another batch schedule": pathwaysutils' monitor
+    polls on the episode clock, which in the faulted run had run ahead by the work a failure
+    threw away, so the clean run saw the slice come back three batches earlier."""
+    out = _judged_against_a_clean_rerun(
+        f"{LOOPS / 'real_jobs' / 'ckpt_manager_ok.py'}:main", tmp_path
+    )
+    assert out.verdict.ok, out.verdict.summary()
+    assert "final-state" in out.verdict.judged, out.verdict.summary()
+
+
+def test_a_learning_rate_that_counts_thrown_away_batches_fails_final_state(tmp_path: Path) -> None:
+    """The same loop with one bug only a clean rerun can see after a slice came back: it
+    SURVIVED, final-state not judged."""
+    loop = f"{LOOPS / 'lr_counts_thrown_away_batches.py'}:main"
+    out = _judged_against_a_clean_rerun(loop, tmp_path)
+    assert "final-state" in out.verdict.failed, out.verdict.summary()
+    assert "a clean run that lost the same slices" in out.verdict.violations[0]

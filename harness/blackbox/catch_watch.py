@@ -64,9 +64,11 @@ class CatchWatch:
         if is_plumbing(code.co_filename) or threading.get_ident() != self._main:
             return None
         del self._watched[id(exception)]  # the first handler outside the libraries decides
-        line = code.co_firstlineno
-        for start, _end, ln in code.co_lines():  # the last line that starts at or before it
-            if start <= offset and ln is not None:
-                line = ln
+        # The handler's first instructions (PUSH_EXC_INFO) have no line; its ``except`` clause
+        # is the first line after them (the last line before them is the ``try`` body's).
+        line = next(
+            (ln for start, _end, ln in code.co_lines() if start >= offset and ln is not None),
+            code.co_firstlineno,
+        )
         self._report(entry[1], f"{code.co_filename}:{line} in {code.co_name}")
         return None

@@ -518,6 +518,7 @@ class LoopObserver:
             assert prop.fset is not None
             prop.fset(manager, value)
             if threading.get_ident() == observer._main:
+                observer._meshes.clear()  # a mesh seen before the change is news again after it
                 observer.recorder.emit(
                     "active_slices", **observer._ids(), slices=sorted(manager.active_slice_indices)
                 )

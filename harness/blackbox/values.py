@@ -96,7 +96,8 @@ def sample_ids_of(batch: Any) -> list[int] | None:
 
 
 def describe_state(tree: Any, values_dir: Path | None = None) -> dict[str, dict[str, Any]]:
-    """Each array leaf's dtype, shape and values, for the comparison with a fault-free run.
+    """Each array leaf's dtype, shape and values, for the comparison with a fault-free run; a
+    leaf that cannot be read (it lives on a lost slice) says why instead of its values.
 
     With ``values_dir`` the values go to one ``.npy`` file per leaf there (the event holds the
     file's path): a large state never enters the JSON log.
@@ -110,7 +111,13 @@ def describe_state(tree: Any, values_dir: Path | None = None) -> dict[str, dict[
         if not hasattr(leaf, "shape"):
             continue
         dtype = str(getattr(leaf, "dtype", ""))
-        array = host_array(leaf)
+        try:
+            array = host_array(leaf)
+        except RuntimeError as unreadable:  # on a lost slice, or deleted: the loop returned it
+            shape = [int(n) for n in getattr(leaf, "shape", ())]
+            why = f"{type(unreadable).__name__}: {unreadable}"[:300]
+            out[jax.tree_util.keystr(path)] = {"dtype": dtype, "shape": shape, "unreadable": why}
+            continue
         entry: dict[str, Any] = {"dtype": dtype or array.dtype.name, "shape": list(array.shape)}
         if values_dir is None:
             entry["values"] = array.ravel().tolist()

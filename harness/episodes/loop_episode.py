@@ -153,11 +153,12 @@ class LoopFaultController(FaultController):
         super()._fire(entry)
 
 
-def load_loop(spec: str, flag: str = "--chaos-loop") -> Callable[..., Any]:
+def load_loop(spec: str, flag: str = "loop") -> Callable[..., Any]:
     """``pkg.module:function`` (or ``path/to/file.py:function``) -> the function.
 
     Whatever loading the user's module raises (a syntax error, an exception at import, a
-    binary file) comes back as one line naming the file and line, never a traceback.
+    binary file) comes back as one line naming the file and line, never a traceback, and the
+    argument it came in as (``flag``: ``loop=`` of ``chaos.run`` and ``play``, or an option).
     """
     shown = spec if len(spec) <= 120 else spec[:120] + "..."
     how = "write MODULE:FUNCTION, for example pathways_chaos.harness.reference.user_loop:main"
@@ -246,7 +247,8 @@ class ExpectedSliceErrors(logging.Filter):
 
 
 class LoopExited(Exception):
-    """The loop called ``sys.exit``: a failed run naming the line (an exit from the process
+    """The loop called ``sys.exit`` with a failure code (``sys.exit(0)`` is a return of
+    ``None``): a failed run naming the line (an exit from the process
     itself, ``os._exit`` or a signal, ends the episode's child, which its parent names)."""
 
 
@@ -364,7 +366,12 @@ class LoopWorkload(Workload[Any]):
         return self._run
 
     def _run(self) -> Any:
-        return self.loop(**self.arguments)
+        try:
+            return self.loop(**self.arguments)
+        except SystemExit as done:
+            if done.code in (None, 0):  # a job's main ending in success (or after its
+                return None  # preemption checkpoint), as a process exit would: it returned nothing
+            raise
 
     def failed(self, error: BaseException) -> BaseException:
         assert self.observer is not None

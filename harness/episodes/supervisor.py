@@ -146,19 +146,20 @@ _checked: dict[str, str | None] = {}
 def check_loop(spec: str, flag: str = "--chaos-loop") -> str | None:
     """Whether ``spec`` names a loop that loads: None, or one line saying why not. The module
     is imported in a child (never here); the answer is kept for the rest of this process."""
+    if not spec.strip():
+        return (
+            f"{flag} is empty: write MODULE:FUNCTION, for example "
+            "pathways_chaos.harness.reference.user_loop:main (or leave the option out)"
+        )
     if spec not in _checked:
-        if not spec.strip():
-            _checked[spec] = (
-                f"{flag} is empty: write MODULE:FUNCTION, for example "
-                "pathways_chaos.harness.reference.user_loop:main (or leave the option out)"
-            )
-        else:
-            episode = SupervisedLoopEpisode(spec, Schedule(), topology="1x1")
-            episode.probe = True
-            result = episode.run()
-            error = result.error
-            _checked[spec] = None if error is None else str(error).replace("--chaos-loop", flag)
-    return _checked[spec]
+        episode = SupervisedLoopEpisode(spec, Schedule(), topology="1x1")
+        episode.probe = True
+        error = episode.run().error
+        _checked[spec] = None if error is None else str(error)
+    said = _checked[spec]
+    if said is not None and said.startswith("loop"):  # the child names no option: this one
+        said = flag + said.removeprefix("loop")
+    return said
 
 
 def run_supervised_loop_episode(

@@ -433,8 +433,8 @@ def rejoined_slices_used(chain: Chain, events: Sequence[Event]) -> list[str] | s
         key = (e["run"], e["attempt"])
         current = [a for seq, k, a in active_since if k == key and seq < e["seq"]]
         grew = set(regained.get(key, set()))
-        if len(current) >= 2:  # and inside the attempt, past its own start
-            grew |= current[-1] - current[0]
+        if len(current) >= 2:  # and inside the attempt, past its own start: a slice active
+            grew |= current[-1] - current[0].intersection(*current[1:-1])  # now, not always
         grew &= current[-1] if current else set()  # still active when the step ran
         if not grew:
             continue

@@ -112,12 +112,22 @@ def compare_final_states(
     if sorted(got) != sorted(want):
         return [f"final state leaves {sorted(got)} differ from those of {against} {sorted(want)}"]
     for path in sorted(got):
+        if "unreadable" in want[path]:
+            why = want[path]["unreadable"]
+            return f"{against}'s final state cannot be read at {_leaf(path)}: {why}"
+        if "unreadable" in got[path]:
+            return [
+                f"the loop returned a final state it cannot read: reading {_leaf(path)} raised "
+                f"{got[path]['unreadable']}. It lives on devices that are gone, so the run's "
+                "result is lost: was a slice-down error caught and training gone on without a "
+                "restore?"
+            ]
         try:
             a, b = leaf_array(got[path]), leaf_array(want[path])
         except ValuesChanged as changed:  # evidence changed under the judge: the loop's doing
             return [str(changed)]
         if a.shape != b.shape:
-            return [f"leaf {path}: shape {a.shape} differs from {against}'s {b.shape}"]
+            return [f"{_leaf(path)}: shape {a.shape} differs from {against}'s {b.shape}"]
         worst = worst_outside_tolerance(a, b)
         if worst is not None:
             counter = ""
@@ -128,7 +138,12 @@ def compare_final_states(
                     "recovery (is it in the snapshot?)"
                 )
             return [
-                f"final state differs from {against} at leaf {path}: max abs diff "
+                f"final state differs from {against} at {_leaf(path)}: max abs diff "
                 f"{worst:.3g} (tolerance rtol={REPLAY_RTOL}, atol={REPLAY_ATOL}){counter}"
             ]
     return []
+
+
+def _leaf(path: str) -> str:
+    """A leaf's name in a sentence; the loop may return one bare array, whose path is empty."""
+    return f"leaf {path}" if path else "the returned array"

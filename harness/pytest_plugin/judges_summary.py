@@ -92,9 +92,12 @@ def summary_count(rows: list[tuple[str, dict[str, Any]]]) -> str:
     elif passed:
         text += ", every judge judged"
     skipped = sum(1 for status, _ in rows if status == "skipped")
-    failed = sum(1 for status, _ in rows if status == "failed")
+    failed = [props for status, props in rows if status == "failed"]
+    by_judge = sum(1 for props in failed if _names(props.get(JUDGES_FAILED)))
     errors = sum(1 for status, props in rows if status == "error" and props.get(JUDGE_ERROR))
-    text += f"; {failed} failed by a judge" if failed else ""
+    text += f"; {by_judge} failed by a judge" if by_judge else ""
+    if len(failed) > by_judge:  # every judge passed, and the test's own assertion did not
+        text += f"; {len(failed) - by_judge} failed by the test's own assertions"
     text += f"; {skipped} not judged (skipped)" if skipped else ""
     text += f"; {errors} with a judge that failed (a bug in pathways-chaos)" if errors else ""
     return text

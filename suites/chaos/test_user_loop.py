@@ -68,7 +68,13 @@ def _survived(out: Outcome) -> None:
     # What the loop did comes first (a crash, an exit, a deadline), then what it never met.
     out.verdict.raise_if_failed()
     assert out.of_kind("fault"), "no fault fired: the loop drew fewer batches than the schedule"
-    assert any(e["slice_down"] for e in out.of_kind("error")), "the loop never met the fault"
+    assert _slice_down_met(out), "the loop never met the fault"
+
+
+def _slice_down_met(out: Outcome) -> list[dict[str, Any]]:
+    """The slice-down errors raised to the loop: elastic_retry's, or those a loop that retries
+    by itself caught (the observer sees both where the device raised them)."""
+    return out.of_kind("slice_error") or [e for e in out.of_kind("error") if e["slice_down"]]
 
 
 @uses(*SLICE_DOWN)
@@ -77,7 +83,7 @@ def test_every_slice_down_code(chaos: Chaos, chaos_loop: str, kind: str) -> None
     out = chaos.run(SCENARIOS[kind], loop=chaos_loop)
 
     _survived(out)
-    (error, *_) = [e for e in out.of_kind("error") if e["slice_down"]]
+    (error, *_) = _slice_down_met(out)
     assert error["message"].startswith(kind.upper())
 
 
@@ -107,7 +113,9 @@ def test_slice_lost_during_a_restore(chaos: Chaos, chaos_loop: str) -> None:
     out = chaos.run(SCENARIOS["during-restore"], loop=chaos_loop)
 
     _survived(out)
-    assert len(out.of_kind("attempt_start")) >= 3
+    # The restore the second loss broke, and one more (elastic_retry's next attempt, or the
+    # loop's own retry: neither is assumed).
+    assert len(out.of_kind("restore_begin")) >= 2
 
 
 @uses("flapping")

@@ -69,12 +69,13 @@ def test_a_loop_module_that_cannot_load_is_one_line(tmp_path, content, said):
 
     message = str(caught.value)
     assert said in message and "\n" not in message and str(module) in message
+    assert message.startswith(f"loop='{module}:main' cannot be loaded"), message  # no option
 
 
 @pytest.mark.parametrize(
     ("spec", "said"),
     [
-        ("", "--chaos-loop is empty"),
+        ("", "loop is empty"),
         (f"{LOOPS}:NotALoop", "is a class, not a function"),
         ("x" * 5000 + ":main", "..."),
     ],

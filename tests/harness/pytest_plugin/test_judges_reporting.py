@@ -256,3 +256,17 @@ def test_the_line_and_count_from_properties_alone() -> None:
     assert judges_summary.summary_count(rows) == (
         "2 passed, of which 2 with scale-up not judged, 1 with final-state not judged"
     )
+
+
+def test_a_test_failed_by_its_own_assertion_is_not_counted_as_failed_by_a_judge() -> None:
+    """A blind tester's suite run said "9 failed by a judge" where every judge had passed and
+    the suite's own check (does the loop meet the fault?) had failed."""
+    judged = {"chaos_judged": "completed, exactly-once", "chaos_judges_failed": ""}
+    rows = [
+        ("failed", judged),
+        ("failed", {**judged, "chaos_judges_failed": "exactly-once"}),
+        ("failed", judged),
+    ]
+    assert judges_summary.summary_count(rows) == (
+        "0 passed; 1 failed by a judge; 2 failed by the test's own assertions"
+    )

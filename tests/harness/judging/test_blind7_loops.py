@@ -1,0 +1,73 @@
+"""A seventh blind tester's loops, kept as written (``tests/loops/real_jobs/blind7_*.py``), each
+with the verdict it got wrong before and the one it gets now."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pathways_chaos.harness.play import Outcome, play_loop
+
+JOBS = Path(__file__).parents[2] / "loops" / "real_jobs"
+DL_BACK = "data_loss@batch=10:slice=1:repair_after_polls=3"
+
+
+def _judged(name: str, schedule: str, tmp_path: Path) -> Outcome:
+    loop = f"{JOBS / f'blind7_{name}.py'}:main"
+    base = play_loop(loop, checkpoint_dir=tmp_path / "fault-free")
+    return play_loop(loop, schedule, baseline=base.events, checkpoint_dir=tmp_path / "run")
+
+
+def test_a_retry_of_its_own_that_takes_a_slice_back_is_judged_by_scale_up(
+    tmp_path: Path,
+) -> None:
+    """ "scale-up not judged: the loop took no slice back while training" before, although it
+    did: with no elastic_retry its attempt never changes, so a slice active at the start, lost
+    and made active again looked as if it had been active all along, and the observer did
+    not log the return to a mesh it had seen earlier in that attempt."""
+    out = _judged("own_retry_polls_scale_up_ok", DL_BACK, tmp_path)
+    assert out.verdict.word == "SURVIVED", out.verdict.summary()
+    assert "scale-up" in out.verdict.judged
+    meshes = [e["slices"] for e in out.result.events if e["kind"] == "mesh"]
+    assert meshes[-1] == [0, 1, 2, 3] and [0, 2, 3] in meshes, meshes
+
+
+def test_a_retry_of_its_own_that_claims_a_slice_but_keeps_the_mesh_fails(
+    tmp_path: Path,
+) -> None:
+    """SURVIVED before (the same bug under elastic_retry FAILED)."""
+    out = _judged("own_retry_claims_slice_keeps_mesh", DL_BACK, tmp_path)
+    assert "scale-up" in out.verdict.failed, out.verdict.summary()
+    assert "slice 1 rejoined and was made active in run 1" in out.verdict.violations[0]
+
+
+def test_a_state_returned_on_a_lost_slice_is_a_verdict_not_a_toolkit_error(
+    tmp_path: Path,
+) -> None:
+    """ "the judge failed: a bug in pathways-chaos" before: reading the returned state, which
+    lives on the lost slice, raised DATA_LOSS in the child's toolkit code. The swallowed error
+    comes first, with the line of the ``except`` that caught it (the function's first line
+    before: the handler's first instructions carry no line)."""
+    out = _judged("catch_all_returns_state_on_lost_slice", "data_loss@batch=10:slice=1", tmp_path)
+    assert out.verdict.word == "FAILED", out.verdict.summary()
+    assert not out.verdict.judge_errors
+    first = out.verdict.violations[0]
+    except_line = next(
+        n
+        for n, text in enumerate((JOBS / "blind7_catch_all_returns_state_on_lost_slice.py")
+            .read_text().splitlines(), 1)
+        if "except Exception as e:  # BUG" in text
+    )  # fmt: skip
+    assert (
+        f"was caught at {JOBS}/blind7_catch_all_returns_state_on_lost_slice.py:{except_line} in run"
+        in first
+    ), first
+    assert any("returned a final state it cannot read" in v for v in out.verdict.violations)
+
+
+def test_a_main_that_ends_with_sys_exit_0_survives(tmp_path: Path) -> None:
+    """FAILED before, in its fault-free run: "the loop crashed: LoopExited: the loop called
+    sys.exit(0)". A job's main that exits 0 has succeeded; it returned nothing, so its last
+    save is what is compared."""
+    out = _judged("ends_with_sys_exit_0_ok", DL_BACK, tmp_path)
+    assert out.verdict.word == "SURVIVED", out.verdict.summary()
+    assert "final-state" in out.verdict.judged

@@ -482,6 +482,24 @@ def _why_no_slice_joined(events: Sequence[Event]) -> str:
             "attempt started (the manager waited for it: pause and resume), so no slice "
             "joined while the loop trained"
         )
+    # A loss with repair_after_polls: back once polled, at an attempt's start if it was then.
+    came_back = sorted(
+        {
+            loss["fault"]["slice"]
+            for loss in events
+            if loss["kind"] == "fault" and "touched" in loss
+            and loss["fault"].get("repair_after_polls")
+            for e in events
+            if e["kind"] == "attempt_start" and e["seq"] > loss["seq"]
+            and loss["fault"].get("slice") in e.get("active_slices", ())
+        }
+    )  # fmt: skip
+    if came_back and not repaired:
+        return (
+            f"the lost slice {', '.join(map(str, came_back))} was back when a later attempt "
+            "started (the manager waited for it, or it was back by then), so no slice joined "
+            "while the loop trained"
+        )
     if repaired:
         return (
             f"the loop never took the repaired slice {', '.join(map(str, repaired))} back "

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from pathways_chaos.harness.engine.recorder import Event
 from pathways_chaos.harness.judging.lineage import caught_slice_errors
+from pathways_chaos.harness.judging.run_outcome import own_retry
 from pathways_chaos.harness.judging.wording import plural as _plural
 
 
@@ -83,7 +84,7 @@ def restore_latest(events: Sequence[Event]) -> list[str] | str:
                 "the attempts that started while a snapshot existed each ended before they "
                 "restored or drew a batch"
             )
-        return "no attempt started while a snapshot or checkpoint existed"
+        return own_retry(events) or "no attempt started while a snapshot or checkpoint existed"
     return problems
 
 

@@ -71,3 +71,28 @@ def test_a_main_that_ends_with_sys_exit_0_survives(tmp_path: Path) -> None:
     out = _judged("ends_with_sys_exit_0_ok", DL_BACK, tmp_path)
     assert out.verdict.word == "SURVIVED", out.verdict.summary()
     assert "final-state" in out.verdict.judged
+
+
+def test_a_pause_and_resume_loop_is_told_why_scale_up_had_nothing_to_judge(
+    tmp_path: Path,
+) -> None:
+    """ "the loop took no slice back while training" before, for a loop whose manager waited
+    for the lost slice (``repair_after_polls``): it did take it back, at the next attempt."""
+    out = play_loop(
+        "pathways_chaos.harness.reference.user_loop:pause_resume", DL_BACK, checkpoint_dir=tmp_path
+    )
+    assert out.verdict.not_judged["scale-up"].startswith(
+        "the lost slice 1 was back when a later attempt started"
+    ), out.verdict.summary()
+
+
+def test_a_retry_of_its_own_is_the_reason_restore_latest_gives(tmp_path: Path) -> None:
+    """"no attempt started while a snapshot or checkpoint existed" before, although the loop
+    retried (by itself) after snapshots of steps 2 to 8. It still fails, for its crash."""
+    out = play_loop(
+        f"{JOBS / 'blind7_own_retry_never_waits.py'}:main",
+        "data_loss@batch=10:slice=1",
+        checkpoint_dir=tmp_path,
+    )
+    assert out.verdict.word == "FAILED", out.verdict.summary()
+    assert out.verdict.not_judged["restore-latest"].startswith("the loop retried by itself")

@@ -87,7 +87,7 @@ def test_a_pause_and_resume_loop_is_told_why_scale_up_had_nothing_to_judge(
 
 
 def test_a_retry_of_its_own_is_the_reason_restore_latest_gives(tmp_path: Path) -> None:
-    """"no attempt started while a snapshot or checkpoint existed" before, although the loop
+    """ "no attempt started while a snapshot or checkpoint existed" before, although the loop
     retried (by itself) after snapshots of steps 2 to 8. It still fails, for its crash."""
     out = play_loop(
         f"{JOBS / 'blind7_own_retry_never_waits.py'}:main",

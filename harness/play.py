@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -355,7 +356,12 @@ def play_loop(
         return _usable(again, name, plan)
 
     verdict = judge_with_yardsticks(
-        result.events, baseline, reruns=clean_rerun, checkpoint_dir=checkpoint_dir, rerun=rerun
+        result.events,
+        baseline,
+        reruns=clean_rerun,
+        checkpoint_dir=checkpoint_dir,
+        rerun=rerun,
+        side_by_side=_bridged(cluster) is None and (os.cpu_count() or 1) > 1,
     )
     return Outcome(result, verdict)
 

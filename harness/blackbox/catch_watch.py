@@ -64,11 +64,16 @@ class CatchWatch:
         if is_plumbing(code.co_filename) or threading.get_ident() != self._main:
             return None
         del self._watched[id(exception)]  # the first handler outside the libraries decides
-        # The handler's first instructions (PUSH_EXC_INFO) have no line; its ``except`` clause
-        # is the first line after them (the last line before them is the ``try`` body's).
-        line = next(
-            (ln for start, _end, ln in code.co_lines() if start >= offset and ln is not None),
-            code.co_firstlineno,
+        # The handler's own line (a ``with`` that suppresses it); else, its first instructions
+        # (PUSH_EXC_INFO) having none, the first line after them: its ``except`` clause (the
+        # last line before them is the ``try`` body's).
+        lines = list(code.co_lines())
+        line = (
+            next(
+                (ln for start, end, ln in lines if start <= offset < end and ln is not None),
+                next((ln for start, _, ln in lines if start >= offset and ln is not None), None),
+            )
+            or code.co_firstlineno
         )
         self._report(entry[1], f"{code.co_filename}:{line} in {code.co_name}")
         return None

@@ -16,6 +16,7 @@ import inspect
 import logging
 import signal
 import tempfile
+import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -399,6 +400,7 @@ class LoopWorkload(Workload[Any]):
 
 
 _scratch_dir: tempfile.TemporaryDirectory[str] | None = None
+_scratch_lock = threading.Lock()  # episodes side by side (yardsticks, a scenario pool)
 
 
 def scratch() -> str:
@@ -406,9 +408,10 @@ def scratch() -> str:
     their value files must outlive the ``Outcome`` (a cached baseline is judged against
     later); removed when the process exits."""
     global _scratch_dir
-    if _scratch_dir is None:
-        _scratch_dir = tempfile.TemporaryDirectory(prefix="pathways-chaos-episodes-")
-    return _scratch_dir.name
+    with _scratch_lock:
+        if _scratch_dir is None:
+            _scratch_dir = tempfile.TemporaryDirectory(prefix="pathways-chaos-episodes-")
+        return _scratch_dir.name
 
 
 def values_beside(log_path: Path | None) -> Path:

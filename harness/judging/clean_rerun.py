@@ -48,6 +48,7 @@ def clean_schedule(events: Sequence[Event]) -> tuple[str | None, str]:
             and (limit is None or e["seq"] <= limit)
         ]
     out: list[str] = []
+    stood: dict[int, float] = {}  # the faulted run's clock, as far as the stalls at save=K took it
     restores = _chain_restores(events, segments)
     for f in faults:
         kind = f["fault"]["kind"]
@@ -64,21 +65,24 @@ def clean_schedule(events: Sequence[Event]) -> tuple[str | None, str]:
             return None, f"the save the run resumed from after {f['text']} is not on its chain"
         name, _, rest = f["text"].partition("@")
         _, _, params = rest.partition(":")
-        out += _stall(events, save, f, k)
+        out += _stall(events, stood.setdefault(k, float(save.get("t", 0.0))), f, k)
+        stood[k] = max(stood[k], float(f.get("t", 0.0)))
         out.append(f"{name}@save={k}" + (f":{params}" if params else ""))
     return ",".join(out), ""
 
 
-def _stall(events: Sequence[Event], save: Event, loss: Event, k: int) -> list[str]:
-    """On the fake clock, the time the faulted run spent between the save and the loss (the
-    work it threw away), passed at ``save=K`` before the loss: the clean run then stands where
-    the faulted run's clock stood, and the elastic monitor, which polls on that clock, sees a
-    slice come back after the same batches as it did (three batches early, it did not)."""
+def _stall(events: Sequence[Event], since: float, loss: Event, k: int) -> list[str]:
+    """On the fake clock, the time the faulted run spent from ``since`` (the save, or the
+    loss placed at ``save=K`` before this one) to this loss (the work it threw away, the
+    waits of a recovery the loss broke), passed at ``save=K`` before the loss: the clean run
+    then stands where the faulted run's clock stood, and the elastic monitor, which polls on
+    that clock, sees a slice come back after the same batches as it did (three batches early,
+    it did not)."""
     start = next((e for e in events if e["kind"] == "episode_start"), None)
-    lag = float(loss.get("t", 0.0)) - float(save.get("t", 0.0))
+    lag = round(float(loss.get("t", 0.0)) - since, 6)
     if start is None or start.get("clock") != "fake" or lag <= 0:
         return []
-    return [f"stall@save={k}:seconds={lag:g}"]
+    return [f"stall@save={k}:seconds={lag!r}"]
 
 
 def _kept_after_the_same_work(

@@ -50,7 +50,7 @@ def completed(events: Sequence[Event], ends: list[Event], failed: Event | None) 
             return [f"the loop could not be loaded in its process: {_line(unloadable['message'])}"]
         return ["the loop never finished a run: no run_end in the log"]
     if ends[-1]["status"] == "completed":
-        return []
+        return _unreadable_result(ends[-1])
     if failed is None:
         return [f"the loop's last run ended {ends[-1]['status']}, not completed"]
     where = failed.get("where")
@@ -65,6 +65,23 @@ def completed(events: Sequence[Event], ends: list[Event], failed: Event | None) 
         + (f" (caused by {_line(cause)})" if cause else "")
         + (f", raised at {where}" if where else "")
     ]
+
+
+def _unreadable_result(end: Event) -> list[str]:
+    """A state the loop returned that cannot be read: the run's result is lost (the last save
+    read for a loop that returned nothing may lie on a lost slice and is not the result)."""
+    if end.get("final_from"):
+        return []
+    for path, leaf in (end.get("final_state") or {}).items():
+        if isinstance(leaf, dict) and "unreadable" in leaf:
+            what = f"leaf {path}" if path else "the returned array"
+            return [
+                f"the loop returned a final state it cannot read: reading {what} raised "
+                f"{_line(str(leaf['unreadable']))}. It lives on devices that are gone, so the "
+                "run's result is lost: was a slice-down error caught and training gone on "
+                "without a restore?"
+            ]
+    return []
 
 
 def _propagated(propagate: tuple[str, str], last: Event, failed: Event | None) -> list[str]:

@@ -93,7 +93,9 @@ def summary_count(rows: list[tuple[str, dict[str, Any]]]) -> str:
         text += ", every judge judged"
     skipped = sum(1 for status, _ in rows if status == "skipped")
     failed = [props for status, props in rows if status == "failed"]
-    by_judge = sum(1 for props in failed if _names(props.get(JUDGES_FAILED)))
+    by_judge = sum(  # a verdict with findings (a trainer's may name no judge for some)
+        1 for props in failed if _names(props.get(JUDGES_FAILED)) or props.get("chaos_violations")
+    )
     errors = sum(1 for status, props in rows if status == "error" and props.get(JUDGE_ERROR))
     text += f"; {by_judge} failed by a judge" if by_judge else ""
     if len(failed) > by_judge:  # every judge passed, and the test's own assertion did not

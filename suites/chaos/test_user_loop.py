@@ -72,9 +72,11 @@ def _survived(out: Outcome) -> None:
 
 
 def _slice_down_met(out: Outcome) -> list[dict[str, Any]]:
-    """The slice-down errors raised to the loop: elastic_retry's, or those a loop that retries
-    by itself caught (the observer sees both where the device raised them)."""
-    return out.of_kind("slice_error") or [e for e in out.of_kind("error") if e["slice_down"]]
+    """The slice-down errors the loop met: those elastic_retry saw, or those the loop's own
+    code caught (a retry of its own), not those a library handled inside itself."""
+    caught = {e["number"] for e in out.of_kind("slice_error_caught")}
+    own = [e for e in out.of_kind("slice_error") if e.get("number") in caught]
+    return [e for e in out.of_kind("error") if e["slice_down"]] + own
 
 
 @uses(*SLICE_DOWN)

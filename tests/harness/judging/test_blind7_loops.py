@@ -62,6 +62,7 @@ def test_a_state_returned_on_a_lost_slice_is_a_verdict_not_a_toolkit_error(
         in first
     ), first
     assert any("returned a final state it cannot read" in v for v in out.verdict.violations)
+    assert "completed" in out.verdict.failed  # whether or not final-state can judge
 
 
 def test_a_main_that_ends_with_sys_exit_0_survives(tmp_path: Path) -> None:
@@ -96,3 +97,21 @@ def test_a_retry_of_its_own_is_the_reason_restore_latest_gives(tmp_path: Path) -
     )
     assert out.verdict.word == "FAILED", out.verdict.summary()
     assert out.verdict.not_judged["restore-latest"].startswith("the loop retried by itself")
+
+
+def test_an_unreadable_last_save_of_a_loop_that_returned_nothing_is_not_its_failure() -> None:
+    """A loop that returns nothing is compared through its last save, which may be one made
+    before a loss, on the lost slice: not the run's result, so not judged, never FAILED."""
+    from pathways_chaos.harness.judging.final_values import compare_final_states
+    from pathways_chaos.harness.judging.run_outcome import completed
+
+    leaf = {"dtype": "float32", "shape": [2], "unreadable": "JaxRuntimeError: DATA_LOSS: slice 1"}
+    base = {"kind": "run_end", "status": "completed", "final_state": {"['w']": {
+        "dtype": "float32", "shape": [2], "values": [0.0, 1.0]}}}  # fmt: skip
+    saved = {"kind": "run_end", "status": "completed", "final_state": {"['w']": leaf}}
+    saved["final_from"] = "the last save"
+    returned = {k: v for k, v in saved.items() if k != "final_from"}
+    assert completed([saved], [saved], None) == []
+    assert isinstance(compare_final_states(saved, base, True), str)
+    (said,) = completed([returned], [returned], None)
+    assert said.startswith("the loop returned a final state it cannot read: reading leaf ['w']")

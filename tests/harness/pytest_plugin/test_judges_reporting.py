@@ -265,8 +265,9 @@ def test_a_test_failed_by_its_own_assertion_is_not_counted_as_failed_by_a_judge(
     rows = [
         ("failed", judged),
         ("failed", {**judged, "chaos_judges_failed": "exactly-once"}),
+        ("failed", {**judged, "chaos_violations": 1}),  # a trainer's crash: no judge named
         ("failed", judged),
     ]
     assert judges_summary.summary_count(rows) == (
-        "0 passed; 1 failed by a judge; 2 failed by the test's own assertions"
+        "0 passed; 2 failed by a judge; 2 failed by the test's own assertions"
     )

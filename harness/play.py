@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -361,7 +360,6 @@ def play_loop(
         reruns=clean_rerun,
         checkpoint_dir=checkpoint_dir,
         rerun=rerun,
-        side_by_side=_bridged(cluster) is None and (os.cpu_count() or 1) > 1,
     )
     return Outcome(result, verdict)
 

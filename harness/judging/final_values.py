@@ -127,10 +127,13 @@ def compare_final_states(
         if worst is not None:
             counter = ""
             if a.dtype.kind in "iu" and a.size == 1:
-                counter = (
-                    f": an integer counter at {int(a.ravel()[0])} where {against} has "
-                    f"{int(b.ravel()[0])}, so it was re-initialised or not restored after the "
-                    "recovery (is it in the snapshot?)"
+                got_n, want_n = int(a.ravel()[0]), int(b.ravel()[0])
+                counter = f": an integer counter at {got_n} where {against} has {want_n}, " + (
+                    "so it was reset or not restored after a recovery (is it in the snapshot? "
+                    "was it rebuilt, at a restore or a scale-up?), or updates were skipped"
+                    if got_n < want_n
+                    else "so it also counted work a failure threw away (is it restored from "
+                    "the snapshot?)"
                 )
             return [
                 f"final state differs from {against} at {_leaf(path)}: max abs diff "

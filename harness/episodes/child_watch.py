@@ -52,8 +52,9 @@ class ChildLimits:
     output_bytes: int = 256 * MIB
     #: Seconds a child may take to exit after its end marker (atexit, non-daemon threads).
     exit_grace_s: float = 10.0
-    #: Seconds given to faulthandler to write the stacks before the SIGKILL.
-    stack_grace_s: float = 1.0
+    #: Seconds given to faulthandler to write the stacks before the SIGKILL (a loaded CI
+    #: machine took more than one to write the main thread's).
+    stack_grace_s: float = 3.0
     #: Seconds a child may take to import the toolkit and its libraries before it loads the
     #: loop: ours, so never counted against the loop's wall deadline (a spawned child on a
     #: busy CI machine takes tens of seconds), and past it the toolkit failed, not the loop.
@@ -324,14 +325,15 @@ class ChildWatch:
         with contextlib.suppress(ProcessLookupError):
             child.send_signal(STACK_SIGNAL)
         deadline = time.monotonic() + self.limits.stack_grace_s
-        while time.monotonic() < deadline and not _has_dump(spec.stack_file):
+        where = None  # until the main thread's section is written (the dump's last, on a
+        while where is None and time.monotonic() < deadline:  # busy machine not at once)
             time.sleep(0.05)
-        time.sleep(0.1)
+            where = loop_frame(spec.stack_file) if _has_dump(spec.stack_file) else None
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(child.pid, signal.SIGKILL)
         with contextlib.suppress(Exception):
             child.wait(timeout=5)
-        return loop_frame(spec.stack_file)
+        return where or loop_frame(spec.stack_file)
 
     def _died(self, code: int, spec: ChildFiles, events: list[Event], lost: bool) -> Ending:
         """The child ended without its end marker: the exit code or signal, named."""

@@ -129,8 +129,9 @@ def compare_final_states(
             if a.dtype.kind in "iu" and a.size == 1:
                 got_n, want_n = int(a.ravel()[0]), int(b.ravel()[0])
                 counter = f": an integer counter at {got_n} where {against} has {want_n}, " + (
-                    "so it was reset or not restored after a recovery (is it in the snapshot? "
-                    "was it rebuilt, at a restore or a scale-up?), or updates were skipped"
+                    "so it was re-initialised or not restored after a recovery (is it in the "
+                    "snapshot? was it rebuilt, at a restore or a scale-up?), or updates were "
+                    "skipped"
                     if got_n < want_n
                     else "so it also counted work a failure threw away (is it restored from "
                     "the snapshot?)"

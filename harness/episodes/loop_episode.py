@@ -400,7 +400,7 @@ class LoopWorkload(Workload[Any]):
 
 
 _scratch_dir: tempfile.TemporaryDirectory[str] | None = None
-_scratch_lock = threading.Lock()  # episodes side by side (yardsticks, a scenario pool)
+_scratch_lock = threading.Lock()  # episodes side by side (a scenario pool's threads)
 
 
 def scratch() -> str:

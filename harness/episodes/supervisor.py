@@ -157,7 +157,7 @@ def check_loop(spec: str, flag: str = "--chaos-loop") -> str | None:
         error = episode.run().error
         _checked[spec] = None if error is None else str(error)
     said = _checked[spec]
-    if said is not None and said.startswith("loop"):  # the child names no option: this one
+    if said is not None and said.startswith("loop="):  # the child names no option: this one
         said = flag + said.removeprefix("loop")
     return said
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pathways_chaos.faults.model import FaultSpecError, parse_schedule
 from pathways_chaos.harness.engine.recorder import Event
 from pathways_chaos.harness.judging.lineage import saved_for
 from pathways_chaos.harness.judging.run_outcome import own_retry
@@ -49,6 +50,8 @@ def clean_schedule(events: Sequence[Event]) -> tuple[str | None, str]:
         ]
     out: list[str] = []
     stood: dict[int, float] = {}  # the faulted run's clock, as far as the stalls at save=K took it
+    start = next((e for e in events if e["kind"] == "episode_start"), None)
+    fake_clock = start is not None and start.get("clock") == "fake"
     restores = _chain_restores(events, segments)
     for f in faults:
         kind = f["fault"]["kind"]
@@ -65,24 +68,27 @@ def clean_schedule(events: Sequence[Event]) -> tuple[str | None, str]:
             return None, f"the save the run resumed from after {f['text']} is not on its chain"
         name, _, rest = f["text"].partition("@")
         _, _, params = rest.partition(":")
-        out += _stall(events, stood.setdefault(k, float(save.get("t", 0.0))), f, k)
-        stood[k] = max(stood[k], float(f.get("t", 0.0)))
+        if fake_clock:
+            out += _stall(stood.setdefault(k, float(save.get("t", 0.0))), f, k)
+            stood[k] = max(stood[k], float(f.get("t", 0.0)))
         out.append(f"{name}@save={k}" + (f":{params}" if params else ""))
-    return ",".join(out), ""
+    text = ",".join(out)
+    try:
+        parse_schedule(text)
+    except FaultSpecError as error:  # a stall longer than any the fake plays (a day)
+        return None, f"the clean rerun's schedule cannot be played ({error})"
+    return text, ""
 
 
-def _stall(events: Sequence[Event], since: float, loss: Event, k: int) -> list[str]:
+def _stall(since: float, loss: Event, k: int) -> list[str]:
     """On the fake clock, the time the faulted run spent from ``since`` (the save, or the
     loss placed at ``save=K`` before this one) to this loss (the work it threw away, the
     waits of a recovery the loss broke), passed at ``save=K`` before the loss: the clean run
     then stands where the faulted run's clock stood, and the elastic monitor, which polls on
     that clock, sees a slice come back after the same batches as it did (three batches early,
     it did not)."""
-    start = next((e for e in events if e["kind"] == "episode_start"), None)
     lag = round(float(loss.get("t", 0.0)) - since, 6)
-    if start is None or start.get("clock") != "fake" or lag <= 0:
-        return []
-    return [f"stall@save={k}:seconds={lag!r}"]
+    return [f"stall@save={k}:seconds={lag!r}"] if lag > 0 else []
 
 
 def _kept_after_the_same_work(

@@ -13,6 +13,7 @@ import numpy as np
 
 from pathways_chaos.harness.engine.recorder import Event
 from pathways_chaos.harness.judging.replay import REPLAY_ATOL, REPLAY_RTOL
+from pathways_chaos.harness.judging.wording import leaf_name
 
 #: What a values file changed under the judge says, whichever judge read it.
 CHANGED = "was changed after the run that wrote it ended"
@@ -114,15 +115,15 @@ def compare_final_states(
     for path in sorted(got):
         if "unreadable" in want[path]:
             why = want[path]["unreadable"]
-            return f"{against}'s final state cannot be read at {_leaf(path)}: {why}"
+            return f"{against}'s final state cannot be read at {leaf_name(path)}: {why}"
         if "unreadable" in got[path]:  # the completed judge names a returned one
-            return f"the final state cannot be read at {_leaf(path)}: {got[path]['unreadable']}"
+            return f"the final state cannot be read at {leaf_name(path)}: {got[path]['unreadable']}"
         try:
             a, b = leaf_array(got[path]), leaf_array(want[path])
         except ValuesChanged as changed:  # evidence changed under the judge: the loop's doing
             return [str(changed)]
         if a.shape != b.shape:
-            return [f"{_leaf(path)}: shape {a.shape} differs from {against}'s {b.shape}"]
+            return [f"{leaf_name(path)}: shape {a.shape} differs from {against}'s {b.shape}"]
         worst = worst_outside_tolerance(a, b)
         if worst is not None:
             counter = ""
@@ -137,12 +138,7 @@ def compare_final_states(
                     "the snapshot?)"
                 )
             return [
-                f"final state differs from {against} at {_leaf(path)}: max abs diff "
+                f"final state differs from {against} at {leaf_name(path)}: max abs diff "
                 f"{worst:.3g} (tolerance rtol={REPLAY_RTOL}, atol={REPLAY_ATOL}){counter}"
             ]
     return []
-
-
-def _leaf(path: str) -> str:
-    """A leaf's name in a sentence; the loop may return one bare array, whose path is empty."""
-    return f"leaf {path}" if path else "the returned array"

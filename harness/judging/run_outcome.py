@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from pathways_chaos.faults.slice import SLICE_DOWN_CODES
 from pathways_chaos.harness.engine.recorder import Event
+from pathways_chaos.harness.judging.wording import leaf_name
 from pathways_chaos.harness.judging.wording import one_line as _line
 from pathways_chaos.harness.judging.wording import plural as _plural
 
@@ -74,9 +75,8 @@ def _unreadable_result(end: Event) -> list[str]:
         return []
     for path, leaf in (end.get("final_state") or {}).items():
         if isinstance(leaf, dict) and "unreadable" in leaf:
-            what = f"leaf {path}" if path else "the returned array"
             return [
-                f"the loop returned a final state it cannot read: reading {what} raised "
+                f"the loop returned a final state it cannot read: reading {leaf_name(path)} raised "
                 f"{_line(str(leaf['unreadable']))}. It lives on devices that are gone, so the "
                 "run's result is lost: was a slice-down error caught and training gone on "
                 "without a restore?"

@@ -11,3 +11,8 @@ def one_line(text: object, limit: int = 300) -> str:
 
 def plural(n: int, word: str, words: str | None = None) -> str:
     return f"{n} {word if n == 1 else (words or word + 's')}"
+
+
+def leaf_name(path: str) -> str:
+    """A leaf's name in a sentence; the loop may return one bare array, whose path is empty."""
+    return f"leaf {path}" if path else "the returned array"

@@ -42,7 +42,7 @@ def judge_with_yardsticks(
 ) -> Verdict:
     """The loop judge's verdict; when the recovery changed the batch schedule, judged again
     with the clean rerun and the restore probe (``reruns``: make them at all)."""
-    from pathways_chaos.faults.model import FaultSpecError, parse_schedule
+    from pathways_chaos.faults.model import parse_schedule
     from pathways_chaos.harness.judging.clean_rerun import clean_schedule, restore_probe
 
     verdict = guarded_judge(events, baseline)
@@ -52,28 +52,16 @@ def judge_with_yardsticks(
     if "changed the batch schedule" not in why:
         return verdict
     text, why_not = clean_schedule(events)
-    try:
-        plans = {} if text is None else {"clean": parse_schedule(text)}
-    except FaultSpecError as error:  # a stall longer than any the fake plays (a day)
-        text, why_not = None, f"the clean rerun's schedule cannot be played ({error})"
     clean = probe = None
     probe_why_not = why_not
     if text is not None:
+        where = None if checkpoint_dir is None else Path(f"{checkpoint_dir}-clean")
+        clean, why_not = rerun(parse_schedule(text), where, "clean")
         probe_text = restore_probe(text)
         probe_why_not = "the clean rerun moved no loss to a save"
         if probe_text is not None:
-            plans["probe"] = parse_schedule(probe_text)
-        # One after the other: each child's JAX already uses every core (side by side took
-        # 1.05x as long on 2 cores, median of 5, the sample loop).
-        made = {
-            name: rerun(
-                plan, None if checkpoint_dir is None else Path(f"{checkpoint_dir}-{name}"), name
-            )
-            for name, plan in plans.items()
-        }
-        clean, why_not = made["clean"]
-        if "probe" in made:
-            probe, probe_why_not = made["probe"]
+            where = None if checkpoint_dir is None else Path(f"{checkpoint_dir}-probe")
+            probe, probe_why_not = rerun(parse_schedule(probe_text), where, "probe")
     from pathways_chaos.harness.judging.loop_oracle import Reruns
 
     return guarded_judge(events, baseline, Reruns(clean, why_not, probe, probe_why_not))

@@ -181,7 +181,7 @@ def check_params(fault: Fault[Any]) -> None:
             raise FaultSpecError(f"{shown} is negative: use >= 0")
         if key in fault.count_params and value > fault.max_count:
             raise FaultSpecError(f"{shown} is too many: use at most {fault.max_count}")
-        if key == "seconds" and value > MAX_SECONDS:
+        if key.endswith("seconds") and value > MAX_SECONDS:
             raise FaultSpecError(f"{shown} is longer than a day: use at most {MAX_SECONDS:g}")
         if abs(value) > MAX_INDEX:
             raise FaultSpecError(f"{shown} is too large: use at most {MAX_INDEX}")

@@ -11,7 +11,7 @@ import signal
 from typing import TYPE_CHECKING
 
 from pathways_chaos.faults.model import Fault, FaultSpecError
-from pathways_chaos.harness.engine.backend import SaveGated
+from pathways_chaos.harness.engine.backend import SaveGated, TimedRepair
 
 #: The errors ``is_error_due_to_slice_down`` counts as a lost slice: what a slice loss raises.
 SLICE_DOWN_CODES = ("DATA_LOSS", "DEADLINE_EXCEEDED", "NOT_FOUND", "INTERNAL")
@@ -106,17 +106,37 @@ class Internal(SliceLoss):
 
 @dataclasses.dataclass(frozen=True)
 class RepairSlice(Fault["ClusterBackend"]):
-    """A lost slice becomes healthy (available to rejoin) after ``after_polls`` health polls."""
+    """A lost slice becomes healthy (available to rejoin) after ``after_polls`` health polls,
+    or, on the fake, for every health poll from ``after_seconds`` on the episode clock on (a
+    clean rerun gives a slice back where the faulted run's clock stood when it came back)."""
 
     kind = "repair"
     slice: int = 0
     after_polls: int = 0
+    after_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.after_polls and self.after_seconds:
+            raise FaultSpecError(
+                f"repair after_polls={self.after_polls} after_seconds={self.after_seconds}: "
+                "give one of them"
+            )
 
     def inject(self, target: ClusterBackend) -> list[str]:
-        return target.repair_slice(self.slice, self.after_polls)
+        if not self.after_seconds:
+            return target.repair_slice(self.slice, self.after_polls)
+        if not isinstance(target, TimedRepair):
+            raise FaultSpecError(
+                f"repair after_seconds={self.after_seconds:g} plays on the fake cluster's clock "
+                "only: use after_polls= on a real cluster"
+            )
+        return target.repair_slice_after(self.slice, self.after_seconds)
 
     def describe(self) -> str:
-        when = f" after {self.after_polls} health polls" if self.after_polls else ""
+        if self.after_seconds:
+            when = f" for health polls {self.after_seconds:g} s on"
+        else:
+            when = f" after {self.after_polls} health polls" if self.after_polls else ""
         return f"slice {self.slice} repaired{when}"
 
 

@@ -84,6 +84,22 @@ class DeviceListeners(Protocol):
 
 
 @runtime_checkable
+class RepairListeners(Protocol):
+    """Says when a lost slice came back by itself, after its health polls: where that fell in
+    the subject's events is what a clean rerun gives the slice back after (``clean_rerun``)."""
+
+    def add_repair_listener(self, listener: Callable[[int], None]) -> None: ...
+    def remove_repair_listener(self, listener: Callable[[int], None]) -> None: ...
+
+
+@runtime_checkable
+class TimedRepair(Protocol):
+    """Gives a lost slice back for every health poll from some seconds on its clock on."""
+
+    def repair_slice_after(self, slice_index: int, seconds: float) -> list[str]: ...
+
+
+@runtime_checkable
 class ErrorArming(Protocol):
     """Makes the next use of a device raise an error once, no slice lost (``raise_error`` on
     a loop: a program error comes from a computation, not from the draw that triggered it)."""

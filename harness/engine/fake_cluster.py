@@ -43,6 +43,7 @@ class _Slice:
     state: SliceState = SliceState.UP
     code: str = "DATA_LOSS"
     polls_until_repaired: int | None = None  # None: stays down until repaired explicitly
+    back_at: float | None = None  # the clock time from which its health polls find it back
     health_delay_s: float = 0.0  # > 0: a slow slice whose health check times out
     slow_polls_left: int = 0
     polls: int = 0
@@ -98,6 +99,7 @@ class FakeCluster:
         self._armed: tuple[int, Callable[[], BaseException]] | None = None
         self._device_seam = JaxDeviceLossSeam(self._lost_devices)
         self._poll_listeners: list[Callable[[int], None]] = []
+        self._repair_listeners: list[Callable[[int], None]] = []
         self.save_gate = SaveGate(self.clock)  # slow_save holds snapshot saves in flight here
         self._poll_listeners.append(self.save_gate.on_poll)
 
@@ -207,7 +209,7 @@ class FakeCluster:
         with self._lock:
             s = self._slices[slice_index]
             s.state, s.code, s.polls = SliceState.DOWN, code, 0
-            s.polls_until_repaired = repair_after_polls
+            s.polls_until_repaired, s.back_at = repair_after_polls, None
             self._refresh_lost_devices()
         deleted = self._delete_arrays_on(slice_index)
         if self._device_seam.installed:
@@ -227,6 +229,16 @@ class FakeCluster:
                 return [f"slice {slice_index}: repaired"]
             s.polls, s.polls_until_repaired = 0, after_polls
             return [f"slice {slice_index}: repaired after {after_polls} health polls"]
+
+    def repair_slice_after(self, slice_index: int, seconds: float) -> list[str]:
+        """The slice is healthy for every health poll from ``seconds`` on the clock on."""
+        self._check_index(slice_index)
+        with self._lock:
+            s = self._slices[slice_index]
+            if s.state is not SliceState.DOWN:
+                return [f"slice {slice_index}: already {s.state}"]
+            s.polls_until_repaired, s.back_at = None, self.clock.time() + seconds
+            return [f"slice {slice_index}: repaired for health polls from {s.back_at:g} s on"]
 
     def slow_health(self, slice_index: int, delay_s: float, polls: int = 0) -> list[str]:
         """The next ``polls`` health checks (0: all) take ``delay_s`` and then time out."""
@@ -348,16 +360,23 @@ class FakeCluster:
     def add_poll_listener(self, listener: Callable[[int], None]) -> None:
         self._poll_listeners.append(listener)
 
+    def add_repair_listener(self, listener: Callable[[int], None]) -> None:
+        self._repair_listeners.append(listener)
+
+    def remove_repair_listener(self, listener: Callable[[int], None]) -> None:
+        if listener in self._repair_listeners:
+            self._repair_listeners.remove(listener)
+
     # -- internals -------------------------------------------------------------------------
     def _health_check(self, slice_index: int, devices: Sequence[Any]) -> Any:
         with self._lock:
             s = self._slices[slice_index]
             s.polls += 1
-            if (
-                s.state is SliceState.DOWN
-                and s.polls_until_repaired is not None
-                and s.polls > s.polls_until_repaired
-            ):
+            repaired = s.state is SliceState.DOWN and (
+                (s.polls_until_repaired is not None and s.polls > s.polls_until_repaired)
+                or (s.back_at is not None and self.clock.time() >= s.back_at)
+            )
+            if repaired:
                 s.state = SliceState.REPAIRED
                 self._refresh_lost_devices()
             state, code, delay = s.state, s.code, s.health_delay_s
@@ -367,6 +386,9 @@ class FakeCluster:
                     s.health_delay_s = 0.0
         for listener in self._poll_listeners:
             listener(slice_index)
+        if repaired:
+            for listener in list(self._repair_listeners):
+                listener(slice_index)
         if delay > 0:
             self.clock.sleep(delay)
             return _DeadSliceResult(

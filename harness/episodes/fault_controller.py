@@ -13,7 +13,13 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from pathways_chaos.faults.model import Schedule, ScheduledFault, check_schedule_fits
-from pathways_chaos.harness.engine.backend import ClusterBackend, KubeBacked, MtcHosts, SaveGated
+from pathways_chaos.harness.engine.backend import (
+    ClusterBackend,
+    KubeBacked,
+    MtcHosts,
+    RepairListeners,
+    SaveGated,
+)
 from pathways_chaos.harness.engine.clock import FakeClock
 from pathways_chaos.harness.engine.recorder import Event, Recorder
 
@@ -121,9 +127,13 @@ class FaultController:
         self.recorder.add_listener(self.on_event)
         if isinstance(self.cluster.clock, FakeClock):
             self.cluster.clock.add_listener(self.on_time)
+        if isinstance(self.cluster, RepairListeners):
+            self.cluster.add_repair_listener(self.on_repaired)
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if isinstance(self.cluster, RepairListeners):
+            self.cluster.remove_repair_listener(self.on_repaired)
         self.recorder.remove_listener(self.on_event)
         if isinstance(self.cluster.clock, FakeClock):
             self.cluster.clock.remove_listener(self.on_time)
@@ -147,6 +157,10 @@ class FaultController:
         clock = self.cluster.clock
         if kind == self.clock_event and self.step_seconds and isinstance(clock, FakeClock):
             clock.advance(self.step_seconds)
+
+    def on_repaired(self, slice_index: int) -> None:
+        """A lost slice's health polls ran out: it is back (healthy, free to rejoin) from here."""
+        self.recorder.emit("slice_repaired", slice=slice_index)
 
     def _touch_mesh(self, kind: str, slices: list[int]) -> None:
         """After an event the trainer's mesh is used by: a lost slice in it fails the access."""

@@ -90,7 +90,8 @@ class LoopFaultController(FaultController):
         """A loop's batch uses its mesh: a flapping slice in it fails again (the loop's own
         arrays fail through the device-loss seam, not here)."""
         if kind == "batch" and isinstance(self.cluster, AccessCounting):
-            self.cluster.count_access(slices)
+            for lost in self.cluster.count_access(slices):
+                self.recorder.emit("slice_lost", slice=lost, how="flapping")
 
     def unfired(self) -> list[str]:
         """One line per fault that never fired: what the observer saw, and what to use."""

@@ -29,7 +29,7 @@ SAVE_EVENTS = ("snapshot_save", "checkpoint_save")
 
 def clean_schedule(events: Sequence[Event]) -> tuple[str | None, str]:
     """``(schedule, "")`` for the clean rerun, or ``(None, why it cannot be written)``."""
-    faults = [e for e in events if e["kind"] == "fault" and "raised" not in e]
+    faults = _losses(events)
     if not faults:
         return None, "no fault fired"
     for f in faults:
@@ -50,6 +50,7 @@ def clean_schedule(events: Sequence[Event]) -> tuple[str | None, str]:
         ]
     out: list[str] = []
     stood: dict[int, float] = {}  # the faulted run's clock, as far as the stalls at save=K took it
+    first_loss: dict[int, Event] = {}  # the first loss placed at save=K
     start = next((e for e in events if e["kind"] == "episode_start"), None)
     fake_clock = start is not None and start.get("clock") == "fake"
     restores = _chain_restores(events, segments)
@@ -68,10 +69,15 @@ def clean_schedule(events: Sequence[Event]) -> tuple[str | None, str]:
             return None, f"the save the run resumed from after {f['text']} is not on its chain"
         name, _, rest = f["text"].partition("@")
         _, _, params = rest.partition(":")
+        repair: list[str] = []
         if fake_clock:
-            out += _stall(stood.setdefault(k, float(save.get("t", 0.0))), f, k)
-            stood[k] = max(stood[k], float(f.get("t", 0.0)))
+            since = stood.setdefault(k, float(save.get("t", 0.0)))
+            at = _clock_at_loss(events, f, restore[1], first_loss.setdefault(k, f))
+            out += _stall(since, at, k)
+            stood[k] = max(since, at)
+            params, repair = _back_when_it_came_back(events, f, params, at, k)
         out.append(f"{name}@save={k}" + (f":{params}" if params else ""))
+        out += repair
     text = ",".join(out)
     try:
         parse_schedule(text)
@@ -80,15 +86,96 @@ def clean_schedule(events: Sequence[Event]) -> tuple[str | None, str]:
     return text, ""
 
 
-def _stall(since: float, loss: Event, k: int) -> list[str]:
+def _losses(events: Sequence[Event]) -> list[Event]:
+    """The faults that fired, a flapping slice's each loss as a loss of its own: the first
+    where the fault fired, the next ones where the fake logged them (``slice_lost``), each
+    back after the flapping fault's polls (which ``_back_when_it_came_back`` then times)."""
+    out: list[Event] = []
+    polls: dict[int, int] = {}
+    for e in events:
+        if e["kind"] == "fault" and "raised" not in e:
+            fault = e["fault"]
+            if fault["kind"] != "flapping":
+                out.append(e)
+                continue
+            polls[int(fault["slice"])] = int(fault.get("repair_after_polls", 1))
+            out.append(_as_loss(e, int(fault["slice"]), polls[int(fault["slice"])]))
+        elif e["kind"] == "slice_lost" and e.get("how") == "flapping":
+            index = int(e["slice"])
+            out.append(_as_loss(e, index, polls.get(index, 1)))
+    return out
+
+
+def _as_loss(event: Event, slice_index: int, polls: int) -> Event:
+    text = f"data_loss@flap:slice={slice_index}:repair_after_polls={polls}"
+    return {**event, "fault": {"kind": "data_loss", "slice": slice_index}, "text": text}
+
+
+def _stall(since: float, at: float, k: int) -> list[str]:
     """On the fake clock, the time the faulted run spent from ``since`` (the save, or the
-    loss placed at ``save=K`` before this one) to this loss (the work it threw away, the
-    waits of a recovery the loss broke), passed at ``save=K`` before the loss: the clean run
-    then stands where the faulted run's clock stood, and the elastic monitor, which polls on
-    that clock, sees a slice come back after the same batches as it did (three batches early,
-    it did not)."""
-    lag = round(float(loss.get("t", 0.0)) - since, 6)
+    loss placed at ``save=K`` before this one) to ``at`` (this loss: the work it threw away),
+    passed at ``save=K`` before the loss: the clean run then stands where the faulted run's
+    clock stood, and the elastic monitor, which polls on that clock, sees a slice come back
+    after the same batches as it did (three batches early, it did not)."""
+    lag = round(at - since, 6)
     return [f"stall@save={k}:seconds={lag!r}"] if lag > 0 else []
+
+
+def _back_when_it_came_back(
+    events: Sequence[Event], loss: Event, params: str, at: float, k: int
+) -> tuple[str, list[str]]:
+    """A loss's ``repair_after_polls`` counts health polls, and a recovery that a second loss
+    broke polls more than the clean run's one recovery does: the slice would come back after
+    other batches. The clean run gives it back to the polls from the faulted run's clock time
+    on instead (the clocks stand together from the restore on), or never, if it never came
+    back; the polls are kept when it came back before the clean run loses it."""
+    parts = params.split(":") if params else []
+    if not any(p.startswith("repair_after_polls=") for p in parts):
+        return params, []
+    slice_index = loss["fault"].get("slice")
+    back = next(
+        (
+            e
+            for e in events
+            if e["kind"] == "slice_repaired"
+            and e["seq"] > loss["seq"]
+            and e.get("slice") == slice_index
+        ),
+        None,
+    )
+    if back is not None and float(back.get("t", 0.0)) <= at:
+        return params, []
+    kept = ":".join(p for p in parts if not p.startswith("repair_after_polls="))
+    if back is None:
+        return kept, []
+    after = round(float(back["t"]) - at, 6)
+    return kept, [f"repair@save={k}:slice={slice_index}:after_seconds={after!r}"]
+
+
+def _clock_at_loss(events: Sequence[Event], loss: Event, restore: Event, first: Event) -> float:
+    """Where the clean run's clock should stand when it loses this slice: where the faulted
+    run's stood, but no later than its restore less the time the first loss at this save took
+    to surface as an error. The clean run pays that surfacing again after its last loss, so a
+    loss that broke a restore (the faulted run's clock already past the first error) must not
+    also be waited for: the clean run would restore one step late, and the monitor, polling
+    on the clock, would give the slices back after other batches."""
+    t = float(loss.get("t", 0.0))
+    error = next(
+        (e for e in events if e["kind"] == "slice_error" and e["seq"] > first["seq"]), None
+    )
+    begun = next(
+        (
+            e
+            for e in events
+            if e["kind"] == "restore_begin"
+            and (e["run"], e["attempt"]) == (restore["run"], restore["attempt"])
+        ),
+        restore,
+    )
+    if error is None:
+        return t
+    surfacing = float(error.get("t", 0.0)) - float(first.get("t", 0.0))
+    return min(t, float(begun.get("t", 0.0)) - surfacing)
 
 
 def _kept_after_the_same_work(

@@ -61,6 +61,8 @@ def test_the_batch_trigger_has_a_text_form():
         ("slow_save@step=1", "give exactly one of seconds or polls"),
         ("slow_save@step=1:seconds=2:polls=1", "give exactly one of seconds or polls"),
         ("stall@save=1:seconds=0", "use seconds > 0"),
+        ("repair@save=1:slice=1:after_polls=2:after_seconds=3", "give one of them"),
+        ("repair@save=1:slice=1:after_seconds=100000", "longer than a day"),
     ],
 )
 def test_bad_text_is_one_clear_line(text: str, says: str):

@@ -114,6 +114,25 @@ def test_repair_after_k_polls(fake_cluster):
     assert fake_cluster.state(3) is SliceState.REPAIRED
 
 
+def test_a_timed_repair_is_seen_by_the_first_poll_at_its_time_and_told(fake_cluster):
+    """A clean rerun's repair: back for polls from a clock time on, however many polls ran
+    before; a slice its polls brought back is told to the repair listeners, once."""
+    from pathwaysutils.elastic import elastic
+
+    told: list[int] = []
+    fake_cluster.add_repair_listener(told.append)
+    fake_cluster.lose_slice(3)
+    fake_cluster.repair_slice_after(3, 2.0)
+    slices = _manager_slices(fake_cluster)
+    seen = [sorted(elastic.get_active_slice_indices(slices)) for _ in range(4)]
+    fake_cluster.clock.advance(2.0)
+    seen.append(sorted(elastic.get_active_slice_indices(slices)))
+    seen.append(sorted(elastic.get_active_slice_indices(slices)))
+    fake_cluster.remove_repair_listener(told.append)
+    assert seen == [[0, 1, 2]] * 4 + [[0, 1, 2, 3]] * 2
+    assert told == [3]
+
+
 def test_wait_for_slices_times_out_on_the_fake_clock_without_real_waiting(fake_cluster):
     from pathwaysutils.elastic import elastic
 

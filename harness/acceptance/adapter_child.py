@@ -21,6 +21,7 @@ import numpy as np
 from pathways_chaos.harness.acceptance.adapter import AdapterContractError, load_adapter
 from pathways_chaos.harness.acceptance.loop import PlainRun
 from pathways_chaos.harness.acceptance.table import UserCodeFailed, user_frame
+from pathways_chaos.harness.engine.deadline import DEFAULT_WALL_S, Deadline, default_deadline
 from pathways_chaos.harness.episodes.child import ChildFiles, one_off
 from pathways_chaos.harness.episodes.child_watch import one_off_error
 from pathways_chaos.harness.episodes.loop_episode import said_at_its_line
@@ -189,6 +190,20 @@ def _plain_in_child(
     return plain, said.get("expected"), said.get("failed")
 
 
+#: Wall seconds an adapter may take to load and build its initial state, unless the session
+#: set its own wall deadline: a ``jax.distributed.initialize()`` or a download at import
+#: waits forever on one controller, and every row waits on it.
+LOADING_WALL_S = 120.0
+
+
+def _loading_deadline() -> Deadline:
+    """The session's deadline, its wall time cut to ``LOADING_WALL_S`` if it is the default."""
+    deadline = default_deadline()
+    if deadline.wall_s == DEFAULT_WALL_S:
+        return dataclasses.replace(deadline, wall_s=LOADING_WALL_S)
+    return deadline
+
+
 def _in_child(spec: str, workdir: Path, *, plain: bool) -> Path:
     """Runs the adapter's child; the JSON file it wrote, or why it wrote none (one line)."""
     from pathways_chaos.harness.episodes.supervised_trainer import child_files
@@ -199,7 +214,7 @@ def _in_child(spec: str, workdir: Path, *, plain: bool) -> Path:
     log, out = work / f"{tag}.jsonl", work / "out"
     files = child_files("1x1", log, work, tag, pickled=False)  # the spec travels as text
     child = AdapterChildSpec(**files, adapter_spec=spec, out_dir=str(out), plain=plain)
-    error = one_off_error(child, work, "adapter")
+    error = one_off_error(child, work, "adapter", None if plain else _loading_deadline())
     written = out / ("plain.json" if plain else "facts.json")
     if error is None and written.is_file():
         return written

@@ -434,14 +434,16 @@ class ChildWatch:
 
 
 # -- helpers -----------------------------------------------------------------------------------
-def one_off_error(child: ChildFiles, work: Path, subject: str) -> BaseException | None:
-    """Runs a one-off child (an adapter's or a trainer's answer) under the default deadline
-    and limits: None, or how its subject failed; a failure of ours is raised (``ToolkitFailed``),
-    never the subject's."""
+def one_off_error(
+    child: ChildFiles, work: Path, subject: str, deadline: Deadline | None = None
+) -> BaseException | None:
+    """Runs a one-off child (an adapter's or a trainer's answer) under ``deadline`` (else the
+    default) and the default limits: None, or how its subject failed; a failure of ours is
+    raised (``ToolkitFailed``), never the subject's."""
     watch = ChildWatch(
         Path(child.log_path),
         work,
-        deadline=default_deadline(),
+        deadline=deadline or default_deadline(),
         limits=default_limits(),
         subject=subject,
     )

@@ -50,6 +50,36 @@ NO_PROXY = (
     f"no {PROXY} container in the JobSet (a shared Pathways service?): pass the manifest that "
     "runs the proxy with --acceptance-manifest"
 )
+#: The row that fails for a JobSet running Pathways without its proxy (the others wait on it).
+PROXY_ROW = "num-elastic-instances"
+
+
+def _own_service_without_proxy(m: Manifest) -> bool:
+    """A JobSet that runs a resource manager or workers of its own is no client of a shared
+    service: a missing proxy is missing, not elsewhere."""
+    return not m.role(PROXY) and bool(m.role(RESOURCE_MANAGER) or m.worker_pods)
+
+
+def _no_proxy(check: str, title: str, fix: str, m: Manifest) -> CheckResult:
+    """SKIP for a client of a shared Pathways service; for a JobSet running its own Pathways
+    without a proxy, FAIL on ``PROXY_ROW`` and NOT JUDGED elsewhere (one finding, not three)."""
+    if not _own_service_without_proxy(m):
+        return _skip(check, title, fix, NO_PROXY)
+    if check != PROXY_ROW:
+        return CheckResult(check, title, fix, depends_on=PROXY_ROW, note=f"no {PROXY}")
+    problem = (
+        f"the JobSet runs Pathways ({'a resource manager' if m.role(RESOURCE_MANAGER) else ''}"
+        f"{' and ' if m.role(RESOURCE_MANAGER) and m.worker_pods else ''}"
+        f"{'workers' if m.worker_pods else ''}) but no {PROXY} container: a JAX client "
+        "has no proxy to connect to and nothing holds the elastic flag"
+    )
+    return CheckResult(
+        check,
+        title,
+        f"add the {PROXY} container (a proxy_server image, --resource_manager_address, "
+        f"--num_elastic_instances) to the head pod beside the resource manager; {fix}",
+        (Finding(m.label, problem),),
+    )
 
 
 def check_xla_flags_on_proxy(m: Manifest) -> CheckResult:
@@ -60,7 +90,9 @@ def check_xla_flags_on_proxy(m: Manifest) -> CheckResult:
     )
     proxies, clients = m.role(PROXY), m.clients()
     if not clients or not proxies:
-        return _skip("xla-flags-on-proxy", title, fix, NO_CLIENT if not clients else NO_PROXY)
+        if not clients:
+            return _skip("xla-flags-on-proxy", title, fix, NO_CLIENT)
+        return _no_proxy("xla-flags-on-proxy", title, fix, m)
     on_proxy = set().union(*(p.xla_flags() for p in proxies))
     findings = []
     for client in clients:
@@ -85,7 +117,7 @@ def check_gcs_scratch_location(m: Manifest) -> CheckResult:
     )
     proxies = m.role(PROXY)
     if not proxies:
-        return _skip("gcs-scratch-location", title, fix, NO_PROXY)
+        return _no_proxy("gcs-scratch-location", title, fix, m)
     findings = [
         Finding(p.where, problem) for p in proxies if (problem := _scratch_problem(p)) is not None
     ]
@@ -138,7 +170,7 @@ def check_num_elastic_instances(m: Manifest) -> CheckResult:
     )
     proxies = m.role(PROXY)
     if not proxies:
-        return _skip("num-elastic-instances", title, fix, NO_PROXY)
+        return _no_proxy("num-elastic-instances", title, fix, m)
     findings = []
     if not m.worker_pods:
         findings.append(Finding(m.label, f"no worker replicatedJob (no {WORKER} container)"))

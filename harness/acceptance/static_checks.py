@@ -15,6 +15,14 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from pathways_chaos.harness.acceptance.process_index import (
+    IndexRead,
+    fixed_shard_counts,
+    guards_the_controller,
+    index_reads,
+    index_uses,
+    with_process_count,
+)
 from pathways_chaos.harness.acceptance.sources import SourceFile, load_sources
 from pathways_chaos.harness.acceptance.table import CheckResult, Finding
 
@@ -38,31 +46,36 @@ LOG_METHODS = frozenset(
 
 # -- the checks ----------------------------------------------------------------------------
 def check_process_index(files: Sequence[SourceFile]) -> CheckResult:
-    """``process_index()`` steering shards, writers or init (always 0 here), and a data shard
-    count fixed at the old host count.
+    """``process_index()`` (or a TPU VM's ``TPU_WORKER_ID``) steering shards, writers or init
+    (always 0 here), and a data shard count fixed at the old host count.
 
     Not findings: ``process_count()`` (1 here: a size divided by it stays global), an index
     passed with ``process_count()`` (shard 0 of 1 is the whole dataset), and a branch for
-    process 0 (``if jax.process_index() == 0:``), which runs once, on the one controller.
+    process 0 or for the last process (``== process_count() - 1``), which runs once, on the one
+    controller. An index held in a name is judged at each read of the name, by the same rules.
     """
     findings: list[Finding] = []
     guards = 0
     for f in files:
-        found = _fixed_shard_counts(f)
-        for call in f.calls_to(["jax.process_index"]):
-            if f.ignored(call) or _only_reported(f, call) or _with_process_count(f, call):
+        found = fixed_shard_counts(f)
+        for read in index_reads(f):
+            if f.ignored(read.node):
                 continue
-            if _guards_process_zero(f, call):
-                guards += 1
-                continue
-            purpose = _process_purpose(f, call)
-            found.append(
-                Finding(f.where(call), f"jax.process_index() {purpose}: under Pathways it is 0")
-            )
+            # A read the rules do not recognise (passed to an unknown function, returned,
+            # stored in an attribute) is a finding, inline or through a name alike.
+            for use, held in index_uses(f, read):
+                if f.ignored(use) or _only_reported(f, use) or with_process_count(f, use):
+                    continue
+                if guards_the_controller(f, use):
+                    guards += 1
+                    continue
+                found.append(Finding(f.where(use), _index_message(f, read, held, use)))
+        found = list(dict.fromkeys(found))  # two reads of one name on a line: one finding
         findings += sorted(found, key=lambda x: int(x.where.rsplit(":", 1)[1]))
     result = _result(
         "process-index",
-        "jax.process_index()/process_count() pick a data shard, a writer or initial state",
+        "jax.process_index()/process_count() (or TPU_WORKER_ID) pick a data shard, a writer or "
+        "initial state",
         "one controller sees the whole job: read the global dataset (grain NoSharding or "
         "ElasticIterator), write from the controller, seed from a constant",
         findings,
@@ -74,60 +87,15 @@ def check_process_index(files: Sequence[SourceFile]) -> CheckResult:
     return result
 
 
-def _with_process_count(f: SourceFile, call: ast.Call) -> bool:
-    """Passed to a call beside ``process_count()`` (``ShardOptions(index, count)``), or a
-    slice's start with it as the step: shard 0 of 1 under Pathways, the whole dataset."""
-    parent = f.parents.get(call)
-    if isinstance(parent, ast.keyword):
-        parent = f.parents.get(parent)
-    beside = isinstance(parent, ast.Slice) or (  # data[process_index()::process_count()]
-        isinstance(parent, ast.Call) and call is not parent.func
+def _index_message(f: SourceFile, read: IndexRead, held: str, use: ast.expr) -> str:
+    """What the index does at ``use`` and what it is under Pathways, in one line."""
+    what = f"{held} (= {read.label}, line {read.node.lineno})" if held else read.label
+    if not read.env:
+        return f"{what} {_process_purpose(f, use)}: under Pathways it is 0"
+    return (
+        f"{what} {_process_purpose(f, use)}: the Pathways controller's env has no per-host "
+        f"{read.env}, so it raises KeyError or reads the default"
     )
-    return beside and next(f.calls_to(["jax.process_count"], within=parent), None) is not None
-
-
-def _guards_process_zero(f: SourceFile, call: ast.Call) -> bool:
-    """``if jax.process_index() == 0:`` (or ``not jax.process_index()``): the branch the
-    controller, process 0, takes."""
-    parent = f.parents.get(call)
-    if isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not):
-        test: ast.AST = parent
-    elif (
-        isinstance(parent, ast.Compare)
-        and len(parent.ops) == 1
-        and isinstance(parent.ops[0], ast.Eq)
-        and 0 in (f.int_constant(parent.left), f.int_constant(parent.comparators[0]))
-    ):
-        test = parent
-    else:
-        return False
-    holder = f.parents.get(test)
-    if isinstance(holder, ast.BoolOp) and isinstance(holder.op, ast.And):  # == 0 and ...
-        test, holder = holder, f.parents.get(holder)
-    return isinstance(holder, ast.If | ast.IfExp) and holder.test is test
-
-
-def _fixed_shard_counts(f: SourceFile) -> list[Finding]:
-    """``ShardOptions(i, NUM_HOSTS)`` / ``shard_count=8``: the one controller reads 1/N."""
-    out = []
-    for node in ast.walk(f.tree):
-        if not isinstance(node, ast.Call) or f.ignored(node):
-            continue
-        func = node.func  # the name as written: ShardOptions, grain.ShardOptions, ...
-        callee = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "a call")
-        count = next((k.value for k in node.keywords if k.arg == "shard_count"), None)
-        if count is None and callee == "ShardOptions" and len(node.args) > 1:
-            count = node.args[1]
-        n = f.int_constant(count)
-        if n is not None and n > 1:
-            out.append(
-                Finding(
-                    f.where(node),
-                    f"{callee}(...) reads one shard of {n} (a count fixed at one process per "
-                    f"host): under Pathways the one controller reads 1/{n} of the data",
-                )
-            )
-    return out
 
 
 def check_mesh_from_all_devices(files: Sequence[SourceFile]) -> CheckResult:
@@ -285,15 +253,17 @@ def check_minimum_slice_count(files: Sequence[SourceFile], manifest: Any) -> Che
             skipped="a manifest with a worker replicatedJob (its replicas are the slices): pass "
             "it with --acceptance-manifest",
         )
-    findings, seen = [], []
+    findings, seen, unread = [], [], []
     for f in files:
         for call in _elastic_retry_calls(f):
             if f.ignored(call):
                 continue
             value = next((k.value for k in call.keywords if k.arg == "minimum_slice_count"), None)
-            wanted = f.int_constant(value)  # MIN_SLICES = 3 at module level too
-            if wanted is None:
-                continue  # None (every slice), or computed at run time: the run shows it
+            wanted = _int_constant(files, f, value)  # MIN_SLICES = 3, here or in configs.py
+            if wanted is None:  # None (every slice), or computed at run time: the run shows it
+                if value is not None and not _is_none(value):  # said in the note, not silent
+                    unread.append(f"minimum_slice_count={ast.unparse(value)} ({f.where(call)})")
+                continue
             seen.append(f"minimum_slice_count={wanted} ({f.where(call)})")
             if not 1 <= wanted <= slices:
                 findings.append(
@@ -308,7 +278,45 @@ def check_minimum_slice_count(files: Sequence[SourceFile], manifest: Any) -> Che
         if seen
         else f"no constant minimum_slice_count in {len(files)} file(s); {slices} slices"
     )
+    if unread:
+        note += f"; not read (computed at run time, the run shows it): {'; '.join(unread)}"
     return CheckResult("minimum-slice-count", title, fix, tuple(findings), note)
+
+
+def _int_constant(files: Sequence[SourceFile], f: SourceFile, node: ast.AST | None) -> int | None:
+    """An int literal or module constant of ``f``, or a module constant of another scanned file
+    that ``f`` imports (``configs.MIN_SLICES`` after ``from mtx import configs``, ``import
+    configs`` or ``from . import configs``; ``MIN_SLICES`` after ``from configs import ...``)."""
+    value = f.int_constant(node)
+    dotted = _dotted(f, node) if value is None and node is not None else None
+    if not dotted or len(dotted) < 2:
+        return value
+    *module, name = dotted
+    ends = [(*module[:-1], f"{module[-1]}.py"), (*module, "__init__.py")]
+    owners = [g for g in files if any(g.path.resolve().parts[-len(e) :] == e for e in ends)]
+    values = {g.int_constant(ast.Name(id=name, ctx=ast.Load())) for g in owners}
+    return values.pop() if len(values) == 1 else None  # none, or modules that disagree
+
+
+def _dotted(f: SourceFile, node: ast.AST) -> tuple[str, ...] | None:
+    """What ``node`` names through the file's imports, as module path parts and a name: an
+    absolute import by its dotted name, a relative one from the file's own folder."""
+    if isinstance(node, ast.Attribute):
+        base = _dotted(f, node.value)
+        return (*base, node.attr) if base else None
+    if not isinstance(node, ast.Name):
+        return None
+    if node.id in f.aliases:
+        return tuple(f.aliases[node.id].split("."))
+    parents = f.path.resolve().parents
+    for imp in ast.walk(f.tree):
+        if not isinstance(imp, ast.ImportFrom) or not 0 < imp.level <= len(parents):
+            continue
+        module = imp.module.split(".") if imp.module else []
+        for a in imp.names:
+            if (a.asname or a.name) == node.id:
+                return (*parents[imp.level - 1].parts, *module, a.name)
+    return None
 
 
 STATIC_CHECKS: dict[str, Callable[[Sequence[SourceFile]], CheckResult]] = {
@@ -366,9 +374,9 @@ def _is_reporting_call(f: SourceFile, node: ast.AST) -> bool:
     return name.startswith(("logging.", "absl.logging."))
 
 
-def _only_reported(f: SourceFile, call: ast.Call) -> bool:
+def _only_reported(f: SourceFile, value: ast.AST) -> bool:
     """The value is only printed or logged: harmless."""
-    for node in f.ancestors(call):
+    for node in f.ancestors(value):
         if isinstance(node, ast.JoinedStr) or _is_reporting_call(f, node):
             return True
         if isinstance(node, ast.stmt):
@@ -389,9 +397,9 @@ def _words(node: ast.AST) -> str:
     return ""
 
 
-def _process_purpose(f: SourceFile, call: ast.Call) -> str:
-    node: ast.AST = call
-    for parent in f.ancestors(call):
+def _process_purpose(f: SourceFile, use: ast.AST) -> str:
+    node: ast.AST = use
+    for parent in f.ancestors(use):
         if isinstance(parent, ast.If | ast.IfExp | ast.While) and node is parent.test:
             return "chooses which process acts (a writer, a one-off task)"
         if isinstance(parent, ast.Subscript) and node is parent.slice:

@@ -350,3 +350,241 @@ def test_valid_python_in_any_encoding_python_reads_is_checked(tmp_path, data):
     path.write_bytes(data)
     result = STATIC_CHECKS["process-index"](load_sources([path]))
     assert [f.where.rsplit(":", 1)[1] for f in result.findings] == [str(data.count(b"\n"))]
+
+
+# -- blind tester 9: an index held in a name, a TPU VM's worker id, the last host -----------
+HELD_GOOD = {
+    "logged": """
+        import logging
+        import jax
+        rank = jax.process_index()
+        logging.info("rank %d of %d", rank, jax.process_count())
+        """,
+    "branch-for-0": """
+        import jax
+        def save(obj, path):
+            rank = jax.process_index()
+            if rank == 0:
+                write(path, obj)
+        """,
+    "separate-vars": """
+        import jax
+        def host_shard(dataset):
+            i = jax.process_index()
+            n = jax.process_count()
+            return dataset[i::n]
+        """,
+    "tuple-unpacked": """
+        import jax
+        def host_batches(dataset):
+            n, i = jax.process_count(), jax.process_index()
+            per_host = GLOBAL_BATCH // n
+            shard = dataset[i::n]
+            return shard[:per_host]
+        """,
+    "walrus-branch-for-0": """
+        import jax
+        if (rank := jax.process_index()) == 0:
+            print("controller", rank)
+        """,
+    "module-level-name": """
+        import jax
+        RANK = jax.process_index()
+        COUNT = jax.process_count()
+        def shard(ds):
+            print(f"host {RANK}")
+            return grain.ShardOptions(shard_index=RANK, shard_count=COUNT)
+        """,
+}
+
+
+@pytest.mark.parametrize("source", HELD_GOOD.values(), ids=list(HELD_GOOD))
+def test_an_index_held_in_a_name_is_judged_by_its_reads(tmp_path, source):
+    """The inline forms passed; stored in a name first, the assignment line FAILED whatever the
+    name was then used for (logged, compared with 0, sliced with the count)."""
+    result = run(tmp_path, "process-index", source)
+    assert result.ok, result.failure_message()
+
+
+def test_a_held_index_is_flagged_where_a_read_changes_meaning(tmp_path):
+    result = run(
+        tmp_path,
+        "process-index",
+        """
+        import jax
+        HOSTS = 8
+        RANK = jax.process_index()
+        def shard(ds):
+            return ds[RANK::HOSTS]
+        def evaluate():
+            rank = jax.process_index()
+            print("rank", rank)
+            if rank == 1:
+                run_evals()
+            load(rank)
+        def local(RANK):
+            return RANK
+        """,
+    )
+    assert lines(result) == [5, 9, 11]
+    messages = [f.message for f in result.findings]
+    assert messages[0] == (
+        "RANK (= jax.process_index(), line 3) picks a data shard: under Pathways it is 0"
+    )
+    assert "rank (= jax.process_index(), line 7) chooses which process acts" in messages[1]
+    # passed to a function the check does not know: a finding, as load(jax.process_index()) is
+    assert "rank (= jax.process_index(), line 7) steers the program" in messages[2]
+
+
+def test_a_held_index_never_read_in_its_scope_is_flagged_where_it_is_stored(tmp_path):
+    """No read to judge (a global read by another module, an attribute): the binding is."""
+    result = run(
+        tmp_path,
+        "process-index",
+        """
+        import jax
+        SHARD = jax.process_index()
+        class Loader:
+            def __init__(self):
+                self.shard = jax.process_index()
+        """,
+    )
+    assert lines(result) == [2, 5]
+
+
+WORKER_IDS = {
+    "subscript": 'WORKER_ID = int(os.environ["TPU_WORKER_ID"])',
+    "getenv": 'WORKER_ID = int(os.getenv("TPU_WORKER_ID", "0"))',
+    "environ-get": 'WORKER_ID = int(os.environ.get("CLOUD_TPU_TASK_ID", 0))',
+    "from-os-import": 'WORKER_ID = int(environ.get("MEGASCALE_SLICE_ID", "0"))',
+}
+
+
+@pytest.mark.parametrize("read", WORKER_IDS.values(), ids=list(WORKER_IDS))
+def test_a_shard_picked_by_a_tpu_worker_id_fails_naming_the_variable(tmp_path, read):
+    """The controller's env has no per-host worker id: it PASSED, as nothing called
+    process_index()."""
+    result = run(
+        tmp_path,
+        "process-index",
+        f"""
+        import os
+        from os import environ
+        NUM_WORKERS = int(os.environ.get("TPU_WORKER_COUNT", "8"))
+        {read}
+        def shard(dataset):
+            return dataset[WORKER_ID::NUM_WORKERS]
+        """,
+    )
+    assert lines(result) == [6]
+    message = result.findings[0].message
+    env = read.split('"')[1]
+    assert message.startswith(f"WORKER_ID (= {env}, line 4) picks a data shard")
+    assert f"the Pathways controller's env has no per-host {env}" in message
+
+
+def test_a_tpu_worker_id_used_as_process_index_would_pass_is_not_a_finding(tmp_path):
+    result = run(
+        tmp_path,
+        "process-index",
+        """
+        import os
+        import jax
+        print("worker", os.environ.get("TPU_WORKER_ID"))
+        ds = data[int(os.environ.get("TPU_WORKER_ID", "0"))::jax.process_count()]
+        os.environ["TPU_WORKER_ID"] = "0"
+        other = os.environ.get("TPU_WORKER_HOSTNAMES")
+        """,
+    )
+    assert result.ok, result.failure_message()
+
+
+def test_a_branch_for_the_last_process_runs_on_the_controller(tmp_path):
+    """0 == 1 - 1 on one controller; it FAILED as "chooses which process acts"."""
+    result = run(
+        tmp_path,
+        "process-index",
+        """
+        import jax
+        def maybe_write(summary, path):
+            if jax.process_index() == jax.process_count() - 1:
+                write(path, summary)
+            rank, n = jax.process_index(), jax.process_count()
+            if rank == n - 1:
+                write(path, summary)
+        """,
+    )
+    assert result.ok, result.failure_message()
+    assert "2 branches for process 0" in result.reason
+
+
+def test_a_branch_for_another_fixed_process_is_still_found(tmp_path):
+    result = run(
+        tmp_path,
+        "process-index",
+        """
+        import jax
+        NUM_HOSTS = 4
+        if jax.process_index() == NUM_HOSTS - 1:
+            write()
+        if jax.process_index() == jax.process_count() - 2:
+            write()
+        """,
+    )
+    assert lines(result) == [3, 5]
+    assert all("chooses which process acts" in f.message for f in result.findings)
+
+
+# -- blind tester 9: minimum_slice_count from another module of the sources -----------------
+CONFIG_IMPORTS = {
+    "from-package-import": ("from mtx import configs", "configs.MIN_SLICES"),
+    "import-module": ("import mtx.configs", "mtx.configs.MIN_SLICES"),
+    "from-module-import": ("from mtx.configs import MIN_SLICES", "MIN_SLICES"),
+    "relative-module": ("from . import configs as c", "c.MIN_SLICES"),
+    "relative-name": ("from .configs import MIN_SLICES as M", "M"),
+}
+
+
+def _package(tmp_path: Path, configs: str, imported: str, minimum: str) -> list:
+    package = tmp_path / "mtx"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "configs.py").write_text(f"from typing import Final\n{configs}\n")
+    (package / "train.py").write_text(
+        f"{imported}\n"
+        "from pathwaysutils.elastic import manager\n"
+        "m = manager.Manager()\n"
+        f"@m.elastic_retry(minimum_slice_count={minimum}, "
+        "retry_policy=manager.ElasticRetryLimit(3))\n"
+        "def loop():\n    pass\n"
+    )
+    return load_sources([tmp_path])
+
+
+@pytest.mark.parametrize("imported", CONFIG_IMPORTS.values(), ids=list(CONFIG_IMPORTS))
+def test_a_minimum_slice_count_from_another_module_is_read(tmp_path, imported):
+    """``minimum_slice_count=configs.MIN_SLICES`` (3, of 2 slices) PASSED: "no constant"."""
+    from pathways_chaos.harness.acceptance.manifest_checks import load_manifest
+
+    manifest = load_manifest(SAMPLES / "good_port" / "jobset.yaml")  # 2 worker slices
+    files = _package(tmp_path, "MIN_SLICES: Final[int] = 3", *imported)
+    row = static_checks.check_minimum_slice_count(files, manifest)
+    assert row.status == "FAIL", row.reason
+    assert "elastic_retry(minimum_slice_count=3) waits for 3 slices" in row.reason
+    assert row.findings[0].where.endswith("train.py:4")
+
+
+def test_a_minimum_slice_count_the_check_cannot_read_is_said_in_the_reason(tmp_path):
+    from pathways_chaos.harness.acceptance.manifest_checks import load_manifest
+
+    manifest = load_manifest(SAMPLES / "good_port" / "jobset.yaml")
+    configs = 'MIN_SLICES = int(os.environ.get("MIN_SLICES", "3"))'
+    row = static_checks.check_minimum_slice_count(
+        _package(tmp_path, configs, "from mtx import configs", "configs.MIN_SLICES"), manifest
+    )
+    assert row.status == "PASS"
+    assert "not read (computed at run time, the run shows it): " in row.reason
+    assert "minimum_slice_count=configs.MIN_SLICES (" in row.reason
+    (tmp_path / "mtx" / "configs.py").write_text("MIN_SLICES = 2\n")
+    row = static_checks.check_minimum_slice_count(load_sources([tmp_path]), manifest)
+    assert row.status == "PASS" and "minimum_slice_count=2 (" in row.reason

@@ -49,34 +49,29 @@ def clean_schedule(events: Sequence[Event]) -> tuple[str | None, str]:
             and (limit is None or e["seq"] <= limit)
         ]
     out: list[str] = []
-    stood: dict[int, float] = {}  # the faulted run's clock, as far as the stalls at save=K took it
-    first_loss: dict[int, Event] = {}  # the first loss placed at save=K
+    stood: dict[str, float] = {}  # the faulted run's clock, as far as the stalls there took it
+    first_loss: dict[str, Event] = {}  # the first loss placed at each trigger
     start = next((e for e in events if e["kind"] == "episode_start"), None)
     fake_clock = start is not None and start.get("clock") == "fake"
     restores = _chain_restores(events, segments)
     for f in faults:
-        kind = f["fault"]["kind"]
-        if kind in KEPT:
+        if f["fault"]["kind"] in KEPT:
             out.append(_kept_after_the_same_work(f, events, segments))
             continue
-        restore = next((r for r in restores if r[0]["seq"] <= f["seq"] < r[1]["seq"]), None)
-        if restore is None:
-            why = own_retry(events)
-            return None, why or f"the loss {f['text']} led to no restore the final state comes from"
-        save = restore[0]
-        k = next((i for i, s in enumerate(clean_saves, 1) if s["seq"] == save["seq"]), None)
-        if k is None:
-            return None, f"the save the run resumed from after {f['text']} is not on its chain"
+        where = _where_to_lose(f, events, restores, clean_saves, segments)
+        if isinstance(where, str):
+            return None, where
+        trigger, stood_at, recovery = where
         name, _, rest = f["text"].partition("@")
         _, _, params = rest.partition(":")
         repair: list[str] = []
         if fake_clock:
-            since = stood.setdefault(k, float(save.get("t", 0.0)))
-            at = _clock_at_loss(events, f, restore[1], first_loss.setdefault(k, f))
-            out += _stall(since, at, k)
-            stood[k] = max(since, at)
-            params, repair = _back_when_it_came_back(events, f, params, at, k)
-        out.append(f"{name}@save={k}" + (f":{params}" if params else ""))
+            since = stood.setdefault(trigger, float(stood_at.get("t", 0.0)))
+            at = _clock_at_loss(events, f, recovery, first_loss.setdefault(trigger, f))
+            out += _stall(since, at, trigger)
+            stood[trigger] = max(since, at)
+            params, repair = _back_when_it_came_back(events, f, params, at, trigger)
+        out.append(f"{name}@{trigger}" + (f":{params}" if params else ""))
         out += repair
     text = ",".join(out)
     try:
@@ -84,6 +79,43 @@ def clean_schedule(events: Sequence[Event]) -> tuple[str | None, str]:
     except FaultSpecError as error:  # a stall longer than any the fake plays (a day)
         return None, f"the clean rerun's schedule cannot be played ({error})"
     return text, ""
+
+
+def _where_to_lose(
+    loss: Event,
+    events: Sequence[Event],
+    restores: list[tuple[Event, Event]],
+    clean_saves: list[Event],
+    segments: list[tuple[tuple[int, int], int | None]],
+) -> tuple[str, Event, Event] | str:
+    """Where the clean run loses what ``loss`` lost: ``(trigger, the event whose clock it
+    starts from, the event the faulted run's recovery began with)``, or why it cannot. Right
+    after the save the run resumed from; before the first batch, when the run began again
+    from nothing (lost before its first save)."""
+    restore = next((r for r in restores if r[0]["seq"] <= loss["seq"] < r[1]["seq"]), None)
+    if restore is not None:
+        save = restore[0]
+        k = next((i for i, s in enumerate(clean_saves, 1) if s["seq"] == save["seq"]), None)
+        if k is None:
+            return f"the save the run resumed from after {loss['text']} is not on its chain"
+        return f"save={k}", save, restore[1]
+    key = segments[0][0]
+    began = next(
+        (e for e in events if e["kind"] == "attempt_start" and (e["run"], e["attempt"]) == key),
+        None,
+    )
+    fresh = not any(e["kind"] == "restore_end" and (e["run"], e["attempt"]) == key for e in events)
+    first = next((e for e in events if e["kind"] == "batch"), None)
+    if (
+        began is not None
+        and fresh
+        and not restores
+        and first is not None
+        and first["seq"] < loss["seq"] < began["seq"]
+    ):
+        return "batch=1", first, began
+    why = own_retry(events)
+    return why or f"the loss {loss['text']} led to no restore the final state comes from"
 
 
 def _losses(events: Sequence[Event]) -> list[Event]:
@@ -111,18 +143,18 @@ def _as_loss(event: Event, slice_index: int, polls: int) -> Event:
     return {**event, "fault": {"kind": "data_loss", "slice": slice_index}, "text": text}
 
 
-def _stall(since: float, at: float, k: int) -> list[str]:
+def _stall(since: float, at: float, trigger: str) -> list[str]:
     """On the fake clock, the time the faulted run spent from ``since`` (the save, or the
     loss placed at ``save=K`` before this one) to ``at`` (this loss: the work it threw away),
     passed at ``save=K`` before the loss: the clean run then stands where the faulted run's
     clock stood, and the elastic monitor, which polls on that clock, sees a slice come back
     after the same batches as it did (three batches early, it did not)."""
     lag = round(at - since, 6)
-    return [f"stall@save={k}:seconds={lag!r}"] if lag > 0 else []
+    return [f"stall@{trigger}:seconds={lag!r}"] if lag > 0 else []
 
 
 def _back_when_it_came_back(
-    events: Sequence[Event], loss: Event, params: str, at: float, k: int
+    events: Sequence[Event], loss: Event, params: str, at: float, trigger: str
 ) -> tuple[str, list[str]]:
     """A loss's ``repair_after_polls`` counts health polls, and a recovery that a second loss
     broke polls more than the clean run's one recovery does: the slice would come back after
@@ -149,7 +181,7 @@ def _back_when_it_came_back(
     if back is None:
         return kept, []
     after = round(float(back["t"]) - at, 6)
-    return kept, [f"repair@save={k}:slice={slice_index}:after_seconds={after!r}"]
+    return kept, [f"repair@{trigger}:slice={slice_index}:after_seconds={after!r}"]
 
 
 def _clock_at_loss(events: Sequence[Event], loss: Event, restore: Event, first: Event) -> float:

@@ -410,3 +410,14 @@ def test_a_flapping_slice_has_its_final_state_judged(tmp_path: Path) -> None:
 def test_a_flapping_slice_shows_a_learning_rate_counting_thrown_away_work(tmp_path: Path) -> None:
     out = _during_restore(f"{LOOPS / 'lr_counts_thrown_away_batches.py'}:main", tmp_path, FLAPPING)
     assert "final-state" in out.verdict.failed, out.verdict.summary()
+
+
+def test_a_slice_lost_before_the_first_save_has_its_final_state_judged(tmp_path: Path) -> None:
+    """Lost at batch 3, before the loop's first save at 4: the loop began again from nothing,
+    and the clean rerun had no save to move the loss to ("led to no restore"). It now loses
+    the slice at the first batch, its clock where the faulted run's stood."""
+    out = _during_restore(
+        f"{CATALOGUE / 'correct' / 'flax_simple_workload.py'}:main", tmp_path, FLAPPING
+    )
+    assert out.verdict.ok, out.verdict.summary()
+    assert "final-state" in out.verdict.judged, out.verdict.summary()

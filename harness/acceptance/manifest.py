@@ -14,6 +14,8 @@ guides say ``worker``, pathwaysutils' generator ``pathways-worker``).
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 import shlex
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -177,58 +179,162 @@ def load_manifest(path: str | Path | Sequence[str | Path]) -> Manifest:
     paths = [path] if isinstance(path, str | Path) else list(path)
     files: list[Path] = []
     for raw in paths:
-        root = Path(raw)
-        if root.is_dir():
-            files += sorted([*root.glob("*.yaml"), *root.glob("*.yml"), *root.glob("*.json")])
-        elif root.is_file():
-            files.append(root)
-        else:
-            raise ChaosConfigError(
-                f"--acceptance-manifest {raw}: no such file or folder: pass your JobSet YAML"
-            )
+        files += manifest_files(raw)
     documents: list[Any] = []
     pods: list[Pod] = []
     for file in files:
-        docs = _unlisted(_load_rendered(file))
+        docs = _unlisted(read_manifest_file(file))
         documents += docs
         for doc in docs:
             if isinstance(doc, dict) and doc.get("kind") == "JobSet":
                 pods += _pods(doc, str(file))
     label = ", ".join(map(str, paths))
     if not pods:
-        raise ChaosConfigError(
-            f"--acceptance-manifest {label}: no JobSet with replicatedJobs found: pass the "
-            "Pathways JobSet YAML your job deploys (kubectl get jobset NAME -o yaml)"
-        )
+        raise ChaosConfigError(_no_jobset(label, paths, documents))
     return Manifest(label, pods, documents)
 
 
-def _load_rendered(file: Path) -> list[Any]:
+def manifest_files(raw: str | Path) -> list[Path]:
+    """The files ``--acceptance-manifest raw`` stands for; a Helm chart is refused here, before
+    its values file is read as if it were deployed."""
+    root = Path(raw)
+    if not str(raw).strip():
+        raise ChaosConfigError(f"--acceptance-manifest is empty: {_PASS_JOBSET}")
+    if root.is_dir():
+        if (root / "Chart.yaml").is_file() or (root / "Chart.yml").is_file():
+            raise ChaosConfigError(_HELM.format(what=f"{root} is a Helm chart", chart=root))
+        return sorted([*root.glob("*.yaml"), *root.glob("*.yml"), *root.glob("*.json")])
+    if root.is_file():
+        return [root]
+    raise ChaosConfigError(f"--acceptance-manifest {raw}: no such file or folder: {_PASS_JOBSET}")
+
+
+def read_manifest_file(file: Path, what: str = "YAML file") -> list[Any]:
     """The file's documents, refused in one line when they are not what Kubernetes receives:
-    a Helm template (``{{ }}``), or a kustomization, whose patches are not applied here (its
-    base alone would be checked, not what is deployed)."""
+    a Helm template (a ``{{ .Values }}`` action, or a file under a chart's ``templates/``), or a
+    kustomization, whose patches are not applied here (its base alone would be checked, not
+    what is deployed)."""
     from pathways_chaos.harness.engine.untrusted_files import load_yaml_all, read_text
-    from pathways_chaos.harness.errors import ChaosError
 
     if file.name in ("kustomization.yaml", "kustomization.yml", "Kustomization"):
         raise ChaosConfigError(_KUSTOMIZE.format(file=file, folder=file.parent))
-    text = read_text(file, what="YAML file")  # regular, size-limited, UTF-8
-    try:
-        docs = [d for d in load_yaml_all(text, file) if d is not None]
-    except ChaosError:
-        if "{{" not in text:
-            raise
-        helm = f"{file} is a Helm template ({{{{ }}}}), not a manifest: render it (helm template "
-        raise ChaosConfigError(helm + "RELEASE CHART > rendered.yaml) and pass that") from None
+    chart = _chart_of_template(file)
+    if chart is not None:
+        raise ChaosConfigError(_HELM.format(what=f"{file} is a Helm chart's template", chart=chart))
+    text = read_text(file, what=what)  # regular, size-limited, UTF-8
+    action = _HELM_ACTION.search(text)
+    if action is not None:
+        line = text.count("\n", 0, action.start()) + 1
+        said = f"{file}:{line} is a Helm template ({_shown_action(action.group(0))})"
+        raise ChaosConfigError(_HELM.format(what=said, chart=_chart_above(file) or "CHART_DIR"))
+    docs = [d for d in load_yaml_all(text, file, what=what) if d is not None]
     if any(isinstance(d, dict) and d.get("kind") == "Kustomization" for d in docs):
         raise ChaosConfigError(_KUSTOMIZE.format(file=file, folder=file.parent))
+    if any(isinstance(d, list) for d in docs):
+        raise ChaosConfigError(
+            f"{file} is a JSON or YAML array, not a Kubernetes manifest: wrap it as kind: List "
+            '({"apiVersion": "v1", "kind": "List", "items": [...]}) and pass that'
+        )
     return docs
 
 
+#: A Go template action as Helm writes them: ``{{ .Values.x }}``, ``{{- if ... }}``,
+#: ``{{ include ... }}``; not ``{{workflow.name}}`` or ``{{ $labels.pod }}`` (Argo, alerts).
+_HELM_ACTION = re.compile(
+    r"\{\{-?\s*(?:\.|/\*|(?:if|else|end|range|with|include|define|template|block|toYaml|tpl"
+    r"|required|default|quote|printf|lookup)\b)[^\n]*?\}\}"
+)
+_HELM = (
+    "{what}, not a manifest: render it (helm template RELEASE {chart} > rendered.yaml) and pass "
+    "rendered.yaml: the template alone is not what is deployed"
+)
+_PASS_JOBSET = "pass your JobSet YAML (a file, or a folder of them)"
 _KUSTOMIZE = (
     "{file} is a kustomization: its patches are not applied here, so the base alone would be "
     "checked: render it (kubectl kustomize {folder} > rendered.yaml) and pass that"
 )
+
+
+def _shown_action(text: str) -> str:
+    return text if len(text) <= 60 else text[:57] + "...}}"
+
+
+def _name(doc: dict[str, Any]) -> str:
+    name = (doc.get("metadata") or {}).get("name")
+    return str(name) if isinstance(name, str) and name.isprintable() and name else "NAME"
+
+
+def _chart_of_template(file: Path) -> Path | None:
+    """The chart whose ``templates/`` holds ``file`` (a ``Chart.yaml`` beside that folder): a
+    file rendered next to its chart's ``Chart.yaml`` (``helm template ... > rendered.yaml``
+    run in the chart) is no template."""
+    folder = file.resolve().parent
+    for templates in [folder, *folder.parents]:
+        if templates.name == "templates" and (templates.parent / "Chart.yaml").is_file():
+            return _relative(templates.parent)
+    return None
+
+
+def _chart_above(file: Path) -> Path | None:
+    """The nearest folder at or above ``file``'s holding a ``Chart.yaml``: the chart to render."""
+    folder = file.resolve().parent
+    return next(
+        (_relative(f) for f in [folder, *folder.parents] if (f / "Chart.yaml").is_file()), None
+    )
+
+
+def _relative(path: Path) -> Path:
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
+def _no_jobset(label: str, paths: Sequence[str | Path], documents: list[Any]) -> str:
+    """The line for no JobSet: what was found instead (a PathwaysJob: the JobSet its controller
+    writes), and the files in subfolders, which a folder does not search (a deploy/ with dev/
+    and prod/ would mix two environments' JobSets)."""
+    operator = next(
+        (d for d in documents if isinstance(d, dict) and d.get("kind") == "PathwaysJob"), None
+    )
+    if operator is not None:
+        return (
+            f"--acceptance-manifest {label} holds a PathwaysJob, no JobSet: the pathways-job "
+            "controller writes the JobSet that runs: apply it, then pass that JobSet (kubectl "
+            f"get jobset {_name(operator)} -o yaml > jobset.yaml)"
+        )
+    kinds = sorted({str(d.get("kind")) for d in documents if isinstance(d, dict) and d.get("kind")})
+    found = f" (found {', '.join(kinds[:5])})" if kinds else ""
+    below = [f for raw in paths if Path(raw).is_dir() for f in _below(Path(raw))]
+    if below:
+        more = f" (+{len(below) - 3} more)" if len(below) > 3 else ""
+        return (
+            f"--acceptance-manifest {label}: no JobSet with replicatedJobs found{found}, and a "
+            "folder's subfolders are not searched: pass the file or folder that holds your "
+            f"JobSet, e.g. {', '.join(map(str, below[:3]))}{more}"
+        )
+    return (
+        f"--acceptance-manifest {label}: no JobSet with replicatedJobs found{found}: pass the "
+        "Pathways JobSet YAML your job deploys (kubectl get jobset NAME -o yaml)"
+    )
+
+
+def _below(folder: Path, limit: int = 200) -> list[Path]:
+    """YAML files in ``folder``'s subfolders (not in it), charts' templates left out; the walk
+    stops after ``limit`` folders so a home directory passed by mistake answers quickly."""
+    from pathways_chaos.harness.acceptance.sources import SKIP_DIRS
+
+    out: list[Path] = []
+    for n, (root, dirs, names) in enumerate(os.walk(folder)):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
+        if "Chart.yaml" in names:
+            dirs[:] = [d for d in dirs if d != "templates"]
+        if n == 0:
+            continue
+        out += [Path(root) / x for x in sorted(names) if x.endswith((".yaml", ".yml", ".json"))]
+        if n >= limit:
+            break
+    return out
 
 
 def _unlisted(docs: list[Any]) -> list[Any]:

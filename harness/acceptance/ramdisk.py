@@ -113,13 +113,11 @@ def parse_count(text: str) -> float:
     return count
 
 
-def parse_buffer(text: str) -> float:
-    try:
-        return float(text[:-1]) / 100 if text.endswith("%") else float(text)
-    except ValueError:
-        raise ChaosConfigError(
-            f"--buffer {text!r} is not a fraction: write for example 0.15 or 15%"
-        ) from None
+def parse_buffer(text: str, flag: str = "--buffer") -> float:
+    """``0.15`` or ``15%``; the option's own name in the one-line refusal."""
+    from pathways_chaos.harness.acceptance.options import buffer_fraction
+
+    return buffer_fraction(text, flag)
 
 
 def in_memory_volume_sizes(documents: Sequence[Any]) -> list[tuple[str, str]]:

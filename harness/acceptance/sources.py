@@ -8,12 +8,15 @@ import ast
 import dataclasses
 import functools
 import os
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from pathways_chaos.harness.errors import ChaosConfigError
 
 IGNORE_MARK = "pathways-chaos: ignore"
+#: PEP 263's coding line, as the tokenizer looks for it in a file's first two lines.
+_CODING = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*[-\w.]+", re.MULTILINE)
 SKIP_DIRS = frozenset({".git", "__pycache__", ".venv", "venv", ".tox", "node_modules", "build"})
 
 
@@ -107,6 +110,10 @@ def load_sources(paths: Sequence[str | Path]) -> list[SourceFile]:
     files: list[Path] = []
     for raw in paths:
         path = Path(raw)
+        if not str(raw).strip():  # Path("") is ".": the current folder, never what was meant
+            raise ChaosConfigError(
+                "--acceptance-source is empty: pass your training code's folder or file"
+            )
         if path.is_dir():
             files += sorted(python_files(path))
         elif path.is_file():
@@ -124,11 +131,24 @@ def load_sources(paths: Sequence[str | Path]) -> list[SourceFile]:
     return [parse_source(f) for f in files]
 
 
-def parse_source(path: Path) -> SourceFile:
-    from pathways_chaos.harness.engine.untrusted_files import decode_python, read_bytes
+def read_source_text(path: Path, what: str = "--acceptance-source file") -> str:
+    """The file's text as Python reads it (a BOM, a PEP 263 coding line), from a regular,
+    size-limited file: the one reader, so the check before the session and the parse agree."""
+    from pathways_chaos.harness.engine.untrusted_files import (
+        decode_python,
+        decode_utf8,
+        read_bytes,
+    )
 
-    what = "--acceptance-source file"
-    text = decode_python(read_bytes(path, what=what), path, what=what)  # regular, size-limited
+    data = read_bytes(path, what=what)
+    head = b"\n".join(data.split(b"\n", 2)[:2])
+    if not _CODING.search(head):  # no coding line: UTF-8, a bad byte named as such, not as
+        return decode_utf8(data.removeprefix(b"\xef\xbb\xbf"), path, what=what)  # a bad line
+    return decode_python(data, path, what=what)
+
+
+def parse_source(path: Path) -> SourceFile:
+    text = read_source_text(path)
     label = _label(path)
     try:
         tree = ast.parse(text, filename=str(path))

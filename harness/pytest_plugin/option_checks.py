@@ -159,6 +159,11 @@ def first_problem(config: pytest.Config) -> str | None:
                 check_folder_target(str(folder), what=flag)
             except ChaosError as error:
                 return str(error)
+    from pathways_chaos.harness.acceptance.options import acceptance_problem
+
+    problem = acceptance_problem(lambda dest: _opt(config, dest))
+    if problem:
+        return problem
     for flag, dest in (
         ("--acceptance-source", "acceptance_source"),
         ("--acceptance-manifest", "acceptance_manifest"),
@@ -223,24 +228,22 @@ def _check_input_files(flag: str, path: Path) -> None:
     A binary source or a YAML "billion laughs" manifest is one line here; found later by a
     session fixture, it is one error per test that uses it.
     """
-    from pathways_chaos.harness.acceptance.sources import python_files
+    from pathways_chaos.harness.acceptance.manifest import manifest_files, read_manifest_file
+    from pathways_chaos.harness.acceptance.sources import python_files, read_source_text
     from pathways_chaos.harness.engine.owned_paths import lstat_or_none
-    from pathways_chaos.harness.engine.untrusted_files import load_yaml_all, read_text
 
     yaml = flag == "--acceptance-manifest"
     if lstat_or_none(path, flag) is None:  # a name too long: one line, not an INTERNALERROR
         return  # "no such file" is said by the check that reads it, with its own advice
     if path.is_dir():
-        if yaml:
-            files = sorted([*path.glob("*.yaml"), *path.glob("*.yml")])
-        else:
-            files = list(python_files(path))
+        files = manifest_files(path) if yaml else list(python_files(path))  # a chart: refused
     else:
         files = [path]
-    for file in files:
-        text = read_text(file, what=f"{flag} file")
+    for file in files:  # read as the suite reads them: Python's coding line, Helm refused
         if yaml:
-            load_yaml_all(text, file, what=f"{flag} file")
+            read_manifest_file(file, what=f"{flag} file")
+        else:
+            read_source_text(file, what=f"{flag} file")
 
 
 __all__ = ["check_options", "first_problem"]

@@ -30,6 +30,9 @@ GROUP_OF_MODULE = {
 }
 ROWS = pytest.StashKey[list["CheckResult"]]()
 ORDER = pytest.StashKey[dict[str, int]]()
+LOADED = pytest.StashKey[dict[str, Any]]()
+#: The one usage line a bad input ended the session with: no table, no report after it.
+USAGE_ERROR = pytest.StashKey[str]()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,39 +66,108 @@ def _usage[T](call: Callable[[], T]) -> T:
     pytest.fail(said, pytrace=False)  # outside the except: one line, not two chained copies
 
 
-@pytest.fixture(scope="session")
-def acceptance_adapter(
-    pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
-) -> Given[AdapterFacts]:
+def _load_adapter(config: pytest.Config, mktemp: Callable[[str], Path]) -> Given[AdapterFacts]:
     """The team's adapter as its own child process found it (loaded there, never here), with
     its plain one-device run."""
-    spec = _option(pytestconfig, "acceptance_adapter")
+    spec = _option(config, "acceptance_adapter")
     if not spec:
         return Given(None, NO_ADAPTER)
     from pathways_chaos.harness.acceptance.adapter_child import describe_adapter
 
-    where = tmp_path_factory.mktemp("acceptance-adapter")
-    return Given(_usage(lambda: describe_adapter(str(spec), where)))
+    return Given(describe_adapter(str(spec), mktemp("acceptance-adapter")))
 
 
-@pytest.fixture(scope="session")
-def acceptance_sources(pytestconfig: pytest.Config) -> Given[list[SourceFile]]:
-    paths = _option(pytestconfig, "acceptance_source")
+def _load_sources(config: pytest.Config, mktemp: Callable[[str], Path]) -> Given[list[SourceFile]]:
+    paths = _option(config, "acceptance_source")
     if not paths:
         return Given(None, NO_SOURCE)
     from pathways_chaos.harness.acceptance.static_checks import load_sources
 
-    return Given(_usage(lambda: load_sources(paths)))
+    return Given(load_sources(paths))
 
 
-@pytest.fixture(scope="session")
-def acceptance_manifest(pytestconfig: pytest.Config) -> Given[Manifest]:
-    paths = _option(pytestconfig, "acceptance_manifest")
+def _load_manifest(config: pytest.Config, mktemp: Callable[[str], Path]) -> Given[Manifest]:
+    paths = _option(config, "acceptance_manifest")
     if not paths:
         return Given(None, NO_MANIFEST)
     from pathways_chaos.harness.acceptance.manifest_checks import load_manifest
 
-    return Given(_usage(lambda: load_manifest(paths)))
+    return Given(load_manifest(paths))
+
+
+def _load_buffer(config: pytest.Config, mktemp: Callable[[str], Path]) -> float:
+    from pathways_chaos.harness.acceptance.ramdisk import parse_buffer
+
+    text = _option(config, "acceptance_ramdisk_buffer") or "0.15"
+    return parse_buffer(str(text), "--acceptance-ramdisk-buffer")
+
+
+#: Each input the fixture of that name gives, read once: before the first test by
+#: ``_load_inputs`` (bad input is one usage line, exit 4), else by the fixture itself.
+LOADERS: dict[str, Callable[[pytest.Config, Callable[[str], Path]], Any]] = {
+    "acceptance_sources": _load_sources,
+    "acceptance_manifest": _load_manifest,
+    "ramdisk_buffer": _load_buffer,
+    "acceptance_adapter": _load_adapter,
+}
+
+
+def _loaded(config: pytest.Config, name: str, factory: pytest.TempPathFactory) -> Any:
+    """``name``'s input as ``_load_inputs`` read it, or read now (a pytest run that skipped
+    that hook): bad input then fails the test in one line."""
+    loaded = config.stash.setdefault(LOADED, {})
+    if name not in loaded:
+        loaded[name] = _usage(lambda: LOADERS[name](config, factory.mktemp))
+    return loaded[name]
+
+
+def _load_inputs(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Reads every input the selected rows need, once, before the first test: bad input (a
+    missing path, a Helm template, a syntax error, an adapter that does not load) is then one
+    usage line and exit 4, not one identical setup ERROR per row."""
+    if config.option.collectonly:
+        return
+    from pathways_chaos.harness.errors import ChaosConfigError
+
+    needed = {name for item in items if _is_ours(item) for name in _fixtures(item)}
+    factory: pytest.TempPathFactory | None = getattr(config, "_tmp_path_factory", None)
+    loaded = config.stash.setdefault(LOADED, {})
+    for name, load in LOADERS.items():
+        if name not in needed or name in loaded or factory is None:
+            continue
+        try:
+            loaded[name] = load(config, factory.mktemp)
+        except ChaosConfigError as error:
+            said = str(error)
+        else:
+            continue
+        config.stash[USAGE_ERROR] = said
+        raise pytest.UsageError(f"pathways-chaos: {said}")
+
+
+def _fixtures(item: pytest.Item) -> list[str]:
+    return list(getattr(item, "fixturenames", ()))
+
+
+@pytest.fixture(scope="session")
+def acceptance_adapter(
+    pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
+) -> Given[AdapterFacts]:
+    return _loaded(pytestconfig, "acceptance_adapter", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def acceptance_sources(
+    pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
+) -> Given[list[SourceFile]]:
+    return _loaded(pytestconfig, "acceptance_sources", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def acceptance_manifest(
+    pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
+) -> Given[Manifest]:
+    return _loaded(pytestconfig, "acceptance_manifest", tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
@@ -119,11 +191,8 @@ def acceptance_params(
 
 
 @pytest.fixture(scope="session")
-def ramdisk_buffer(pytestconfig: pytest.Config) -> float:
-    from pathways_chaos.harness.acceptance.ramdisk import parse_buffer
-
-    text = _option(pytestconfig, "acceptance_ramdisk_buffer") or "0.15"
-    return _usage(lambda: parse_buffer(str(text)))
+def ramdisk_buffer(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> float:
+    return _loaded(pytestconfig, "ramdisk_buffer", tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
@@ -243,14 +312,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     }
     wanted = parse_checks(_option(config, "acceptance_checks"))
     if not wanted:
+        _load_inputs(config, items)
         return
     names = {_check_of(i)[1] for i in ours}
     unknown = [w for w in wanted if w not in GROUPS and w not in names]
     if unknown:
-        raise pytest.UsageError(
+        config.stash[USAGE_ERROR] = said = (
             f"--acceptance-checks: unknown {', '.join(unknown)}: use the groups "
             f"{', '.join(GROUPS)} or check names ({', '.join(sorted(names))})"
         )
+        raise pytest.UsageError(said)
     keep: list[pytest.Item] = []
     drop: list[pytest.Item] = []
     for item in items:
@@ -260,14 +331,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    _load_inputs(config, items)
 
 
 # -- the table -----------------------------------------------------------------------------
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     rows = config.stash.get(ROWS, [])
     report = _option(config, "acceptance_report")
-    if not rows and not report:
-        return
+    if (not rows and not report) or USAGE_ERROR in config.stash:
+        return  # a bad input's one line says it all; an empty report would read as green
     from pathways_chaos.harness.acceptance.table import SKIP, render, write_report
 
     order = config.stash.get(ORDER, {})

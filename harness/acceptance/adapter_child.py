@@ -221,4 +221,5 @@ def _in_child(spec: str, workdir: Path, *, plain: bool) -> Path:
     why = " ".join((str(error) if error is not None else "its process wrote nothing").split())
     if plain:  # a row's run: the adapter's own failure, where a row shows it
         raise UserCodeFailed(spec, f"the adapter's plain run: {why}")
-    raise ChaosConfigError(f"--acceptance-adapter={spec!r}: {why}")
+    named = f"--acceptance-adapter={spec!r}"
+    raise ChaosConfigError(why if why.startswith(named) else f"{named}: {why}")

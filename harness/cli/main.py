@@ -143,6 +143,21 @@ def _demo(args: argparse.Namespace) -> int:
             "pathways_chaos.harness.reference.user_loop:main), or leave --loop out for the "
             "reference trainer"
         )
+    trainer_only = [
+        flag
+        for flag, value, default in (
+            ("--steps", args.steps, 50),
+            ("--mode", args.mode, "resize"),
+            ("--scale-up", args.scale_up, "in_loop"),
+        )
+        if value != default
+    ]
+    if args.loop and trainer_only:
+        raise ChaosConfigError(
+            f"{', '.join(trainer_only)} set the reference trainer, not a loop given with --loop: "
+            "pass your loop's own options with pathways-chaos replay --loop ... --option "
+            "steps=40, or leave them out"
+        )
     schedule = None if args.loop else parse_schedule(args.schedule or DEMO_SCHEDULE)
     if args.loop and args.schedule is not None:
         check_schedule_fits(parse_schedule(args.schedule), topology.num_slices, kubernetes=False)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 from pathways_chaos.harness.engine.recorder import Event
 from pathways_chaos.harness.engine.subject_events import subject_history
-from pathways_chaos.harness.judging import chain_judges
+from pathways_chaos.harness.judging import chain_judges, loop_meshes
 from pathways_chaos.harness.judging import lineage as chain_checks
 from pathways_chaos.harness.judging.data_sources import Mixture, mixture
 from pathways_chaos.harness.judging.final_values import CHANGED, compare_final_states
@@ -49,9 +49,6 @@ from pathways_chaos.harness.judging.wording import plural as _plural
 #: The judges a pass needs: the faults happened, every sample was trained exactly once, the
 #: final state is the fault-free run's. Without any of them a pass judged nothing that matters.
 CENTRAL_JUDGES = ("faults-fired", "exactly-once", "final-state")
-_LOSS_KINDS = frozenset(
-    {"data_loss", "deadline_exceeded", "not_found", "internal", "slice_loss", "flapping"}
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,7 +280,7 @@ LOOP_JUDGES: tuple[Judge[LoopHistory], ...] = (
     ),
     Judge("restore-used", _chain_judge(chain_judges.restores_used)),
     Judge("restore-shapes", lambda h: chain_judges.restored_shapes(h.events)),
-    Judge("meshes", lambda h: _meshes(h.events)),
+    Judge("meshes", lambda h: loop_meshes.judge(h.events)),
     Judge(
         "scale-up",
         lambda h: (
@@ -392,64 +389,6 @@ def _exactly_once(
                 f"{consumed[i : i + 4]}, the fault-free run {want[i : i + 4]}"
             )
     del completed
-    return problems
-
-
-def _meshes(events: Sequence[Event]) -> list[str] | str:
-    """No attempt places data on a slice that was lost and that the manager had not
-    (again) made active: a slice lost in the middle of an attempt is that attempt's fault,
-    not its mesh's."""
-    problems: list[str] = []
-    down: dict[int, str] = {}
-    active: set[int] | None = None
-    slices: dict[int, list[int]] = {}
-    reported: set[tuple[int, int]] = set()
-    applied = False
-    for e in events:
-        kind = e["kind"]
-        key = (e.get("run", 0), e.get("attempt", 0))
-        if kind == "run_start":
-            slices = {int(s): ids for s, ids in e["slices"].items()}
-            active = None
-        elif kind == "fault" and "touched" in e:
-            fault = e["fault"]
-            if fault["kind"] in _LOSS_KINDS:
-                down[fault["slice"]] = e["text"]
-            elif fault["kind"] == "repair":
-                down.pop(fault["slice"], None)
-        elif kind in ("attempt_start", "active_slices"):
-            active = set(e["active_slices"] if "active_slices" in e else e.get("slices", []))
-            for s in active:
-                down.pop(s, None)
-        elif kind == "mesh":
-            applied = True
-            dead = sorted(
-                s for s in set(e["slices"]) & set(down) if active is None or s not in active
-            )
-            if dead and key not in reported:
-                reported.add(key)
-                devices = [d for s in dead for d in slices.get(s, [])]
-                problems.append(
-                    f"run {key[0]} attempt {key[1]} put data on a mesh holding slice "
-                    f"{', '.join(map(str, dead))} (devices {devices}), lost by "
-                    f"{down[dead[0]]} and not back: build each attempt's mesh from the "
-                    "manager's active slices, not jax.devices() or a mesh (or sharding) made "
-                    "before the loss"
-                )
-        elif kind == "attempt_ready":
-            gone = [s for s in down if active is None or s not in active]
-            dead_devices = {d for s in gone for d in slices.get(s, [])}
-            on_dead = sorted(dead_devices & set(e["live"]["device_ids"]))
-            if on_dead and key not in reported:
-                reported.add(key)
-                problems.append(
-                    f"run {key[0]} attempt {key[1]}: live arrays have shards on lost devices "
-                    f"{on_dead} when it drew its first batch"
-                )
-    if not applied:
-        return "the loop placed no data on a named-sharding mesh"
-    if len(problems) > 1:
-        return [f"{problems[0]} (and {len(problems) - 1} more attempts)"]
     return problems
 
 

@@ -51,7 +51,7 @@ COMMANDS: dict[str, tuple[list[str], set[int]]] = {
     "search --emit-job": (["search", "--emit-job", "2", "--image", "r/suite:1"], {0, 2}),
     "search merge": (["search", "merge", "{results}", "--html", "{scratch}/r.html"], {0, 1, 2}),
     "demo": (["demo", "--steps", "6", "--log", "{scratch}/demo.jsonl"], {0, 2}),
-    "demo --loop": (["demo", "--loop", "m.py:main", "--steps", "6"], {0, 2}),
+    "demo --loop": (["demo", "--loop", "m.py:main"], {0, 2}),
     "replay": (["replay", "--steps", "4"], {0, 2}),
     "replay --loop": (["replay", "--loop", "m.py:main"], {0, 2}),
     # exit codes documented in its --help: 1 unreadable, 3 refused, 4 no cluster

@@ -62,7 +62,7 @@ def test_a_loop_judge_that_raises_leaves_the_other_loop_judges_findings(
 ) -> None:
     """Before the panel, one raising loop judge made the whole verdict "not judged"; now a log
     that another judge fails still FAILS, and only the broken judge is not judged."""
-    monkeypatch.setattr(loop_oracle, "_meshes", _raises)
+    monkeypatch.setattr(loop_oracle.loop_meshes, "judge", _raises)
     verdict = loop_oracle.judge_loop([])  # no run_end: the run did not complete
     assert "meshes" in verdict.judge_errors
     assert "completed" in verdict.failed and verdict.word == "FAILED", verdict.summary()

@@ -265,19 +265,20 @@ def test_a_bad_loop_or_budget_stops_the_suite_in_one_line():
 def test_the_sample_loop_passes_a_budgeted_search_and_the_figures_say_what_it_covered(tmp_path):
     report = tmp_path / "search.json"
     out = _suite(
-        f"--chaos-loop={SAMPLE}", "--chaos-budget=20", f"--chaos-search-report={report}", "-q"
+        f"--chaos-loop={SAMPLE}", "--chaos-budget=30", f"--chaos-search-report={report}", "-q"
     )
     assert out.returncode == 0, out.stdout[-4000:]
     (line,) = [
         ln for ln in out.stdout.splitlines() if ln.startswith("pathways-chaos loop search (")
     ]
-    assert "of a 20 s budget" in line and "0 failed" in line, line
+    assert "of a 30 s budget" in line and "0 failed" in line, line
     figures = json.loads(report.read_text())
     assert figures["schedules"] >= 5 and figures["failures"] == 0
-    assert figures["wall_s"] + figures["baseline_s"] <= 20 + 10  # one schedule past, at most
+    assert figures["wall_s"] + figures["baseline_s"] <= 30 + 10  # one schedule past, at most
     assert set(figures["by_property"]) == {"snapshot", "dataset", "mesh", "stateful"}
     assert figures["episode_shares"]["slice lost"] > 0.5
-    # 5-6 schedules fit the budget now that each episode is a child process: not every kind.
+    # 5-8 schedules fit the budget now that each episode is a child process and a schedule
+    # that changes the batch schedule also runs its clean rerun and restore probe: not every kind.
     assert "data_loss" in set(figures["fault_kinds"])
 
 

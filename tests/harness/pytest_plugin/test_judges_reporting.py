@@ -61,7 +61,7 @@ def test_loop_judge_raises(chaos, monkeypatch):
     def broken(events):
         raise KeyError("meshes judge bug")
 
-    monkeypatch.setattr(loop_oracle, "_meshes", broken)
+    monkeypatch.setattr(loop_oracle.loop_meshes, "judge", broken)
     chaos.run_loop(LOOP, SCHEDULE)
 
 

@@ -67,11 +67,17 @@ def _no_proxy(check: str, title: str, fix: str, m: Manifest) -> CheckResult:
         return _skip(check, title, fix, NO_PROXY)
     if check != PROXY_ROW:
         return CheckResult(check, title, fix, depends_on=PROXY_ROW, note=f"no {PROXY}")
+    runs = [
+        what
+        for what, present in (
+            ("a resource manager", m.role(RESOURCE_MANAGER)),
+            ("workers", m.worker_pods),
+        )
+        if present
+    ]
     problem = (
-        f"the JobSet runs Pathways ({'a resource manager' if m.role(RESOURCE_MANAGER) else ''}"
-        f"{' and ' if m.role(RESOURCE_MANAGER) and m.worker_pods else ''}"
-        f"{'workers' if m.worker_pods else ''}) but no {PROXY} container: a JAX client "
-        "has no proxy to connect to and nothing holds the elastic flag"
+        f"the JobSet runs Pathways ({' and '.join(runs)}) but no {PROXY} container: a JAX "
+        "client has no proxy to connect to and nothing holds the elastic flag"
     )
     return CheckResult(
         check,

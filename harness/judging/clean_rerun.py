@@ -130,8 +130,9 @@ def _losses(events: Sequence[Event]) -> list[Event]:
             if fault["kind"] != "flapping":
                 out.append(e)
                 continue
-            polls[int(fault["slice"])] = int(fault.get("repair_after_polls", 1))
-            out.append(_as_loss(e, int(fault["slice"]), polls[int(fault["slice"])]))
+            index = int(fault["slice"])
+            polls[index] = int(fault.get("repair_after_polls", 1))
+            out.append(_as_loss(e, index, polls[index]))
         elif e["kind"] == "slice_lost" and e.get("how") == "flapping":
             index = int(e["slice"])
             out.append(_as_loss(e, index, polls.get(index, 1)))
@@ -145,8 +146,8 @@ def _as_loss(event: Event, slice_index: int, polls: int) -> Event:
 
 def _stall(since: float, at: float, trigger: str) -> list[str]:
     """On the fake clock, the time the faulted run spent from ``since`` (the save, or the
-    loss placed at ``save=K`` before this one) to ``at`` (this loss: the work it threw away),
-    passed at ``save=K`` before the loss: the clean run then stands where the faulted run's
+    loss placed at ``trigger`` before this one) to ``at`` (this loss: the work it threw away),
+    passed at ``trigger`` before the loss: the clean run then stands where the faulted run's
     clock stood, and the elastic monitor, which polls on that clock, sees a slice come back
     after the same batches as it did (three batches early, it did not)."""
     lag = round(at - since, 6)

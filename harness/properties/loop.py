@@ -163,6 +163,7 @@ class SearchStats:
     failures: int = 0
     skipped_for_budget: int = 0
     seconds: float = 0.0
+    longest_s: float = 0.0  # the longest schedule's episode: how far a budget can be overrun
     wall_s: float = 0.0  # the searches' wall time (generation, shrinking, episodes)
     baseline_s: float = 0.0
     scenarios: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
@@ -176,6 +177,7 @@ class SearchStats:
         self.schedules += 1
         self.by_property[prop] += 1
         self.seconds += seconds
+        self.longest_s = max(self.longest_s, seconds)
         self.scenarios.update(writer.scenarios)
         self.fault_kinds.update(fired_kinds(events))
         self.features.update(loop_features(events))
@@ -187,6 +189,7 @@ class SearchStats:
             "profile": self.profile,
             "budget_s": self.budget_s,
             "episode_s": round(self.seconds, 2),
+            "longest_s": round(self.longest_s, 2),
             "wall_s": round(self.wall_s, 2),
             "baseline_s": round(self.baseline_s, 2),
             "schedules": self.schedules,
@@ -212,6 +215,7 @@ class SearchStats:
         self.skipped_for_budget += other["skipped_for_budget"]
         self.flaky += other["flaky"]
         self.seconds += other["episode_s"]
+        self.longest_s = max(self.longest_s, other.get("longest_s", 0.0))
         self.wall_s += other["wall_s"]
         self.baseline_s += other["baseline_s"]
         self.by_property.update(other["by_property"])

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pathways_chaos.harness.engine.backend import ClusterBackend, KubeBacked, Unguardable
-from pathways_chaos.harness.judging.yardsticks import judge_with_yardsticks
+from pathways_chaos.harness.judging.yardsticks import YardstickRuns, judge_with_yardsticks
 
 if TYPE_CHECKING:
     from pathways_chaos.faults.model import Schedule
@@ -320,6 +320,7 @@ def play_loop(
     clean_rerun: bool = True,
     deadline: Deadline | None = None,
     isolate: bool = True,
+    yardsticks: YardstickRuns | None = None,
 ) -> Outcome:
     """Runs a user's own loop, unchanged, under ``schedule`` and judges it from the libraries'
     calls the black-box observer saw.
@@ -330,7 +331,8 @@ def play_loop(
     Pathways devices) run the loop in this process.
 
     When the recovery changed the batch schedule, the final state is judged against a run with
-    the same losses right after the snapshot it resumed from (``clean_rerun``).
+    the same losses right after the snapshot it resumed from (``clean_rerun``); ``yardsticks``
+    keeps those runs for the next episode of the same loop, options and topology (a search).
 
     ``baseline`` is the event log of a fault-free run of the same loop and options (this
     function with no schedule); without it, the judges that need one say "not judged".
@@ -360,6 +362,7 @@ def play_loop(
         reruns=clean_rerun,
         checkpoint_dir=checkpoint_dir,
         rerun=rerun,
+        made=yardsticks,
     )
     return Outcome(result, verdict)
 

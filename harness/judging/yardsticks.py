@@ -16,9 +16,10 @@ more runs of the same loop are made through ``rerun``:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pathways_chaos.harness.engine.recorder import Event
 from pathways_chaos.harness.judging.verdict import Verdict, judge_error
@@ -32,6 +33,35 @@ if TYPE_CHECKING:
 Rerun = Callable[["Schedule", Path | None, str], tuple[Sequence[Event] | None, str]]
 
 
+@dataclasses.dataclass
+class YardstickRuns:
+    """Yardstick runs already made for one loop, options and topology, by name and schedule.
+
+    A search over one loop asks for the same clean rerun from many schedules (a loss moved to
+    the same save); a deterministic loop makes the same run each time, as the search already
+    takes its one fault-free run to be. A run that did not complete is not kept; with
+    ``keep=False`` none is (every run made anew, still counted)."""
+
+    keep: bool = True
+    runs: dict[str, Sequence[Event]] = dataclasses.field(default_factory=dict)
+    made: int = 0
+    reused: int = 0
+
+    def rerun_through(self, rerun: Rerun) -> Rerun:
+        def remembered(plan: Schedule, where: Path | None, name: str) -> tuple[Any, str]:
+            key = f"{name} {plan.to_text()}"
+            if key in self.runs:
+                self.reused += 1
+                return self.runs[key], ""
+            events, why_not = rerun(plan, where, name)
+            self.made += 1
+            if events is not None and self.keep:
+                self.runs[key] = events
+            return events, why_not
+
+        return remembered
+
+
 def judge_with_yardsticks(
     events: Sequence[Event],
     baseline: Sequence[Event] | None,
@@ -39,11 +69,16 @@ def judge_with_yardsticks(
     reruns: bool,
     checkpoint_dir: str | Path | None,
     rerun: Rerun,
+    made: YardstickRuns | None = None,
 ) -> Verdict:
     """The loop judge's verdict; when the recovery changed the batch schedule, judged again
-    with the clean rerun and the restore probe (``reruns``: make them at all)."""
+    with the clean rerun and the restore probe (``reruns``: make them at all; ``made``: the
+    ones already made for this loop, reused)."""
     from pathways_chaos.faults.model import parse_schedule
     from pathways_chaos.harness.judging.clean_rerun import clean_schedule, restore_probe
+
+    if made is not None:
+        rerun = made.rerun_through(rerun)
 
     verdict = guarded_judge(events, baseline)
     why = verdict.not_judged.get("final-state", "")

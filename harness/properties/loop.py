@@ -24,6 +24,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from pathways_chaos.harness.engine.topology import SliceTopology
+from pathways_chaos.harness.judging.yardsticks import YardstickRuns
 from pathways_chaos.harness.properties.loop_schedules import (
     FAMILIES,
     LOOP_SCENARIOS,
@@ -75,10 +76,11 @@ def play_target(
     schedule: str,
     baseline: list[dict[str, Any]] | None,
     log_path: Path | None = None,
+    yardsticks: YardstickRuns | None = None,
 ) -> tuple[Any, float]:
     """One episode on a fresh fake cluster (nothing carries over), with its own checkpoint
     folder (and its log at ``log_path`` when given); returns the ``Outcome`` and its wall
-    time."""
+    time. ``yardsticks``: the clean reruns already made for this loop, reused."""
     from pathways_chaos.harness.play import play_loop
 
     with tempfile.TemporaryDirectory(prefix="pathways-chaos-loop-") as tmp:
@@ -91,6 +93,7 @@ def play_target(
             topology=target.topology,
             checkpoint_dir=Path(tmp) / "checkpoints",
             log_path=log_path,
+            yardsticks=yardsticks,
         )
         return outcome, time.perf_counter() - t0
 
@@ -166,6 +169,8 @@ class SearchStats:
     longest_s: float = 0.0  # the longest schedule's episode: how far a budget can be overrun
     wall_s: float = 0.0  # the searches' wall time (generation, shrinking, episodes)
     baseline_s: float = 0.0
+    reruns_made: int = 0  # clean reruns and restore probes run for the schedules' judges
+    reruns_reused: int = 0  # ... and reused from an earlier schedule of the same search
     scenarios: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     fault_kinds: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     features: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
@@ -195,6 +200,8 @@ class SearchStats:
             "schedules": self.schedules,
             "failures": self.failures,
             "skipped_for_budget": self.skipped_for_budget,
+            "reruns_made": self.reruns_made,
+            "reruns_reused": self.reruns_reused,
             "flaky": self.flaky,
             "schedules_per_minute": round(self.schedules / self.seconds * 60, 1)
             if self.seconds
@@ -213,6 +220,8 @@ class SearchStats:
         self.schedules += other["schedules"]
         self.failures += other["failures"]
         self.skipped_for_budget += other["skipped_for_budget"]
+        self.reruns_made += other.get("reruns_made", 0)
+        self.reruns_reused += other.get("reruns_reused", 0)
         self.flaky += other["flaky"]
         self.seconds += other["episode_s"]
         self.longest_s = max(self.longest_s, other.get("longest_s", 0.0))
@@ -294,6 +303,9 @@ class LoopSearch:
         self._allowances: dict[str, float] = {}
         self._started: dict[str, float] = {}
         self._failed: set[str] = set()
+        #: Clean reruns and restore probes made so far, reused by later schedules; a failure's
+        #: check run makes its own (a failure never rests on a kept run alone).
+        self.yardsticks = YardstickRuns()
 
     # the fault-free run, once
     def baseline(self) -> tuple[list[dict[str, Any]], LoopShape]:
@@ -379,8 +391,10 @@ class LoopSearch:
         baseline, _ = self.baseline()
         schedule = writer.text()
         first = self._log_path("first")
-        outcome, seconds = play_target(self.target, schedule, baseline, first)
+        outcome, seconds = play_target(self.target, schedule, baseline, first, self.yardsticks)
         self.stats.note(prop, writer, outcome.events, seconds)
+        self.stats.reruns_made = self.yardsticks.made
+        self.stats.reruns_reused = self.yardsticks.reused
         _note_hypothesis_events(outcome.events, writer)
         verdict = outcome.verdict
         if verdict.ok:

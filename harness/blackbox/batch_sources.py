@@ -115,6 +115,10 @@ class BatchSources:
         self._pending: dict[int, list[Any]] = {}  # batches an inner loop iterator handed on
         self._started: dict[int, float] = {}
         self._tool: int | None = None
+        # Sample ids an ElasticIterator gave another thread (a prefetch thread): the observer
+        # counted that draw there, so the loop's generator handing the batch on is not another.
+        self._elsewhere: set[int] = set()
+        self._elsewhere_lock = threading.Lock()
 
     # -- install / remove ----------------------------------------------------------------------
     def install(self) -> None:
@@ -202,6 +206,13 @@ class BatchSources:
         return out
 
     def _elastic_next(self, original: Callable[..., Any], iterator: Any) -> Any:
+        if threading.get_ident() != self._main:
+            batch = original(iterator)  # the observer counts this draw, in this thread
+            with self._elsewhere_lock:
+                if len(self._elsewhere) > MAX_IDS:
+                    self._elsewhere.clear()
+                self._elsewhere.update(batch_ids(batch) or ())
+            return batch
         if not self._outermost():
             return original(iterator)
         batch = self._inside(original, iterator)
@@ -281,6 +292,9 @@ class BatchSources:
                 for batch in pending:
                     self._count(frame, batch, batch_ids(batch), 0.0)
             return
+        if self._drawn_elsewhere(ids):
+            self._fed.pop(key, None)
+            return
         fed = self._fed.get(key)
         if fed is not None and (fed.count or set(ids) <= fed.ids):
             fed.count = 0  # passes on what a source below already counted
@@ -295,6 +309,14 @@ class BatchSources:
             return
         input_s = 0.0 if t0 is None else time.perf_counter() - t0
         self._count(frame, value, ids, input_s)
+
+    def _drawn_elsewhere(self, ids: list[int]) -> bool:
+        """The batch was drawn, and counted, in another thread; its ids are taken once."""
+        with self._elsewhere_lock:
+            if not ids or not set(ids) <= self._elsewhere:
+                return False
+            self._elsewhere.difference_update(ids)
+            return True
 
     def _count(self, frame: FrameType, batch: Any, ids: list[int] | None, input_s: float) -> None:
         self._mark_fed(frame.f_back, ids)

@@ -433,7 +433,7 @@ class FakeCluster:
         for array in live_arrays():
             try:
                 if not array.is_deleted() and dead & {d.id for d in array.sharding.device_set}:
-                    array.delete()
+                    _free_buffers_on(array, dead)
                     count += 1
             except RuntimeError:  # deleted meanwhile
                 continue
@@ -445,6 +445,18 @@ class FakeCluster:
                 f"slice {slice_index} does not exist in this {self.topology} cluster: "
                 f"use 0..{self.num_slices - 1}"
             )
+
+
+def _free_buffers_on(array: Any, dead: set[int]) -> None:
+    """Frees an array's buffers on the lost devices only. A buffer on a surviving device may be
+    another array's too (``jax.device_put`` of a one-device array onto a mesh keeps its buffer
+    for that device), and that array lives on, as it would on Pathways; the lost slice's array
+    is deleted all the same (``is_deleted`` holds when any of its buffers is). Read through
+    ``_arrays``, the one-device arrays JAX keeps per buffer: ``addressable_shards`` checks the
+    array first, and the device-loss seam already fails it."""
+    for buffer in array._arrays:
+        if {d.id for d in buffer.sharding.device_set} & dead:
+            buffer.delete()
 
 
 def devices_in_slice_order(cluster: FakeCluster, slices: Sequence[int]) -> list[Any]:

@@ -84,6 +84,26 @@ def test_a_lost_slice_fails_its_health_check_and_loses_its_arrays(fake_cluster):
     fake_cluster.check_access([0, 1, 3])  # the survivors are fine
 
 
+def test_a_lost_slice_frees_only_its_own_buffers_not_a_survivors_it_shared(fake_cluster):
+    """``device_put`` of a one-device array onto a mesh keeps that array's buffer for its
+    device. Deleting the whole replicated array on a loss freed it, so a correct loop that
+    placed its init params (``nnx.split``, on device 0) again in the next attempt crashed with
+    "Array has been deleted" (a blind tester's flax nnx loop), where Pathways keeps them."""
+    import jax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    devices = fake_cluster.devices
+    init = jax.numpy.arange(8.0)  # as nnx.split leaves params: on device 0, uncommitted
+    mesh = NamedSharding(Mesh(np.array(devices), ("d",)), PartitionSpec())
+    placed = jax.device_put(init, mesh)
+    fake_cluster.lose_slice(2)
+
+    assert placed.is_deleted() and not init.is_deleted()
+    assert float(init.sum()) == 28.0
+    with pytest.raises(jax.errors.JaxRuntimeError, match="DATA_LOSS"):
+        np.asarray(placed)  # the lost slice's array fails at use as Pathways says
+
+
 def _manager_slices(fake):
     return {s: fake.slice_devices(s) for s in range(fake.num_slices)}
 

@@ -32,7 +32,11 @@ from pathways_chaos.harness.properties.loop_schedules import (
     ScheduleWriter,
     loop_schedules,
 )
-from pathways_chaos.harness.properties.settings import LOSS_KINDS, PropertyFailure
+from pathways_chaos.harness.properties.settings import (
+    LOSS_KINDS,
+    PropertyFailure,
+    PropertyNotJudged,
+)
 
 #: What the coverage report counts per episode (``loop_features``).
 LOOP_FEATURES = (
@@ -385,6 +389,7 @@ class LoopSearch:
     # one episode, judged
     def check(self, prop: str, writer: ScheduleWriter) -> None:
         """Runs the loop under the writer's schedule; a ``PropertyFailure`` unless it survived."""
+        __tracebackhide__ = True
         if self._over_budget(prop):
             self.stats.skipped_for_budget += 1
             return
@@ -465,7 +470,9 @@ class LoopSearch:
         return time.perf_counter() - self._started[prop] >= self._allowance(prop)
 
     def run(self, prop: str) -> None:
-        """Searches ``prop`` (snapshot, dataset, mesh or stateful) over the loop."""
+        """Searches ``prop`` (snapshot, dataset, mesh or stateful) over the loop;
+        ``PropertyNotJudged`` when the budget was spent before it ran one schedule."""
+        __tracebackhide__ = True  # pytest shows the failure's message, not this machinery
         from hypothesis import given
         from hypothesis.stateful import get_state_machine_test
 
@@ -479,6 +486,7 @@ class LoopSearch:
             @self.settings(prop)
             @given(writer=loop_schedules(shape, self.target.num_slices, prop))
             def search(writer: ScheduleWriter) -> None:
+                __tracebackhide__ = True
                 self.check(prop, writer)
 
         else:
@@ -486,6 +494,7 @@ class LoopSearch:
         # A failure found for this loop is tried first next time (the key names the loop).
         search._hypothesis_internal_database_key = self.database_key(prop)  # type: ignore[attr-defined]
         self._started[prop] = time.perf_counter()
+        ran, unrun = self.stats.by_property[prop], self.stats.skipped_for_budget
         if self.seed is not None:
             # What @seed(n) sets, without the database=None that @seed adds: a reproducible
             # search that still tries a failure it saved before anything new.
@@ -505,6 +514,15 @@ class LoopSearch:
                 "above are each needed)",
                 smaller[0],
             ) from failure
+        if self.stats.by_property[prop] == ran and self.stats.skipped_for_budget > unrun:
+            spent = "the fault-free runs and the properties before it"
+            if self._failed:
+                spent += f" (shrinking the {', '.join(sorted(self._failed))} failure)"
+            raise PropertyNotJudged(
+                f"{PROPERTY_NAMES[prop]} not judged, because {spent} spent the "
+                f"{self.budget_s:g} s budget before it ran one schedule: give a larger "
+                f"--chaos-budget, or run it alone (-k {prop})"
+            )
 
 
 PROPERTY_NAMES = {

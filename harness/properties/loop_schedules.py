@@ -23,6 +23,8 @@ LOOP_SCENARIOS = (
     "slow_save_then_failure",  # a save held in flight, a loss or retried error meanwhile
     "retried_error",  # a slice-down code raised with no slice lost (a retried error)
     "preemption",  # SIGTERM: a loop that handles it checkpoints, and a new run resumes
+    "program_error",  # the program's own error (INVALID_ARGUMENT) after the rest: it must end
+    # the run (a loop that retries or swallows it hides a bug; nothing is written after it)
 )
 
 #: Elastic attempts each scenario may cost (a loop's retry policy is finite): a schedule's
@@ -36,6 +38,7 @@ ATTEMPT_COST = {
     "slow_save_then_failure": 1,
     "retried_error": 1,
     "preemption": 0,
+    "program_error": 0,
 }
 MAX_ATTEMPT_COST = 4
 #: Preemptions per schedule: an episode runs the loop at most three times.
@@ -49,6 +52,7 @@ FAMILIES = {
         "loss_during_a_restore",
         "slow_save_then_failure",
         "retried_error",
+        "program_error",
     ),
     "dataset": ("slice_down", "loss_and_repair", "retried_error", "preemption"),
     "mesh": ("slice_down", "loss_and_repair", "flapping"),
@@ -91,14 +95,21 @@ class ScheduleWriter:
     reserved: set[int] = dataclasses.field(default_factory=set)
     #: Slices some entry loses (a repair is written only for a slice lost once).
     touched: set[int] = dataclasses.field(default_factory=set)
+    #: A program error was written: the run ends there, so nothing may follow it.
+    ended: bool = False
 
     @property
     def last_batch(self) -> int:
         return max(1, self.shape.batches)
 
     def can(self, what: str) -> bool:
-        if self.cost + ATTEMPT_COST[what] > MAX_ATTEMPT_COST:
+        if self.ended or self.cost + ATTEMPT_COST[what] > MAX_ATTEMPT_COST:
             return False
+        if what == "program_error":  # after every other entry has fired
+            triggers = [e.partition("@")[2].partition(":")[0] for e in self.entries]
+            return all(t.startswith("batch=") for t in triggers) and (
+                self._after_every_entry() <= self.last_batch
+            )
         if what == "preemption":
             return self.preemptions < MAX_PREEMPTIONS
         if what in ("retried_error", "slow_save_then_failure"):
@@ -221,6 +232,16 @@ class ScheduleWriter:
         code = draw(st.sampled_from([k.upper() for k in LOSS_KINDS]))
         self.entries.append(f"raise_error@batch={self.batch}:code={code}")
         self.restores += 1
+
+    def _after_every_entry(self) -> int:
+        batches = [int(e.partition("@batch=")[2].partition(":")[0]) for e in self.entries]
+        return max([self.batch, *(b + 1 for b in batches)])
+
+    def _program_error(self, draw: Callable[..., Any]) -> None:
+        del draw
+        self.batch = self._after_every_entry()
+        self.entries.append(f"raise_error@batch={self.batch}:code=INVALID_ARGUMENT")
+        self.ended = True
 
     def _preemption(self, draw: Callable[..., Any]) -> None:
         del draw

@@ -29,6 +29,10 @@ class PropertyFailure(ChaosError, AssertionError):
     """A property does not hold; the message says which, and how to reproduce it."""
 
 
+class PropertyNotJudged(ChaosError):
+    """A property ran no example at all (its budget was spent): never a pass; says why."""
+
+
 @dataclasses.dataclass
 class ExampleCounter:
     """How many examples a property ran, and which one failed first (for the mutant table)."""

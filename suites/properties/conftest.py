@@ -82,6 +82,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _start_loop_search(config: pytest.Config, loop: str, profile: str) -> None:
+    # Through pytest, which rewrites a plugin's asserts (imported plainly first, pytest warns
+    # "Module already imported so cannot be rewritten" when the plugin activates).
+    config.pluginmanager.import_plugin("pathways_chaos.fixtures.cluster")
     from pathways_chaos.fixtures.cluster import fake_topology
     from pathways_chaos.harness.episodes.supervisor import check_loop
     from pathways_chaos.harness.properties.loop import LoopSearch, LoopTarget

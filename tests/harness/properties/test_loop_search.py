@@ -90,6 +90,12 @@ def test_generated_schedules_parse_fit_and_never_lose_slice_0_for_good(
         if entry.at.kind in ("batch", "save"):
             limit = batches if entry.at.kind == "batch" else saves
             assert 1 <= entry.at.value <= limit, f"{entry.to_text()}: past the fault-free run"
+    if "program_error" in writer.scenarios:  # the run ends there: everything else fired before
+        *before, last = list(schedule)
+        assert last.fault.kind == "raise_error" and last.fault.code == "INVALID_ARGUMENT"
+        assert all(e.at.kind == "batch" and e.at.value < last.at.value for e in before), (
+            writer.text()
+        )
 
 
 @settings(max_examples=10, deadline=None)
@@ -110,6 +116,7 @@ def test_every_scenario_writes_its_faults(data):
     assert "slow_save" in kinds["slow_save_then_failure"]
     assert kinds["retried_error"] == {"raise_error"}
     assert kinds["preemption"] == {"preemption"}
+    assert seen["program_error"] == "raise_error@batch=5:code=INVALID_ARGUMENT"
     assert kinds["slice_down"] <= {"data_loss", "deadline_exceeded", "not_found", "internal"}
 
 
@@ -289,6 +296,39 @@ def test_the_sample_loop_passes_a_budgeted_search_and_the_figures_say_what_it_co
     assert f"{figures['schedules']} schedules in" in line, line
     shares = figures["episode_shares"]
     assert 0 < shares["slice lost"] <= 1 and all(0 <= v <= 1 for v in shares.values()), shares
+
+
+def test_a_property_the_budget_left_no_time_for_is_not_judged_never_passed():
+    """A blind tester's search: one property's failure was shrunk past the budget, and the
+    three after it reported PASSED having run no schedule at all."""
+    from pathways_chaos.harness.properties.settings import PropertyNotJudged
+
+    search = LoopSearch(LoopTarget(SAMPLE), database=None, seed=0, budget_s=0.001)
+    with pytest.raises(PropertyNotJudged, match=r"not judged, because .* spent the 0.001 s"):
+        search.run("mesh")
+    assert search.stats.by_property["mesh"] == 0 and search.stats.skipped_for_budget > 0
+
+
+def test_the_suite_says_not_judged_for_each_property_that_ran_no_schedule():
+    out = _suite(f"--chaos-loop={SAMPLE}", "--chaos-budget=0.001", "-q", "-rs")
+    assert out.returncode == 0, out.stdout[-3000:]
+    skipped = [ln for ln in out.stdout.splitlines() if ln.startswith("SKIPPED")]
+    assert len(skipped) == 4 and all("NOT JUDGED" in ln for ln in skipped), out.stdout[-3000:]
+    assert " passed" not in out.stdout.splitlines()[-1], out.stdout[-500:]
+
+
+def test_the_search_finds_a_loop_that_retries_a_program_error():
+    """A blind tester's loop retried everything, INVALID_ARGUMENT included, in an outer loop of
+    its own: the chaos suite's raise_error scenario failed it, the search passed it (it never
+    wrote a program error)."""
+    loop = (
+        Path(__file__).parents[2] / "loops/real_jobs/blind11/b10_outer_retry_swallows_user_error.py"
+    )
+    search = LoopSearch(
+        LoopTarget(f"{loop}:main"), database=None, seed=0, max_examples=30, shrink=False
+    )
+    with pytest.raises(LoopPropertyFailure, match="raised INVALID_ARGUMENT, which is not a sl"):
+        search.run("snapshot")
 
 
 def test_each_example_of_the_search_imports_the_loop_only_in_its_child(tmp_path):

@@ -32,3 +32,27 @@ def test_collecting_the_chaos_suite_warns_nothing() -> None:
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "39 tests collected" in done.stdout
     assert "Warning" not in done.stdout + done.stderr
+
+
+def test_the_loop_search_from_another_folder_warns_nothing(tmp_path: Path) -> None:
+    """A blind tester ran ``pytest /path/to/suites/properties --chaos-loop=...`` from a folder
+    of its own: the suite's conftest imported the cluster fixtures plainly before the plugin
+    activated, and pytest warned on every run."""
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("pytest")),
+            str(ROOT / "suites" / "properties"),
+            "--chaos-loop=pathways_chaos.harness.reference.user_loop:main",
+            "--co",
+            "-q",
+            "-p",
+            "no:randomly",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "4/15 tests collected" in done.stdout or "4 tests collected" in done.stdout, done.stdout
+    assert "Warning" not in done.stdout + done.stderr, done.stdout[-2000:]

@@ -3,7 +3,7 @@
 Hypothesis writes fault schedules from the loop's triggers (its Nth batch, save, restore or
 attempt, a time) and every fault kind a loop meets (each slice-down code, loss and repair,
 flapping, a loss during a save and during a restore, a slow save, retried errors, preemption,
-and last a program's own error that must end the run),
+and, for the snapshot round-trip, last a program's own error that must end the run),
 runs the loop unchanged under each, and judges it against its fault-free run. A failure is
 shrunk and printed with ``pathways-chaos replay --loop ... --schedule '...'``, which fails the
 same way; the example database keeps it, so the next run tries it first. With the ci profile

@@ -26,6 +26,7 @@ from pathways_chaos.harness.properties.loop import (
 from pathways_chaos.harness.properties.loop_schedules import (
     FAMILIES,
     LOOP_SCENARIOS,
+    PROGRAM_ERROR,
     LoopShape,
     ScheduleWriter,
     loop_schedules,
@@ -103,7 +104,7 @@ def test_generated_schedules_parse_fit_and_never_lose_slice_0_for_good(
 def test_every_scenario_writes_its_faults(data):
     shape = LoopShape(24, 6, 1.0)
     seen = {}
-    for what in LOOP_SCENARIOS:
+    for what in (*LOOP_SCENARIOS, PROGRAM_ERROR):
         writer = ScheduleWriter(shape, 4, batch=5, restores=1)
         writer.write(data.draw, what)
         assert writer.scenarios == [what]

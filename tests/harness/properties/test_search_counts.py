@@ -81,8 +81,16 @@ def test_a_failure_that_does_not_repeat_is_reported_flaky_with_both_logs(
     results = iter(runs)
     logs: list[Path] = []
 
-    def episode(target: Any, schedule: str, baseline: Any, log_path: Path | None = None) -> Any:
+    def episode(
+        target: Any,
+        schedule: str,
+        baseline: Any,
+        log_path: Path | None = None,
+        yardsticks: Any = None,
+    ) -> Any:
         assert log_path is not None
+        # the first run may reuse the search's reruns; the run that confirms a failure may not
+        assert (yardsticks is None) == log_path.name.endswith("-again.jsonl")
         log_path.write_text(json.dumps({"kind": "episode_start"}) + "\n")
         logs.append(log_path)
         return _Outcome(next(results)), 0.1

@@ -41,7 +41,7 @@ ATTEMPT_COST = {
     "slow_save_then_failure": 1,
     "retried_error": 1,
     "preemption": 0,
-    "program_error": 0,
+    PROGRAM_ERROR: 0,
 }
 MAX_ATTEMPT_COST = 4
 #: Preemptions per schedule: an episode runs the loop at most three times.
@@ -109,10 +109,8 @@ class ScheduleWriter:
         if self.ended or self.cost + ATTEMPT_COST[what] > MAX_ATTEMPT_COST:
             return False
         if what == PROGRAM_ERROR:  # after every other entry has fired
-            triggers = [e.partition("@")[2].partition(":")[0] for e in self.entries]
-            return all(t.startswith("batch=") for t in triggers) and (
-                self._after_every_entry() <= self.last_batch
-            )
+            after = self._after_every_entry()
+            return after is not None and after <= self.last_batch
         if what == "preemption":
             return self.preemptions < MAX_PREEMPTIONS
         if what in ("retried_error", "slow_save_then_failure"):
@@ -236,13 +234,19 @@ class ScheduleWriter:
         self.entries.append(f"raise_error@batch={self.batch}:code={code}")
         self.restores += 1
 
-    def _after_every_entry(self) -> int:
-        batches = [int(e.partition("@batch=")[2].partition(":")[0]) for e in self.entries]
-        return max([self.batch, *(b + 1 for b in batches)])
+    def _after_every_entry(self) -> int | None:
+        """The first batch after every entry has fired; None when an entry fires on anything
+        but a batch (a time, a save, a restore, an attempt), which no batch is sure to follow."""
+        triggers = [e.partition("@")[2].partition(":")[0] for e in self.entries]
+        if not all(t.startswith("batch=") for t in triggers):
+            return None
+        return max([self.batch, *(int(t.removeprefix("batch=")) + 1 for t in triggers)])
 
     def _program_error(self, draw: Callable[..., Any]) -> None:
         del draw
-        self.batch = self._after_every_entry()
+        after = self._after_every_entry()
+        assert after is not None  # can() held
+        self.batch = after
         self.entries.append(f"raise_error@batch={self.batch}:code=INVALID_ARGUMENT")
         self.ended = True
 

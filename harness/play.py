@@ -321,6 +321,7 @@ def play_loop(
     deadline: Deadline | None = None,
     isolate: bool = True,
     yardsticks: YardstickRuns | None = None,
+    digests: bool = False,
 ) -> Outcome:
     """Runs a user's own loop, unchanged, under ``schedule`` and judges it from the libraries'
     calls the black-box observer saw.
@@ -336,13 +337,23 @@ def play_loop(
 
     ``baseline`` is the event log of a fault-free run of the same loop and options (this
     function with no schedule); without it, the judges that need one say "not judged".
+    ``digests`` puts a digest of each leaf in every save and restore event (the acceptance
+    table's restore rows read them; no judge of the panel does, and each is a pass over the
+    whole state at every save).
     """
     from pathways_chaos.faults.model import parse_schedule
 
     plan = parse_schedule(schedule) if isinstance(schedule, str) else schedule
     refuse_loop_schedule(plan, cluster, topology)  # one line, before anything runs
     how = _LoopRun(
-        options, log_path, checkpoint_dir, tuple(listeners), lineage, show_library_logs, deadline
+        options,
+        log_path,
+        checkpoint_dir,
+        tuple(listeners),
+        lineage,
+        show_library_logs,
+        deadline,
+        digests,
     )
     if (isinstance(cluster, KubeBacked) and _bridged(cluster) is None) or not isolate:
         return _play_loop_in_process(loop, plan, baseline, clean_rerun, cluster, how)
@@ -385,6 +396,7 @@ class _LoopRun:
     lineage: bool
     show_library_logs: bool
     deadline: Deadline | None
+    digests: bool = False
 
     def rerun(self, checkpoint_dir: Path | None, name: str) -> _LoopRun:
         """A yardstick run's: its log beside the episode's (``-clean``, ``-probe``), nobody
@@ -406,6 +418,7 @@ class _LoopRun:
             "lineage": self.lineage,
             "show_library_logs": self.show_library_logs,
             "deadline": self.deadline,
+            "digests": self.digests,
         }
 
 

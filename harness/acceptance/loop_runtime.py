@@ -98,6 +98,7 @@ class LoopRuns:
             topology=self.topology,
             log_path=self.workdir / f"loop-{name}.jsonl",
             checkpoint_dir=self.workdir / f"checkpoints-{name}",
+            digests=True,  # the restore rows compare each restore with its save
         )
         result: EpisodeResult = outcome.result
         return result

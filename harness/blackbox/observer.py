@@ -74,8 +74,13 @@ class LoopObserver:
         cluster: Any,
         max_attempts: int = MAX_ATTEMPTS_GUARD,
         lineage: bool = True,
+        digests: bool = False,
     ):
         self.recorder = recorder
+        #: Whether saves and restores carry a digest of each leaf: only where a judge reads
+        #: them (the acceptance table's restore rows); at a real job's size each is a pass
+        #: over the whole state at every save (issue 33).
+        self.digests = digests
         self.cluster = cluster
         self.max_attempts = max_attempts
         self.run = 0
@@ -339,7 +344,7 @@ class LoopObserver:
 
     def _save(self, original: Callable[..., Any], snap: Any, step: int, state: Any) -> Any:
         self._last_saved = state
-        digests = self._digest(state)
+        digests = self._digest(state)  # of the state as passed, before the copy
         nodes = self.lineage.nodes_of(state) if self.lineage is not None else None
         # The Snapshotter skips a save while the last is not yet taken by its worker thread;
         # read just before the call, so that thread has no time to take it in between.
@@ -374,7 +379,7 @@ class LoopObserver:
             "snapshot_save",
             **self._ids(),
             step=int(step),
-            digest=digests,
+            **digests,
             position=find_position(state),
             batches_in_attempt=self._attempt_batches,
             skipped=skipped,
@@ -420,7 +425,7 @@ class LoopObserver:
             **self._ids(),
             step=step,
             path=path,
-            digest=self._digest(tree),
+            **self._digest(tree),
             shapes=shapes(tree),
             nodes=self.lineage.nodes_of(tree) if self.lineage is not None else None,
             position=find_position(tree),
@@ -441,7 +446,7 @@ class LoopObserver:
             **self._ids(),
             source=source,
             step=step,
-            digest=self._digest(restored),
+            **self._digest(restored),
             shapes=shapes(restored),
             nodes=(
                 self.lineage.nodes_of(restored, fresh=True) if self.lineage is not None else None
@@ -574,10 +579,14 @@ class LoopObserver:
     def _caught(self, number: int, where: str) -> None:
         self.recorder.emit("slice_error_caught", **self._ids(), number=number, where=where)
 
-    def _digest(self, tree: Any) -> dict[str, str]:
-        """The toolkit's own read of a tree: not the loop's, so not lineage or an error."""
+    def _digest(self, tree: Any) -> dict[str, dict[str, str]]:
+        """An event's ``digest`` field, the digest of each leaf of ``tree``: the toolkit's own
+        read, not the loop's, so not lineage or an error; no field when no judge of this
+        episode reads digests."""
+        if not self.digests:
+            return {}
         with self._toolkit_reads():
-            return digest(tree, partial=True)
+            return {"digest": digest(tree, partial=True)}
 
     @contextlib.contextmanager
     def _toolkit_reads(self) -> Iterator[None]:

@@ -83,6 +83,7 @@ class ChildSpec(ChildFiles):
     step_seconds: float
     lineage: bool
     show_library_logs: bool
+    digests: bool
     fake_s: float | None
     #: Only load the loop and say whether it loads (a command's check of a spec, done where
     #: the loop's module may run).
@@ -297,7 +298,8 @@ def _one_run(spec: ChildSpec, recorder: Any, handoff: dict[str, Any] | None) -> 
         if loop is None:
             return "unloadable"
         options: dict[str, Any] = pickle.loads(spec.options_pickle)
-        settings = (spec.lineage, spec.show_library_logs, Deadline(fake_s=spec.fake_s, wall_s=None))
+        deadline = Deadline(fake_s=spec.fake_s, wall_s=None)
+        settings = (spec.lineage, spec.digests, spec.show_library_logs, deadline)
         workload = LoopWorkload(
             cluster, loop, schedule, options, spec.checkpoint_dir, spec.step_seconds, settings
         )

@@ -315,11 +315,11 @@ class LoopWorkload(Workload[Any]):
         options: dict[str, Any],
         checkpoint_dir: str | Path | None,
         step_seconds: float,
-        settings: tuple[bool, bool, Deadline | None],
+        settings: tuple[bool, bool, bool, Deadline | None],
     ) -> None:
         self.cluster, self.loop, self.schedule, self.options = cluster, loop, schedule, options
         self.checkpoint_dir, self.step_seconds = checkpoint_dir, step_seconds
-        self.lineage, self.show_library_logs, self.deadline = settings
+        self.lineage, self.digests, self.show_library_logs, self.deadline = settings
         self.name = self.subject = loop_name(loop)
         self.held = ExpectedSliceErrors()
         self.arguments: dict[str, Any] = {}
@@ -351,7 +351,9 @@ class LoopWorkload(Workload[Any]):
         stack.enter_context(
             episode_deadline(self.cluster.clock, self.deadline, cluster=self.cluster)
         )
-        observer = LoopObserver(self.recorder, self.cluster, lineage=self.lineage)
+        observer = LoopObserver(
+            self.recorder, self.cluster, lineage=self.lineage, digests=self.digests
+        )
         observer.values_dir = values_beside(self.recorder.path)
         self.observer = stack.enter_context(observer)
         stack.enter_context(reporting(self.recorder, lambda: observer.run))
@@ -437,16 +439,18 @@ def run_loop_episode(
     lineage: bool = True,
     show_library_logs: bool = False,
     deadline: Deadline | None = None,
+    digests: bool = False,
 ) -> EpisodeResult:
     """Runs the loop under the schedule; a run that a preemption notice ended runs again.
 
     ``lineage=False`` runs without the lineage seam (the judges that follow the chain say
-    "not judged"); ``show_library_logs`` lets pathwaysutils log the injected errors;
-    ``deadline`` bounds the episode in fake-clock and wall time (the session's default if
-    ``None``): a loop that never returns ends in a failed run saying what it waited for.
+    "not judged"); ``digests`` puts a digest of each leaf in every save and restore event;
+    ``show_library_logs`` lets pathwaysutils log the injected errors; ``deadline`` bounds the
+    episode in fake-clock and wall time (the session's default if ``None``): a loop that never
+    returns ends in a failed run saying what it waited for.
     """
     schedule = schedule or Schedule()
-    settings = (lineage, show_library_logs, deadline)
+    settings = (lineage, digests, show_library_logs, deadline)
     workload = LoopWorkload(
         cluster, loop, schedule, options or {}, checkpoint_dir, step_seconds, settings
     )

@@ -56,6 +56,7 @@ class SupervisedLoopEpisode:
         lineage: bool = True,
         show_library_logs: bool = False,
         deadline: Deadline | None = None,
+        digests: bool = False,
         limits: ChildLimits | None = None,
         kube: BridgeBinding | None = None,
         down: Iterable[int] = (),
@@ -68,7 +69,7 @@ class SupervisedLoopEpisode:
         self.checkpoint_dir = None if checkpoint_dir is None else str(checkpoint_dir)
         self.step_seconds, self.max_runs = step_seconds, max_runs
         self.listeners = list(listeners)
-        self.lineage, self.show_library_logs = lineage, show_library_logs
+        self.lineage, self.show_library_logs, self.digests = lineage, show_library_logs, digests
         self.deadline = deadline or default_deadline()
         self.limits = limits or child_watch.default_limits()
         self.loop_spec, self.loop_pickle, self.name = loop_reference(loop)
@@ -127,6 +128,7 @@ class SupervisedLoopEpisode:
             step_seconds=self.step_seconds,
             lineage=self.lineage,
             show_library_logs=self.show_library_logs,
+            digests=self.digests,
             fake_s=self.deadline.fake_s,
             stack_file=str(self.work / f"stacks-{run}.txt"),
             witness_file=str(self.work / f"exits-{run}.txt"),

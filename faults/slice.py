@@ -15,6 +15,9 @@ from pathways_chaos.harness.engine.backend import SaveGated, TimedRepair
 
 #: The errors ``is_error_due_to_slice_down`` counts as a lost slice: what a slice loss raises.
 SLICE_DOWN_CODES = ("DATA_LOSS", "DEADLINE_EXCEEDED", "NOT_FOUND", "INTERNAL")
+#: The most elastic attempts one run of a loop is let make (the observer stops it after them:
+#: it would retry forever); a ``raise_error`` in this many attempts outlasts any retry.
+PERSISTENT_ATTEMPTS = 40
 #: Every XLA (absl) status an error can carry: ``raise_error`` takes any but OK.
 ERROR_CODES = (
     "CANCELLED",
@@ -191,12 +194,22 @@ class RaiseError(Fault["FakeCluster"]):
     kind = "raise_error"
     code: str = "INVALID_ARGUMENT"
     message: str = "injected error"
+    #: Raised again at the start of each of the next ``attempts - 1`` elastic attempts: an
+    #: error that persists (a host callback that fails every time) needs a retry policy that
+    #: gives up; ``attempts`` past the attempts any loop is let make
+    #: (``PERSISTENT_ATTEMPTS``) outlasts every retry.
+    attempts: int = 1
 
     def __post_init__(self) -> None:
         if self.code not in ERROR_CODES:
             raise FaultSpecError(
                 f"{self.kind}: code={self.code!r} is not an XLA error status: use one of "
                 f"{', '.join(ERROR_CODES)} (OK is not an error)"
+            )
+        if self.attempts < 1:
+            raise FaultSpecError(
+                f"{self.kind}: attempts={self.attempts}: use >= 1 (the attempt it fires in, "
+                "and the ones after it to raise it again in)"
             )
 
     def error(self) -> BaseException:
@@ -212,7 +225,13 @@ class RaiseError(Fault["FakeCluster"]):
         raise self.error()
 
     def describe(self) -> str:
-        return f"the next access raises {self.code}"
+        again = f", and again in each of the next {self.attempts - 1} attempts"
+        return f"the next access raises {self.code}" + (again if self.attempts > 1 else "")
+
+    @property
+    def persistent(self) -> bool:
+        """Raised in more attempts than any loop is let make: no retry outlasts it."""
+        return self.attempts >= PERSISTENT_ATTEMPTS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -290,6 +309,14 @@ class CallbackError(RaiseError):
     kind = "callback_error"
     code: str = "INTERNAL"
     message: str = "injected error in the elastic-event callback"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.attempts != 1:
+            raise FaultSpecError(
+                f"{self.kind}: attempts={self.attempts}: a callback error fires in one callback "
+                "(give each call its own callback=N entry)"
+            )
 
     def describe(self) -> str:
         return f"the elastic-event callback raises {self.code}"

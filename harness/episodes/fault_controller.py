@@ -79,6 +79,9 @@ class FaultController:
         self.step_seconds = step_seconds
         self.pending: list[ScheduledFault] = list(schedule)
         self.fired: list[ScheduledFault] = []
+        #: Fired faults to fire again at the start of each coming attempt (``raise_error``'s
+        #: ``attempts``): entry -> how many attempts more.
+        self.repeats: dict[ScheduledFault, int] = {}
         self._counts: dict[str, int] = {}
         self._mesh_slices: list[int] | None = None
         self._main = threading.get_ident()
@@ -99,6 +102,7 @@ class FaultController:
             "counts": dict(self._counts),
             "last_step": self.last_step,
             "time_origin": self.time_origin,
+            "repeats": [[entries.index(e), n] for e, n in self.repeats.items()],
         }
 
     def go_on_from(self, entries: list[ScheduledFault], state: dict[str, Any]) -> None:
@@ -107,6 +111,7 @@ class FaultController:
         self._counts = {str(k): int(v) for k, v in state["counts"].items()}
         self.last_step = int(state["last_step"])
         self.time_origin = float(state["time_origin"])
+        self.repeats = {entries[int(i)]: int(n) for i, n in state.get("repeats", [])}
 
     def unfired(self) -> list[str]:
         """One line per scheduled fault that never fired, saying why it could not."""
@@ -149,6 +154,9 @@ class FaultController:
         self._counts[kind] = self._counts.get(kind, 0) + 1
         if kind == "step":
             self.last_step = max(self.last_step, int(event["step"]))
+        if kind == self.triggers["attempt"]:
+            for entry in list(self.repeats):  # before the pending: not again in its own attempt
+                self._fire_again(entry)
         for entry in list(self.pending):
             if self._due(entry, event):
                 self._fire(entry)
@@ -190,10 +198,25 @@ class FaultController:
     def _fire(self, entry: ScheduledFault) -> None:
         self.pending.remove(entry)
         self.fired.append(entry)
+        again = int(getattr(entry.fault, "attempts", 1)) - 1
+        if again > 0:
+            self.repeats[entry] = again
+        self._act(entry, {})
+
+    def _fire_again(self, entry: ScheduledFault) -> None:
+        """A fault that persists across attempts, in the next one (``repeat``: which time)."""
+        left = self.repeats.pop(entry) - 1
+        if left > 0:
+            self.repeats[entry] = left
+        attempts = int(getattr(entry.fault, "attempts", 1))
+        self._act(entry, {"repeat": attempts - left})
+
+    def _act(self, entry: ScheduledFault, extra: dict[str, Any]) -> None:
         fields = {
             "fault": entry.fault.to_json(),
             "text": entry.to_text(),
             "description": entry.fault.describe(),
+            **extra,
         }
         if isinstance(self.cluster, SaveGated):  # a save still copying completes first
             self.cluster.save_gate.join_unjoined()

@@ -39,7 +39,7 @@ from pathways_chaos.harness.judging.run_outcome import completed as run_complete
 from pathways_chaos.harness.judging.run_outcome import (
     did_something,
     faults_fired,
-    must_propagate,
+    must_end_in_error,
     own_retry,
 )
 from pathways_chaos.harness.judging.subject_judges import SUBJECT_JUDGES
@@ -310,8 +310,9 @@ def judge_loop(
     the recovery changed the batch schedule (resize mode with a batch that scales); ``probe``
     that of a retry there that lost no slice (``judging.yardsticks``)."""
     h = LoopHistory(events, baseline, reruns)
-    # Given an error it must not retry, what the episode judges is that the run ends with it.
-    propagate = must_propagate(events) is not None
+    # Given an error it must not retry (or one no retry outlasts), what the episode judges is
+    # that the run ends with it.
+    propagate = must_end_in_error(events)
     central = ("completed",) if propagate else CENTRAL_JUDGES
     verdict = Verdict(central=central, completed=h.completed, error=h.error)
     verdict.recoveries = recoveries(events)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pathways_chaos.faults.slice import SLICE_DOWN_CODES
+from pathways_chaos.faults.slice import PERSISTENT_ATTEMPTS, SLICE_DOWN_CODES
 from pathways_chaos.harness.engine.recorder import Event
 from pathways_chaos.harness.judging.wording import leaf_name
 from pathways_chaos.harness.judging.wording import one_line as _line
@@ -24,6 +24,25 @@ def must_propagate(events: Sequence[Event]) -> tuple[str, str] | None:
             if code not in SLICE_DOWN_CODES:
                 return code, str(e.get("text", "raise_error"))
     return None
+
+
+def persistent_error(events: Sequence[Event]) -> tuple[str, str] | None:
+    """The first injected slice-down error raised again in every attempt a loop is let make
+    (``raise_error`` with ``attempts`` >= ``PERSISTENT_ATTEMPTS``), as (its code, the fault's
+    text): no retry outlasts it, so the run must end with the retry policy giving up."""
+    for e in events:
+        fault = e.get("fault") if e["kind"] == "fault" and "repeat" not in e else None
+        if isinstance(fault, dict) and fault.get("kind") == "raise_error":
+            code = str(fault.get("code", ""))
+            if code in SLICE_DOWN_CODES and int(fault.get("attempts", 1)) >= PERSISTENT_ATTEMPTS:
+                return code, str(e.get("text", "raise_error"))
+    return None
+
+
+def must_end_in_error(events: Sequence[Event]) -> bool:
+    """Whether the schedule gave the run an error it must end with: one not to retry, or one
+    that persists past every retry."""
+    return must_propagate(events) is not None or persistent_error(events) is not None
 
 
 def own_retry(events: Sequence[Event]) -> str:
@@ -45,6 +64,9 @@ def completed(events: Sequence[Event], ends: list[Event], failed: Event | None) 
     propagate = must_propagate(events)
     if propagate is not None and ends:
         return _propagated(propagate, ends[-1], failed)
+    persists = persistent_error(events)
+    if persists is not None and ends:
+        return _gave_up(persists, ends[-1], failed, events)
     if not ends:
         unloadable = next((e for e in events if e["kind"] == "loop_unloadable"), None)
         if unloadable is not None:
@@ -99,6 +121,34 @@ def _propagated(propagate: tuple[str, str], last: Event, failed: Event | None) -
     if code in error and failed is last:
         return []  # it propagated, as it must
     return completed([], [last], failed) if error else [f"the run ended {last['status']}"]
+
+
+def _gave_up(
+    persists: tuple[str, str], last: Event, failed: Event | None, events: Sequence[Event]
+) -> list[str]:
+    """A run given an error in every attempt ends with its retry policy giving up."""
+    code, text = persists
+    if last["status"] == "completed":
+        return [
+            f"the run completed although {text} raised {code} in every attempt: the loop "
+            "went on past an error that never went away (caught it, or retried it by itself)"
+        ]
+    error = str((failed or {}).get("error") or "")
+    if error.startswith("AttemptGuardError"):
+        attempts = sum(
+            1 for e in events if e["kind"] == "attempt_start" and e["run"] == last["run"]
+        )
+        return [
+            f"the loop retried {text}'s {code} in each of its {attempts} attempts and would never "
+            "have stopped (pathways-chaos stopped it): elastic_retry retries forever unless given "
+            "a retry policy, so an error that persists (a host callback that fails every time) "
+            "holds the job's slices for good. Pass retry_policy=manager.ElasticRetryLimit("
+            "max_attempts=N) to elastic_retry"
+        ]
+    said = " ".join(str(x) for x in (error, (failed or {}).get("cause")) if x)
+    if failed is last and (error.startswith("ElasticRuntimeError") or code in said):
+        return []  # its retry policy gave up, as it must
+    return completed([], [last], failed) if said else [f"the run ended {last['status']}"]
 
 
 def faults_fired(events: Sequence[Event]) -> list[str] | str:

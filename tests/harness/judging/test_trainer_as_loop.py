@@ -22,6 +22,7 @@ REJOIN = "data_loss@batch=7:slice=1,repair@batch=12:slice=1"
 RETRIED = "raise_error@batch=7:code=INTERNAL"  # a host-callback error: retried, no slice lost
 PROGRAM_ERROR = "raise_error@batch=7:code=INVALID_ARGUMENT"  # must propagate
 HELD_SAVE = "slow_save@batch=6:seconds=4,raise_error@batch=7:code=INTERNAL"  # not dropped
+PERSISTENT = "raise_error@batch=7:code=INTERNAL:attempts=40"  # in every attempt: give up
 
 #: mutant -> (schedule, a judge that must find it)
 CAUGHT = {
@@ -39,13 +40,13 @@ CAUGHT = {
     "IteratorNotCarriedAcrossScaleUp": (REJOIN, "exactly-once"),
     "RandomnessNotRestored": (LOSS, "final-state"),
     "StaleSnapshotRestore": (HELD_SAVE, "restore-latest"),
+    "UnlimitedRetries": (PERSISTENT, "completed"),
     # Seen only in what the trainer reports of itself (``subject`` events):
     "BatchFromTotalSlices": (LOSS, "batch-sizes"),
     "JoiningSlicesAppended": (REJOIN, "mesh-rebuild"),
 }
 #: What the loop panel cannot see from outside yet, and why (the trainer's own panel does).
 NOT_CAUGHT_BY_THE_LOOP_PANEL = {
-    "UnlimitedRetries": "needs an INTERNAL error at every attempt until the deadline",
     "CallbackErrorEscapes": "a user's loop has no callback= trigger",
 }
 
@@ -69,9 +70,10 @@ def test_every_mutant_is_listed_once() -> None:
     assert not set(CAUGHT) & set(NOT_CAUGHT_BY_THE_LOOP_PANEL)
 
 
-@pytest.mark.parametrize("schedule", [LOSS, RETRIED, PROGRAM_ERROR, HELD_SAVE])
+@pytest.mark.parametrize("schedule", [LOSS, RETRIED, PROGRAM_ERROR, HELD_SAVE, PERSISTENT])
 def test_the_reference_trainer_survives_as_a_loop(schedule: str) -> None:
-    """Its central judges judged: a program error's is that the run ends with it."""
+    """Its central judges judged: a program error's (and a persistent one's) is that the run
+    ends with it."""
     out = _play("ReferenceTrainer", schedule)
     assert out.verdict.word == "SURVIVED", out.verdict.summary()
 

@@ -102,6 +102,8 @@ class LoopObserver(OrbaxSide):
         self._failed_attempts: set[str] = set()
         self._error_number = 0
         self._reading = 0
+        #: Called when a call of the loop's elastic-event callback ends (the fault controller's).
+        self.on_callback_end: Callable[[], None] | None = None
         #: Where a run's final state's values go (``run-N/`` below it), not into the log.
         self.values_dir: Path | None = None
         #: The tree of the run's last save (a loop that returns ``None`` is judged by it).
@@ -341,6 +343,9 @@ class LoopObserver(OrbaxSide):
         )
 
     def _elastic_retry(self, original: Callable[..., Any], manager: Any, *a: Any, **k: Any) -> Any:
+        callback = k.get("on_elastic_event_callback")
+        if callable(callback):  # by keyword, as the guide passes it
+            k["on_elastic_event_callback"] = self._observed_callback(callback)
         decorator = original(manager, *a, **k)
         observer = self
 
@@ -352,6 +357,22 @@ class LoopObserver(OrbaxSide):
             return decorator(attempt)
 
         return observed_decorator
+
+    def _observed_callback(self, callback: Callable[..., Any]) -> Callable[..., Any]:
+        """The loop's ``on_elastic_event_callback``, its calls recorded (``elastic_event``, the
+        ``callback=N`` trigger); an error armed for a call and not met in it is taken back
+        when the call ends (``on_callback_end``)."""
+
+        @functools.wraps(callback)
+        def observed(*args: Any, **kwargs: Any) -> Any:
+            self.recorder.emit("elastic_event", **self._ids())
+            try:
+                return callback(*args, **kwargs)
+            finally:
+                if self.on_callback_end is not None:
+                    self.on_callback_end()
+
+        return observed
 
     def _attempt(self, manager: Any, func: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         from pathwaysutils.elastic import elastic

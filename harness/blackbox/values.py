@@ -178,16 +178,22 @@ def own_frame(frames: list[traceback.FrameSummary]) -> str | None:
 def where_raised(error: BaseException) -> str | None:
     """``file:line in function: code`` of the innermost frame of the loop's own code (the
     line that called into a library, never a library's, the standard library's or this
-    toolkit's), in the root cause first (``ElasticRuntimeError`` wraps the error the loop met)."""
-    chain: list[BaseException] = []
-    current: BaseException | None = error
-    while current is not None and current not in chain:
-        chain.append(current)
-        current = current.__cause__ or current.__context__
-    for e in reversed(chain):
-        where = own_frame(traceback.extract_tb(e.__traceback__))
-        if where:
-            return where
+    toolkit's), in the root cause first (``ElasticRuntimeError`` wraps the error the loop met,
+    ``raise ... from``). An error raised while another was handled (its ``__context__``: an
+    elastic-event callback's, inside pathwaysutils' handler) is its own cause: the one it
+    happened during is looked in only when it shows none of the loop's frames."""
+    for follow in ("__cause__", "__context__"):
+        chain: list[BaseException] = []
+        current: BaseException | None = error
+        while current is not None and current not in chain:
+            chain.append(current)
+            current = current.__cause__ or (
+                current.__context__ if follow == "__context__" else None
+            )
+        for e in reversed(chain):
+            where = own_frame(traceback.extract_tb(e.__traceback__))
+            if where:
+                return where
     return None
 
 

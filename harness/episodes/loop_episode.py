@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from pathways_chaos.faults.model import Schedule, ScheduledFault
-from pathways_chaos.faults.slice import RaiseError
+from pathways_chaos.faults.slice import CallbackError, RaiseError
 from pathways_chaos.harness.blackbox.observer import LoopObserver
 from pathways_chaos.harness.engine import user_modules
 from pathways_chaos.harness.engine.backend import AccessCounting, ClusterBackend, ErrorArming
@@ -44,6 +44,7 @@ LOOP_TRIGGERS = {
     "save": "save",
     "restore": "restore_begin",
     "attempt": "attempt_start",
+    "callback": "elastic_event",
 }
 
 #: Keyword arguments the episode gives a loop that names them.
@@ -64,6 +65,8 @@ class LoopFaultController(FaultController):
         super().__init__(*args, **kwargs)
         self.time_origin = self.cluster.clock.time()
         self._armed: str | None = None  # the raise_error armed last, until the episode ends
+        self._in_callback: str | None = None  # a callback_error armed for one callback call
+        self._unmet: list[str] = []  # callback errors the callback never met
 
     def on_event(self, event: Event) -> None:
         if event["kind"] in SAVE_EVENTS and not self._firing:
@@ -80,11 +83,26 @@ class LoopFaultController(FaultController):
         it, from its computation, where a program error comes from (raised inside the batch
         draw that triggered it, a loop that guards only its step would never see it)."""
         fault = entry.fault
+        if isinstance(fault, CallbackError) and isinstance(self.cluster, ErrorArming):
+            self.cluster.arm_error(fault.error)
+            self._in_callback = entry.to_text()
+            return [f"armed: the callback's next use of a device raises {fault.code}"]
         if isinstance(fault, RaiseError) and isinstance(self.cluster, ErrorArming):
             self.cluster.arm_error(fault.error)
             self._armed = entry.to_text()
             return [f"armed: the loop's next use of a device raises {fault.code}"]
         return super()._inject(entry)
+
+    def callback_done(self) -> None:
+        """A call of the loop's elastic-event callback ended: an error armed for it that it
+        never met is taken back (it must not reach the next attempt) and said unfired."""
+        text, self._in_callback = self._in_callback, None
+        cluster = self.cluster
+        if text is not None and isinstance(cluster, ErrorArming) and cluster.disarm_error():
+            self._unmet.append(
+                f"fault never fired: {text} (armed, but the loop's on_elastic_event_callback "
+                "used no device in that call, so it never raised)"
+            )
 
     def _touch_mesh(self, kind: str, slices: list[int]) -> None:
         """A loop's batch uses its mesh: a flapping slice in it fails again (the loop's own
@@ -125,8 +143,17 @@ class LoopFaultController(FaultController):
                         if not seen
                         else ""
                     ),
+                    "elastic_event": f"the loop's on_elastic_event_callback was called {seen} "
+                    "times"
+                    + (
+                        " (pass elastic_retry one, by keyword; it is called after each elastic "
+                        "event)"
+                        if not seen
+                        else ""
+                    ),
                 }[counted]
             lines.append(f"fault never fired: {entry.to_text()} ({why})")
+        lines += self._unmet
         if self._armed is not None and isinstance(self.cluster, ErrorArming):
             if self.cluster.disarm_error():  # taken back: it must not reach a later run
                 lines.append(
@@ -289,8 +316,8 @@ def loop_arguments(
 
 
 def refuse_loop_misfits(schedule: Schedule) -> None:
-    """A trigger a loop cannot fire on (``callback=``: the toolkit sees no callbacks of a
-    user's loop) is one line before anything runs, not a KeyError mid-episode."""
+    """A trigger a loop cannot fire on is one line before anything runs, not a KeyError
+    mid-episode."""
     usable = sorted(set(LOOP_TRIGGERS) | {"time"})
     for entry in schedule:
         if entry.at.kind not in usable:
@@ -358,6 +385,7 @@ class LoopWorkload(Workload[Any]):
         self.observer = stack.enter_context(observer)
         stack.enter_context(reporting(self.recorder, lambda: observer.run))
         self.faults.on_raised = observer.slice_error
+        observer.on_callback_end = self.faults.callback_done
 
     def _preemptions(self) -> int:
         assert self.faults is not None

@@ -87,7 +87,23 @@ def completed(events: Sequence[Event], ends: list[Event], failed: Event | None) 
         f"the loop crashed: {_line(failed.get('error'))}"
         + (f" (caused by {_line(cause)})" if cause else "")
         + (f", raised at {where}" if where else "")
+        + _in_callback(events, text)
     ]
+
+
+def _in_callback(events: Sequence[Event], error: str) -> str:
+    """The hint for an error the loop's elastic-event callback let out."""
+    for e in events:
+        fault = e.get("fault") if e["kind"] == "fault" else None
+        if not isinstance(fault, dict) or fault.get("kind") != "callback_error":
+            continue
+        if str(fault.get("message", "")) in error:
+            return (
+                ": the loop's on_elastic_event_callback let it out, and elastic_retry runs "
+                "the callback inside its handler, so anything it raises ends the retries "
+                "(catch the slice-down errors it meets there)"
+            )
+    return ""
 
 
 def _unreadable_result(end: Event) -> list[str]:

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from pathways_chaos.harness.engine.recorder import Recorder
-from pathways_chaos.harness.reference.trainer import ReferenceTrainer, TrainerConfig
+from pathways_chaos.harness.reference.trainer import ReferenceTrainer, TrainerConfig, touch_a_device
 
 
 class IteratorRestoredFromCurrentPosition(ReferenceTrainer):
@@ -286,6 +286,8 @@ class CallbackErrorEscapes(ReferenceTrainer):
     which ends ``elastic_retry`` instead of retrying."""
 
     def on_elastic_event(self) -> None:
+        if self.callback_uses_devices:
+            touch_a_device()
         self.recorder.emit("elastic_event", run=self.run_index, attempt=self.attempt)
 
 

@@ -138,6 +138,10 @@ class ReferenceTrainer:
         #: Set by the harness before ``run()``: wraps what ``make_snapshotter`` made (the fake
         #: cluster's save gate holds saves in flight through it). Identity by default.
         self.snapshotter_wrapper: Callable[[Any], Any] | None = None
+        #: Whether ``on_elastic_event`` computes on a device, as a callback that logs a metric
+        #: does (``trainer_loop``: watched from outside, a fault meets it only there); in the
+        #: trainer's own episodes its ``elastic_event`` event is where a fault meets it.
+        self.callback_uses_devices = False
         self._noted_snapshot: int | None = None
 
     # -- the pieces a broken variant overrides -----------------------------------------------
@@ -156,6 +160,8 @@ class ReferenceTrainer:
         from pathwaysutils.elastic import elastic
 
         try:
+            if self.callback_uses_devices:
+                touch_a_device()
             self.recorder.emit("elastic_event", run=self.run_index, attempt=self.attempt)
         except Exception as error:
             if not elastic.is_error_due_to_slice_down(error, log_traceback=False):
@@ -585,3 +591,12 @@ def describe_state(state: Any) -> dict[str, dict[str, Any]]:
 def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ChaosConfigError(f"unknown {name} {value!r}: use one of {', '.join(allowed)}")
+
+
+def touch_a_device() -> None:
+    """What a callback that logs a metric does: a computation on the default device, which
+    meets a lost slice (or an error armed for the callback) there."""
+    import jax
+    import jax.numpy as jnp
+
+    jax.block_until_ready(jnp.zeros(()))

@@ -64,5 +64,7 @@ def main(
     report = reporter()
     if report is not None:
         recorder.add_listener(report)
-    result = trainer_class(trainer)(config, recorder, devices=devices).run()
+    subject = trainer_class(trainer)(config, recorder, devices=devices)
+    subject.callback_uses_devices = True  # a fault meets its callback where a loop's would
+    result = subject.run()
     return None if result.status == "suspended" else result.state

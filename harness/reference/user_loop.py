@@ -155,6 +155,7 @@ def train(
     checkpoint_dir: str | None = None,
     make_mesh: Callable[[Any, int], Any] = create_mesh,
     restore: Callable[[Any, Any, Any], tuple[Any, int]] = restore_from_snapshot,
+    on_elastic_event: Callable[[], None] | None = None,
 ) -> Any:
     import jax
     import orbax.checkpoint as ocp
@@ -175,6 +176,7 @@ def train(
         poll_interval=10,
         timeout=300,
         retry_policy=manager.ElasticRetryLimit(max_attempts=max_attempts),
+        on_elastic_event_callback=on_elastic_event,
     )
     def run_training_loop() -> Any:
         mesh = make_mesh(elastic_manager, devices_per_slice)

@@ -138,9 +138,8 @@ class ReferenceTrainer:
         #: Set by the harness before ``run()``: wraps what ``make_snapshotter`` made (the fake
         #: cluster's save gate holds saves in flight through it). Identity by default.
         self.snapshotter_wrapper: Callable[[Any], Any] | None = None
-        #: Whether ``on_elastic_event`` computes on a device, as a callback that logs a metric
-        #: does (``trainer_loop``: watched from outside, a fault meets it only there); in the
-        #: trainer's own episodes its ``elastic_event`` event is where a fault meets it.
+        #: ``on_elastic_event`` computes on a device, where a fault meets a loop's callback
+        #: (``trainer_loop``); in its own episodes the fault meets its ``elastic_event`` event.
         self.callback_uses_devices = False
         self._noted_snapshot: int | None = None
 
@@ -594,8 +593,7 @@ def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:
 
 
 def touch_a_device() -> None:
-    """What a callback that logs a metric does: a computation on the default device, which
-    meets a lost slice (or an error armed for the callback) there."""
+    """A computation on the default device, as a callback that logs a metric makes."""
     import jax
     import jax.numpy as jnp
 

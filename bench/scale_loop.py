@@ -64,6 +64,7 @@ def train(
     snapshot_interval: int = 4,
     global_batch: int = 16,
     devices: list[Any] | None = None,
+    join_before_save: bool = False,
 ) -> Any:
     import functools
 
@@ -127,6 +128,8 @@ def train(
             y = jax.device_put(batch["y"], batch_sharding)
             state = step_fn(state, x, y)
             if step % snapshot_interval == 0:
+                if join_before_save:  # the save before is done: this one is never skipped
+                    snapshotter.join()
                 snapshotter.save(
                     step, {"state": state, "step": step, "iterator_state": iterator.get_state()}
                 )

@@ -25,6 +25,8 @@ TargetT = TypeVar("TargetT")
 #: own loop, which has no step events, ``step=N`` means ``batch=N``), ``callback`` inside the
 #: Nth call of the trainer's elastic-event callback (``elastic_event``).
 TRIGGER_KINDS = ("step", "time", "restore", "save", "attempt", "batch", "callback")
+#: Triggers that count events from 1 (``step`` is a step number, from 0; ``time`` seconds).
+COUNTED_FROM_ONE = frozenset({"restore", "save", "attempt", "batch", "callback"})
 
 
 #: The largest count a fault takes (``times``, ``polls``, ``saves``...): a billion repeats
@@ -85,6 +87,15 @@ class Trigger:
             )
         if self.kind != "time":
             object.__setattr__(self, "value", int(self.value))
+        if self.kind in COUNTED_FROM_ONE and self.value == 0:
+            raise FaultSpecError(
+                f"trigger {self.kind}=0 never comes: {self.kind} counts from 1 (the first is "
+                f"{self.kind}=1)"
+            )
+        if self.kind != "time" and self.value > MAX_INDEX:
+            raise FaultSpecError(
+                f"trigger {self.kind}={self.value} is too large: use at most {MAX_INDEX}"
+            )
 
     def to_text(self) -> str:
         return f"{self.kind}={_format_value(self.value)}"
@@ -113,6 +124,8 @@ class Fault[TargetT](abc.ABC):
     )
     #: True for faults that act on Multi-Tier Checkpointing (they need an MTC trainer).
     needs_mtc: ClassVar[bool] = False
+    #: The one trigger kind the fault means something with (None: any).
+    only_trigger: ClassVar[str | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -204,6 +217,14 @@ class ScheduledFault:
 
     at: Trigger
     fault: Fault[Any]
+
+    def __post_init__(self) -> None:
+        only = self.fault.only_trigger
+        if only is not None and self.at.kind != only:
+            raise FaultSpecError(
+                f"{self.fault.kind}@{self.at.to_text()}: {self.fault.kind} fires inside a call "
+                f"that only the {only}= trigger names: write {self.fault.kind}@{only}=N"
+            )
 
     def to_text(self) -> str:
         parts = [f"{self.fault.kind}@{self.at.to_text()}"]

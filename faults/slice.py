@@ -192,6 +192,8 @@ class RaiseError(Fault["FakeCluster"]):
     """
 
     kind = "raise_error"
+    #: ``attempts`` is checked by the fault itself (>= 1), not as any count (>= 0).
+    signed_params = frozenset({"attempts"})
     code: str = "INVALID_ARGUMENT"
     message: str = "injected error"
     #: Raised again at the start of each of the next ``attempts - 1`` elastic attempts: an
@@ -210,6 +212,13 @@ class RaiseError(Fault["FakeCluster"]):
             raise FaultSpecError(
                 f"{self.kind}: attempts={self.attempts}: use >= 1 (the attempt it fires in, "
                 "and the ones after it to raise it again in)"
+            )
+        if self.attempts > 1 and self.code not in SLICE_DOWN_CODES:
+            raise FaultSpecError(
+                f"{self.kind}: attempts={self.attempts} with code={self.code}: an error that is "
+                "not a slice-down error ends the run the first time (elastic_retry does not "
+                "retry it), so it is never raised again: drop attempts, or use a slice-down "
+                f"code ({', '.join(SLICE_DOWN_CODES)})"
             )
 
     def error(self) -> BaseException:
@@ -307,6 +316,7 @@ class CallbackError(RaiseError):
     Nth call), as a callback that touches a lost slice sees it."""
 
     kind = "callback_error"
+    only_trigger = "callback"
     code: str = "INTERNAL"
     message: str = "injected error in the elastic-event callback"
 

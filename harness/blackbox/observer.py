@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import inspect
 import signal
 import threading
 import time
@@ -57,6 +58,24 @@ from pathways_chaos.harness.errors import ChaosConfigError
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # jax.monitoring
 #: A loop that retries more often than this in one run is stopped (it would never end).
 MAX_ATTEMPTS_GUARD = PERSISTENT_ATTEMPTS
+
+
+def retry_policy_of(arguments: dict[str, Any]) -> dict[str, Any]:
+    """What ``elastic_retry`` was given to stop retrying: ``retry_policy`` (its text),
+    ``max_attempts`` (None where it cannot be told: a policy of the loop's own) and
+    ``unlimited`` (neither given: pathwaysutils retries forever)."""
+    from pathwaysutils.elastic import manager as manager_lib
+
+    policy, retries = arguments.get("retry_policy"), arguments.get("max_retries")
+    if isinstance(policy, manager_lib.ElasticRetryLimit):
+        limit = int(policy.max_attempts)
+        return {"retry_policy": f"ElasticRetryLimit(max_attempts={limit})", "max_attempts": limit}
+    if policy is not None:
+        name = getattr(policy, "__qualname__", type(policy).__qualname__)
+        return {"retry_policy": f"a policy of its own ({name})", "max_attempts": None}
+    if retries is not None:
+        return {"retry_policy": f"max_retries={retries}", "max_attempts": int(retries)}
+    return {"retry_policy": "none", "max_attempts": None, "unlimited": True}
 
 
 class AttemptGuardError(ChaosConfigError):
@@ -343,9 +362,16 @@ class LoopObserver(OrbaxSide):
         )
 
     def _elastic_retry(self, original: Callable[..., Any], manager: Any, *a: Any, **k: Any) -> Any:
-        callback = k.get("on_elastic_event_callback")
-        if callable(callback):  # by keyword, as the guide passes it
-            k["on_elastic_event_callback"] = self._observed_callback(callback)
+        try:
+            bound = inspect.signature(original).bind(manager, *a, **k)
+        except TypeError:  # the library's own call says what is wrong
+            bound = None
+        if bound is not None:  # by keyword or by place
+            callback = bound.arguments.get("on_elastic_event_callback")
+            if callable(callback):
+                bound.arguments["on_elastic_event_callback"] = self._observed_callback(callback)
+            self.recorder.emit("elastic_retry", **self._ids(), **retry_policy_of(bound.arguments))
+            a, k = bound.args[1:], bound.kwargs
         decorator = original(manager, *a, **k)
         observer = self
 
@@ -368,6 +394,14 @@ class LoopObserver(OrbaxSide):
             self.recorder.emit("elastic_event", **self._ids())
             try:
                 return callback(*args, **kwargs)
+            except BaseException as error:  # it ends elastic_retry: say where it came from
+                self.recorder.emit(
+                    "elastic_event_raised",
+                    **self._ids(),
+                    type=type(error).__name__,
+                    message=str(error)[:300],
+                )
+                raise
             finally:
                 if self.on_callback_end is not None:
                     self.on_callback_end()

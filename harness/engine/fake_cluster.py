@@ -421,7 +421,14 @@ class FakeCluster:
                 make = functools.partial(slice_down_error, s.code, i)
                 lost.update({d.id: make for d in self.slice_devices(i)})
         if self._armed is not None:
-            lost.update({d.id: self._armed_error for d in self.devices if d.id not in lost})
+            # The armed error comes first, on every device: a use that also touches a lost
+            # slice meets it, whichever of its devices is looked at first (else which error a
+            # callback met would depend on that order).
+            for d in self.devices:
+                down = lost.get(d.id)
+                lost[d.id] = (
+                    self._armed_error if down is None else _first_of(self._armed_error, down)
+                )
         self._lost_devices.clear()
         self._lost_devices.update(lost)
 
@@ -445,6 +452,21 @@ class FakeCluster:
                 f"slice {slice_index} does not exist in this {self.topology} cluster: "
                 f"use 0..{self.num_slices - 1}"
             )
+
+
+def _first_of(
+    *makers: Callable[[], BaseException | None],
+) -> Callable[[], BaseException | None]:
+    """The first error the makers give (each one returns None where it does not apply)."""
+
+    def make() -> BaseException | None:
+        for maker in makers:
+            error = maker()
+            if error is not None:
+                return error
+        return None
+
+    return make
 
 
 def _free_buffers_on(array: Any, dead: set[int]) -> None:

@@ -35,6 +35,7 @@ from pathways_chaos.harness.episodes.result import EpisodeResult
 from pathways_chaos.harness.episodes.runner import EpisodeRunner, Workload
 from pathways_chaos.harness.errors import ChaosConfigError
 from pathways_chaos.harness.judging.clean_rerun import SAVE_EVENTS
+from pathways_chaos.harness.judging.wording import plural
 
 #: Trigger kind -> the observer's event it counts (``step`` is ``batch`` for a loop; ``save``
 #: counts every event of ``SAVE_EVENTS``).
@@ -137,14 +138,14 @@ class LoopFaultController(FaultController):
                     "save": f"the loop made {seen} Orbax saves"
                     + ("; use a batch=, attempt= or time= trigger" if not seen else ""),
                     "restore_begin": f"the loop restored {seen} times",
-                    "attempt_start": f"the loop ran {seen} elastic_retry attempts"
+                    "attempt_start": f"the loop ran {plural(seen, 'elastic_retry attempt')}"
                     + (
                         "; it runs none through elastic_retry: use a batch= or time= trigger"
                         if not seen
                         else ""
                     ),
-                    "elastic_event": f"the loop's on_elastic_event_callback was called {seen} "
-                    "times"
+                    "elastic_event": "the loop's on_elastic_event_callback was called "
+                    + plural(seen, "time")
                     + (
                         " (pass elastic_retry one, by keyword; it is called after each elastic "
                         "event)"

@@ -174,8 +174,10 @@ def _snapshot_pairs_judge(h: LoopHistory) -> Finding:
 
 
 def _completed_judge(h: LoopHistory) -> Finding:
-    done = did_something(h.events, h.ends[-1]) if h.completed else []
-    return run_completed(h.events, h.ends, h.failed_end) + done
+    found = run_completed(h.events, h.ends, h.failed_end)
+    if isinstance(found, str):  # how it ended cannot be told
+        return found
+    return found + (did_something(h.events, h.ends[-1]) if h.completed else [])
 
 
 def _step_count_judge(h: LoopHistory) -> Finding:

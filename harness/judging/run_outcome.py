@@ -19,30 +19,61 @@ def must_propagate(events: Sequence[Event]) -> tuple[str, str] | None:
     does not retry it, so the run must end with it."""
     for e in events:
         fault = e.get("fault") if e["kind"] == "fault" else None
-        if isinstance(fault, dict) and fault.get("kind") == "raise_error":
+        if isinstance(fault, dict) and fault.get("kind") in ("raise_error", "callback_error"):
             code = str(fault.get("code", ""))
             if code not in SLICE_DOWN_CODES:
                 return code, str(e.get("text", "raise_error"))
     return None
 
 
-def persistent_error(events: Sequence[Event]) -> tuple[str, str] | None:
-    """The first injected slice-down error raised again in every attempt a loop is let make
-    (``raise_error`` with ``attempts`` >= ``PERSISTENT_ATTEMPTS``), as (its code, the fault's
-    text): no retry outlasts it, so the run must end with the retry policy giving up."""
+def repeated_error(events: Sequence[Event]) -> tuple[str, str, int] | None:
+    """The first injected slice-down error raised again at the start of the attempts after it
+    (``raise_error`` with ``attempts`` > 1), as (its code, the fault's text, its attempts); None
+    when there is none, or when the loop runs no ``elastic_retry`` attempts to raise it in."""
+    if not any(e["kind"] == "attempt_start" for e in events):
+        return None
     for e in events:
         fault = e.get("fault") if e["kind"] == "fault" and "repeat" not in e else None
         if isinstance(fault, dict) and fault.get("kind") == "raise_error":
-            code = str(fault.get("code", ""))
-            if code in SLICE_DOWN_CODES and int(fault.get("attempts", 1)) >= PERSISTENT_ATTEMPTS:
-                return code, str(e.get("text", "raise_error"))
+            code, attempts = str(fault.get("code", "")), int(fault.get("attempts", 1))
+            if code in SLICE_DOWN_CODES and attempts > 1:
+                return code, str(e.get("text", "raise_error")), attempts
     return None
 
 
+def persistent_error(events: Sequence[Event]) -> tuple[str, str] | None:
+    """A repeated error raised in every attempt a loop is let make (``attempts`` >=
+    ``PERSISTENT_ATTEMPTS``): no retry outlasts it, so the run must end with the retry policy
+    giving up."""
+    repeated = repeated_error(events)
+    if repeated is None or repeated[2] < PERSISTENT_ATTEMPTS:
+        return None
+    return repeated[0], repeated[1]
+
+
 def must_end_in_error(events: Sequence[Event]) -> bool:
-    """Whether the schedule gave the run an error it must end with: one not to retry, or one
-    that persists past every retry."""
-    return must_propagate(events) is not None or persistent_error(events) is not None
+    """Whether the run is judged by how it ended: given an error not to retry, one that
+    persists past every retry, or one its retry policy gave up on while it went on."""
+    return (
+        must_propagate(events) is not None
+        or persistent_error(events) is not None
+        or _gave_up_while_repeated(events)
+    )
+
+
+def _gave_up_while_repeated(events: Sequence[Event]) -> bool:
+    """The retry policy ended the run (``ElasticRuntimeError``) while a repeated error was
+    still raised: its last attempt met it."""
+    repeated = repeated_error(events)
+    ends = [e for e in events if e["kind"] == "run_end"]
+    if repeated is None or not ends or ends[-1]["status"] != "failed":
+        return False
+    if not str(ends[-1].get("error") or "").startswith("ElasticRuntimeError"):
+        return False
+    last = ends[-1]["run"]
+    starts = [e["seq"] for e in events if e["kind"] == "attempt_start" and e["run"] == last]
+    met = [e["seq"] for e in events if e["kind"] == "fault" and e.get("text") == repeated[1]]
+    return bool(starts and met) and max(met) > max(starts)
 
 
 def own_retry(events: Sequence[Event]) -> str:
@@ -60,13 +91,15 @@ def own_retry(events: Sequence[Event]) -> str:
     )
 
 
-def completed(events: Sequence[Event], ends: list[Event], failed: Event | None) -> list[str]:
+def completed(events: Sequence[Event], ends: list[Event], failed: Event | None) -> list[str] | str:
     propagate = must_propagate(events)
     if propagate is not None and ends:
         return _propagated(propagate, ends[-1], failed)
-    persists = persistent_error(events)
-    if persists is not None and ends:
-        return _gave_up(persists, ends[-1], failed, events)
+    repeated = repeated_error(events)
+    if repeated is not None and ends:
+        found = _repeated(repeated, ends[-1], failed, events)
+        if found is not None:
+            return found
     if not ends:
         unloadable = next((e for e in events if e["kind"] == "loop_unloadable"), None)
         if unloadable is not None:
@@ -92,12 +125,12 @@ def completed(events: Sequence[Event], ends: list[Event], failed: Event | None) 
 
 
 def _in_callback(events: Sequence[Event], error: str) -> str:
-    """The hint for an error the loop's elastic-event callback let out."""
+    """The hint for a slice-down error the loop's elastic-event callback let out."""
     for e in events:
-        fault = e.get("fault") if e["kind"] == "fault" else None
-        if not isinstance(fault, dict) or fault.get("kind") != "callback_error":
+        if e["kind"] != "elastic_event_raised" or not str(e.get("message")):
             continue
-        if str(fault.get("message", "")) in error:
+        message = str(e["message"])
+        if message in error and message.startswith(SLICE_DOWN_CODES):
             return (
                 ": the loop's on_elastic_event_callback let it out, and elastic_retry runs "
                 "the callback inside its handler, so anything it raises ends the retries "
@@ -122,7 +155,7 @@ def _unreadable_result(end: Event) -> list[str]:
     return []
 
 
-def _propagated(propagate: tuple[str, str], last: Event, failed: Event | None) -> list[str]:
+def _propagated(propagate: tuple[str, str], last: Event, failed: Event | None) -> list[str] | str:
     """A run given an error it must not retry ends with that error, and only then."""
     code, text = propagate
     if last["status"] == "completed":
@@ -139,32 +172,54 @@ def _propagated(propagate: tuple[str, str], last: Event, failed: Event | None) -
     return completed([], [last], failed) if error else [f"the run ended {last['status']}"]
 
 
-def _gave_up(
-    persists: tuple[str, str], last: Event, failed: Event | None, events: Sequence[Event]
-) -> list[str]:
-    """A run given an error in every attempt ends with its retry policy giving up."""
-    code, text = persists
+def _repeated(
+    repeated: tuple[str, str, int], last: Event, failed: Event | None, events: Sequence[Event]
+) -> list[str] | str | None:
+    """How a run given an error in attempt after attempt ended: its retry policy gave up while
+    the error went on (right), it went on past an error that never went away, or it never
+    stopped; None: judged as any run."""
+    code, text, attempts = repeated
     if last["status"] == "completed":
+        if attempts < PERSISTENT_ATTEMPTS:
+            return None  # it outlasted the error
         return [
             f"the run completed although {text} raised {code} in every attempt: the loop "
             "went on past an error that never went away (caught it, or retried it by itself)"
         ]
-    error = str((failed or {}).get("error") or "")
-    if error.startswith("AttemptGuardError"):
-        attempts = sum(
-            1 for e in events if e["kind"] == "attempt_start" and e["run"] == last["run"]
-        )
-        return [
-            f"the loop retried {text}'s {code} in each of its {attempts} attempts and would never "
-            "have stopped (pathways-chaos stopped it): elastic_retry retries forever unless given "
-            "a retry policy, so an error that persists (a host callback that fails every time) "
-            "holds the job's slices for good. Pass retry_policy=manager.ElasticRetryLimit("
-            "max_attempts=N) to elastic_retry"
-        ]
-    said = " ".join(str(x) for x in (error, (failed or {}).get("cause")) if x)
-    if failed is last and (error.startswith("ElasticRuntimeError") or code in said):
+    if str((failed or {}).get("error") or "").startswith("AttemptGuardError"):
+        return _never_stopped(text, code, last, events)
+    if _gave_up_while_repeated(events):
         return []  # its retry policy gave up, as it must
-    return completed([], [last], failed) if said else [f"the run ended {last['status']}"]
+    return None
+
+
+def _never_stopped(text: str, code: str, last: Event, events: Sequence[Event]) -> list[str] | str:
+    """The observer stopped a loop after ``PERSISTENT_ATTEMPTS`` attempts: why it went on, from
+    what its ``elastic_retry`` was given."""
+    met = sum(1 for e in events if e["kind"] == "fault" and e.get("text") == text)
+    policies = [e for e in events if e["kind"] == "elastic_retry" and e["run"] == last["run"]]
+    policy = policies[-1] if policies else {"unlimited": True}
+    said = f"the loop met {text}'s {code} in {_plural(met, 'attempt')} and would never have stopped"
+    limit = policy.get("max_attempts")
+    if policy.get("unlimited"):
+        return [
+            f"{said} (pathways-chaos stopped it after {PERSISTENT_ATTEMPTS}): elastic_retry "
+            "retries forever unless given a retry policy, so an error that persists (a host "
+            "callback that fails every time) holds the job's slices for good. Pass "
+            "retry_policy=manager.ElasticRetryLimit(max_attempts=N) to elastic_retry"
+        ]
+    if limit is None or limit >= PERSISTENT_ATTEMPTS:
+        return (
+            f"its retry policy ({policy['retry_policy']}) had not given up after the "
+            f"{PERSISTENT_ATTEMPTS} attempts pathways-chaos lets one run make, so whether it "
+            "gives up on an error that persists was not judged"
+            + (" (allow fewer attempts to judge it)" if limit is not None else "")
+        )
+    return [
+        f"{said}: its retry policy ({policy['retry_policy']}) gave up, and the loop called its "
+        "elastic_retry function again, attempt after attempt (pathways-chaos stopped it after "
+        f"{PERSISTENT_ATTEMPTS}): let the policy's ElasticRuntimeError end the run"
+    ]
 
 
 def faults_fired(events: Sequence[Event]) -> list[str] | str:
@@ -178,6 +233,17 @@ def faults_fired(events: Sequence[Event]) -> list[str] | str:
         for e in events
         if e["kind"] == "fault" and str(e.get("raised", "")).startswith("not injected")
     ]
+    # An error to raise again at each attempt's start, in a loop that runs no elastic_retry
+    # attempts (it retries by itself): raised once, so its repeats happened to nothing.
+    if not any(e["kind"] == "attempt_start" for e in events):
+        unfired += [
+            f"{e['text']} (raised once: the loop runs no elastic_retry attempts to raise it "
+            "again in)"
+            for e in events
+            if e["kind"] == "fault"
+            and isinstance(e.get("fault"), dict)
+            and int(e["fault"].get("attempts", 1)) > 1
+        ]
     if unfired:
         return (
             f"{_plural(len(unfired), 'scheduled fault')} never fired, so surviving "

@@ -57,7 +57,7 @@ def test_a_loop_that_retries_a_persistent_error_forever_fails_saying_so() -> Non
     assert out.verdict.word == "FAILED", out.verdict.summary()
     assert out.verdict.failed[:1] == ["completed"], out.verdict.summary()
     (first, *_) = out.verdict.violations
-    assert f"in each of its {PERSISTENT_ATTEMPTS} attempts" in first
+    assert f"INTERNAL in {PERSISTENT_ATTEMPTS} attempts and would never have stopped" in first
     assert "retry_policy=manager.ElasticRetryLimit" in first
 
 

@@ -360,10 +360,15 @@ def rows() -> list[Row]:
         # -- faults whose trigger never comes: never "survived" ----------------------------
         Row(
             "step never reached",
-            (*demo, "--schedule", "data_loss@step=999999999999:slice=1"),
+            (*demo, "--schedule", "data_loss@step=999999:slice=1"),
             1,
-            "fault never fired: data_loss@step=999999999999:slice=1 "
-            "(step=999999999999 > last step 5)",
+            "fault never fired: data_loss@step=999999:slice=1 (step=999999 > last step 5)",
+        ),
+        Row(
+            "trigger beyond int32",
+            (*demo, "--schedule", "data_loss@step=999999999999:slice=1"),
+            2,
+            "trigger step=999999999999 is too large: use at most 2147483647",
         ),
         Row(
             "restore never reached",

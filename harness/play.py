@@ -429,11 +429,9 @@ def refuse_loop_schedule(
     any run: a slice outside the cluster, a fault the loop's fake does not model."""
     from pathways_chaos.faults.model import check_schedule_fits
     from pathways_chaos.harness.engine.topology import SliceTopology
-    from pathways_chaos.harness.episodes.loop_episode import refuse_loop_misfits
 
     slices = SliceTopology.parse(_shape_of(cluster, topology)).num_slices
     check_schedule_fits(plan, slices, kubernetes=isinstance(cluster, KubeBacked))
-    refuse_loop_misfits(plan)
 
 
 def _shape_of(cluster: ClusterBackend | None, topology: SliceTopology | str | None) -> str:

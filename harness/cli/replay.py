@@ -159,7 +159,6 @@ def replay_loop_main(argv: list[str]) -> int:
     try:
         from pathways_chaos.faults.model import check_schedule_fits, parse_schedule
         from pathways_chaos.harness.engine.topology import SliceTopology, request_cpu_devices
-        from pathways_chaos.harness.episodes.loop_episode import refuse_loop_misfits
         from pathways_chaos.harness.episodes.supervisor import check_loop
 
         # Every input is checked before JAX starts.
@@ -171,7 +170,6 @@ def replay_loop_main(argv: list[str]) -> int:
         topology = SliceTopology.parse(args.topology)
         schedule = parse_schedule(args.schedule)
         check_schedule_fits(schedule, topology.num_slices, kubernetes=False)
-        refuse_loop_misfits(schedule)
         options = _loop_options(args.option)
         request_cpu_devices(topology.device_count)
         quiet_libraries()

@@ -271,7 +271,7 @@ def lingering_threads() -> dict[str, Any]:
 def _one_run(spec: ChildSpec, recorder: Any, handoff: dict[str, Any] | None) -> str:
     from pathways_chaos.faults.model import parse_schedule
     from pathways_chaos.harness.engine.deadline import Deadline
-    from pathways_chaos.harness.episodes.loop_episode import LoopWorkload, refuse_loop_misfits
+    from pathways_chaos.harness.episodes.loop_episode import LoopWorkload
 
     if spec.probe:  # ready first: a module that ends the process at import is the loop's
         recorder.emit("child_ready", run=spec.run)
@@ -279,7 +279,6 @@ def _one_run(spec: ChildSpec, recorder: Any, handoff: dict[str, Any] | None) -> 
     schedule = parse_schedule(spec.schedule)
     cluster = episode_cluster(spec, recorder.clock, handoff, spec.down if spec.run == 1 else ())
     if spec.run == 1:
-        refuse_loop_misfits(schedule)
         recorder.emit(
             "episode_start",
             topology=spec.topology,

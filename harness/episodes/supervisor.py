@@ -26,7 +26,7 @@ from pathways_chaos.harness.episodes.child_watch import (
     ChildWatch,
     error_of,
 )
-from pathways_chaos.harness.episodes.loop_episode import refuse_loop_misfits, scratch
+from pathways_chaos.harness.episodes.loop_episode import scratch
 from pathways_chaos.harness.episodes.loop_reference import (
     file_modules,
     loop_reference,
@@ -61,7 +61,6 @@ class SupervisedLoopEpisode:
         kube: BridgeBinding | None = None,
         down: Iterable[int] = (),
     ) -> None:
-        refuse_loop_misfits(schedule)
         self.kube = kube
         self.down = sorted(down)  # slices down before the episode starts (the test's own)
         self.schedule, self.topology, self.clock = schedule, topology, clock

@@ -79,10 +79,11 @@ class SliceHealthWatch:
             f"slice {slice_index} down",
         )
 
-    def wait_up(self, slice_index: int, hosts_per_slice: int) -> None:
+    def wait_up(self, slice_index: int, hosts_per_slice: int, timeout: float = TIMEOUT_S) -> None:
         self.wait(
             lambda: self._hosts.get(slice_index, 0) >= hosts_per_slice,
             f"slice {slice_index} up",
+            timeout,
         )
 
     def _run(self) -> None:

@@ -237,11 +237,6 @@ class RaiseError(Fault["FakeCluster"]):
         again = f", and again in each of the next {self.attempts - 1} attempts"
         return f"the next access raises {self.code}" + (again if self.attempts > 1 else "")
 
-    @property
-    def persistent(self) -> bool:
-        """Raised in more attempts than any loop is let make: no retry outlasts it."""
-        return self.attempts >= PERSISTENT_ATTEMPTS
-
 
 @dataclasses.dataclass(frozen=True)
 class Preemption(Fault["FakeCluster"]):

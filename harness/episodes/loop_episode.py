@@ -84,14 +84,13 @@ class LoopFaultController(FaultController):
         it, from its computation, where a program error comes from (raised inside the batch
         draw that triggered it, a loop that guards only its step would never see it)."""
         fault = entry.fault
-        if isinstance(fault, CallbackError) and isinstance(self.cluster, ErrorArming):
-            self.cluster.arm_error(fault.error)
-            self._in_callback = entry.to_text()
-            return [f"armed: the callback's next use of a device raises {fault.code}"]
         if isinstance(fault, RaiseError) and isinstance(self.cluster, ErrorArming):
             self.cluster.arm_error(fault.error)
-            self._armed = entry.to_text()
-            return [f"armed: the loop's next use of a device raises {fault.code}"]
+            if isinstance(fault, CallbackError):  # for one call of the callback only
+                self._in_callback, whose = entry.to_text(), "callback"
+            else:
+                self._armed, whose = entry.to_text(), "loop"
+            return [f"armed: the {whose}'s next use of a device raises {fault.code}"]
         return super()._inject(entry)
 
     def callback_done(self) -> None:

@@ -41,32 +41,23 @@ def repeated_error(events: Sequence[Event]) -> tuple[str, str, int] | None:
     return None
 
 
-def persistent_error(events: Sequence[Event]) -> tuple[str, str] | None:
-    """A repeated error raised in every attempt a loop is let make (``attempts`` >=
-    ``PERSISTENT_ATTEMPTS``): no retry outlasts it, so the run must end with the retry policy
-    giving up."""
-    repeated = repeated_error(events)
-    if repeated is None or repeated[2] < PERSISTENT_ATTEMPTS:
-        return None
-    return repeated[0], repeated[1]
-
-
 def must_end_in_error(events: Sequence[Event]) -> bool:
     """Whether the run is judged by how it ended: given an error not to retry, one that
-    persists past every retry, or one its retry policy gave up on while it went on."""
-    return (
-        must_propagate(events) is not None
-        or persistent_error(events) is not None
-        or _gave_up_while_repeated(events)
-    )
-
-
-def _gave_up_while_repeated(events: Sequence[Event]) -> bool:
-    """The retry policy ended the run (``ElasticRuntimeError``) while a repeated error was
-    still raised: its last attempt met it."""
+    persists past every retry (``attempts`` >= ``PERSISTENT_ATTEMPTS``), or one its retry
+    policy gave up on while it went on."""
+    if must_propagate(events) is not None:
+        return True
     repeated = repeated_error(events)
+    if repeated is None:
+        return False
+    return repeated[2] >= PERSISTENT_ATTEMPTS or _gave_up_while_repeated(events, repeated)
+
+
+def _gave_up_while_repeated(events: Sequence[Event], repeated: tuple[str, str, int]) -> bool:
+    """The retry policy ended the run (``ElasticRuntimeError``) while the repeated error was
+    still raised: its last attempt met it."""
     ends = [e for e in events if e["kind"] == "run_end"]
-    if repeated is None or not ends or ends[-1]["status"] != "failed":
+    if not ends or ends[-1]["status"] != "failed":
         return False
     if not str(ends[-1].get("error") or "").startswith("ElasticRuntimeError"):
         return False
@@ -188,7 +179,7 @@ def _repeated(
         ]
     if str((failed or {}).get("error") or "").startswith("AttemptGuardError"):
         return _never_stopped(text, code, last, events)
-    if _gave_up_while_repeated(events):
+    if _gave_up_while_repeated(events, repeated):
         return []  # its retry policy gave up, as it must
     return None
 

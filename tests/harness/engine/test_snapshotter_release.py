@@ -148,3 +148,28 @@ def test_a_failed_snapshot_log_record_keeps_its_text_not_its_arrays():
     assert kept == [record]
     assert "Array has been deleted" in record.exc_text
     assert alive() is None  # the frame's locals are gone with the filter
+
+
+def test_a_loss_touching_an_earlier_array_adds_nothing_to_a_runs_census(fake_cluster):
+    """A loss frees the lost devices' buffers through one-device views that JAX keeps on the
+    array: the views of an array alive before the run are not the run's (an earlier test's
+    leftover snapshot made a correct trainer fail the pinned-host check in full CI runs)."""
+    import jax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    from pathways_chaos.harness.engine.census import Census
+
+    mesh = Mesh(np.array(fake_cluster.devices), ("replica",))
+    pinned = NamedSharding(mesh, PartitionSpec("replica"), memory_kind="pinned_host")
+    on_device = NamedSharding(mesh, PartitionSpec("replica"))
+    rows = np.ones((len(fake_cluster.devices), 2), np.float32)
+    earlier = [jax.device_put(rows, pinned), jax.device_put(rows, on_device)]
+    census = Census()
+    census()  # the run's baseline
+    fake_cluster.lose_slice(1)
+    assert census.pinned_host() == 0
+    assert census()["by_kind"].get("device", 0) == census.baseline
+    alive = fake_cluster.slice_devices(0)[0]
+    made = jax.device_put(rows, jax.sharding.SingleDeviceSharding(alive, memory_kind="pinned_host"))
+    assert census.pinned_host() == 1  # one of the run's own is still counted
+    del made, earlier

@@ -496,13 +496,13 @@ def _why_no_slice_joined(events: Sequence[Event]) -> str:
     )  # fmt: skip
     if came_back and not repaired:
         return (
-            f"the lost slice {', '.join(map(str, came_back))} was back when a later attempt "
+            f"{_slices_were(came_back)} back when a later attempt "
             "started (the manager waited for it, or it was back by then), so no slice joined "
             "while the loop trained"
         )
     if repaired:
         return (
-            f"the loop never took the repaired slice {', '.join(map(str, repaired))} back "
+            f"the loop never took the repaired {_slices_named(repaired)} back "
             "while training (it trains on without it: capacity is lost, not data)"
         )
     return "the loop took no slice back while training"
@@ -545,3 +545,15 @@ def ranges(values: Iterable[int]) -> str:
             runs.append([v, v])
     shown = [f"{a}..{b}" if b > a else str(a) for a, b in runs[:6]]
     return ", ".join(shown) + (" ..." if len(runs) > 6 else "")
+
+
+def _slices_named(slices: Sequence[int]) -> str:
+    """ "slice 2", or "slices 1 and 2"."""
+    names = [str(s) for s in slices]
+    if len(names) == 1:
+        return f"slice {names[0]}"
+    return f"slices {', '.join(names[:-1])} and {names[-1]}"
+
+
+def _slices_were(slices: Sequence[int]) -> str:
+    return f"the lost {_slices_named(slices)} {'was' if len(slices) == 1 else 'were'}"

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Sequence
+import itertools
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 
 from pathways_chaos.harness.engine.recorder import Event
@@ -124,20 +125,7 @@ def batches_per_step(events: Sequence[Event], baseline: Sequence[Event] | None =
     episode's own): each pair of saves there advances the step by their batches over the
     ratio. 1 when no such pair, or the pairs disagree (then steps are counted as batches, as
     most loops do)."""
-    ratios: set[Fraction] = set()
-    restored: set[tuple[int, int, int]] = set()
-    last: dict[tuple[int, int, int], tuple[int, int]] = {}
-    for source, e in [*((0, b) for b in baseline or ()), *((1, x) for x in events)]:
-        key = (source, e.get("run", 0), e.get("attempt", 0))
-        if e["kind"] == "restore_end":
-            restored.add(key)
-        elif e["kind"] in ("snapshot_save", "checkpoint_save") and key not in restored:
-            step, drawn = e.get("step"), e.get("batches_in_attempt")
-            if not isinstance(step, int) or not isinstance(drawn, int):
-                continue
-            if key in last and step > last[key][0] and drawn > last[key][1]:
-                ratios.add(Fraction(drawn - last[key][1], step - last[key][0]))
-            last[key] = (step, drawn)
+    ratios = _unit_ratios(events, baseline, lambda e, drawn: e.get("batches_in_attempt"))
     return ratios.pop() if len(ratios) == 1 else Fraction(1)
 
 
@@ -147,10 +135,20 @@ def samples_per_step(
     """How many samples make one step of the loop's counter, learned as ``batches_per_step``
     is: for a loop whose global batch stays fixed while its micro-batches per step change with
     the slices. None when no such pair of saves, or the pairs disagree."""
-    ratios: set[Fraction] = set()
+    ratios = _unit_ratios(events, baseline, lambda e, drawn: drawn)
+    return ratios.pop() if len(ratios) == 1 else None
+
+
+def _unit_ratios(
+    events: Sequence[Event],
+    baseline: Sequence[Event] | None,
+    count_at: Callable[[Event, int], object],
+) -> set[Fraction]:
+    """Count per step between the saves of each attempt that restored nothing (``count_at``: a
+    save's count of batches, or of the samples drawn so far in its attempt)."""
+    saves: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
     restored: set[tuple[int, int, int]] = set()
     drawn: dict[tuple[int, int, int], int] = {}
-    last: dict[tuple[int, int, int], tuple[int, int]] = {}
     for source, e in [*((0, b) for b in baseline or ()), *((1, x) for x in events)]:
         key = (source, e.get("run", 0), e.get("attempt", 0))
         if e["kind"] == "restore_end":
@@ -158,10 +156,27 @@ def samples_per_step(
         elif e["kind"] == "batch" and isinstance(e.get("size"), int):
             drawn[key] = drawn.get(key, 0) + e["size"]
         elif e["kind"] in ("snapshot_save", "checkpoint_save") and key not in restored:
-            step, samples = e.get("step"), drawn.get(key, 0)
-            if not isinstance(step, int):
-                continue
-            if key in last and step > last[key][0] and samples > last[key][1]:
-                ratios.add(Fraction(samples - last[key][1], step - last[key][0]))
-            last[key] = (step, samples)
-    return ratios.pop() if len(ratios) == 1 else None
+            step, count = e.get("step"), count_at(e, drawn.get(key, 0))
+            if isinstance(step, int) and isinstance(count, int):
+                saves.setdefault(key, []).append((step, count))
+    ratios: set[Fraction] = set()
+    for attempt in saves.values():
+        pairs = _step_pairs(attempt)
+        ratios |= {Fraction(n1 - n0, s1 - s0) for (s0, n0), (s1, n1) in pairs if n1 > n0}
+    return ratios
+
+
+def _step_pairs(saves: list[tuple[int, int]]) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """Pairs of saves (step, count) whose steps grew. A loop that saves every micro-batch under
+    its optimizer step saves each step several times (0, 1, 1, 2, 2 at batches 1-5): each step
+    is then taken at its first save, and the attempt's first step left out, as it may have
+    begun before its first save (batch 0 was not saved); pairs of consecutive saves had the
+    steps advance one per batch."""
+    steps = [step for step, _ in saves]
+    if len(set(steps)) == len(steps):
+        return [(a, b) for a, b in itertools.pairwise(saves) if b[0] > a[0]]
+    firsts: list[tuple[int, int]] = []
+    for step, count in saves:
+        if not firsts or step > firsts[-1][0]:
+            firsts.append((step, count))
+    return list(itertools.pairwise(firsts[1:]))

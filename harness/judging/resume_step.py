@@ -72,12 +72,17 @@ def resume_step(
             if trained is None and key not in drew:
                 uncounted += 1  # no batch of this attempt seen: its steps cannot be counted
                 continue
-            applied = True
             if samples_per_step is not None:
                 steps = Fraction(samples.get(key, 0)) / samples_per_step
                 if steps.denominator == 1 and e["step"] == restore["step"] + int(steps):
+                    applied = True
                     continue  # the samples trained since explain the step: a fixed global batch
-            problems += _next_save(key, restore, e, trained, per_step)
+            found = _next_save(key, restore, e, trained, per_step)
+            if found is None:  # a save between a step's micro-batches: judged at the next one
+                pending[key] = restore
+                continue
+            applied = True
+            problems += found
     if not applied:
         return _why_not_judged(unnumbered, uncounted)
     return problems
@@ -85,14 +90,15 @@ def resume_step(
 
 def _next_save(
     key: Key, restore: Event, save: Event, trained: int | None, per_step: Fraction
-) -> list[str]:
-    """The first save after a restore names the restored step plus the steps trained since."""
+) -> list[str] | None:
+    """The first save after a restore names the restored step plus the steps trained since
+    (``None``: a save between a step's micro-batches, with no whole step to count)."""
     batches = k = save["batches_in_attempt"] - restore["batches_in_attempt"]
     if per_step != 1:  # k batches are k / per_step steps: micro-batches, or labels that
         steps = Fraction(k) / per_step  # count samples (per_step < 1)
         done = None if trained is None else Fraction(trained) / per_step
         if steps.denominator != 1 or (done is not None and done.denominator != 1):
-            return []  # a save between a step's micro-batches: no whole step to count
+            return None
         k, trained = int(steps), None if done is None else int(done)
     if (
         trained is not None
@@ -120,7 +126,7 @@ def _next_save(
     trained_text = (
         _plural(k, "batch", "batches")
         if per_step == 1
-        else f"{k} steps of {per_step} batches"
+        else f"{_plural(k, 'step', 'steps')} of {per_step} batches"
         if per_step > 1
         else f"{_plural(batches, 'batch', 'batches')} of {unit} step labels each"
     )

@@ -41,6 +41,7 @@ SCENARIOS = [
     ],
     ("repaired-slice-rejoins", SUITE.test_repaired_slice_rejoins, {}),
     ("lost-during-a-save", SUITE.test_slice_lost_during_a_save, {}),
+    ("error-while-a-save-is-in-flight", SUITE.test_error_while_a_save_is_in_flight, {}),
     ("lost-during-a-restore", SUITE.test_slice_lost_during_a_restore, {}),
     ("flapping", SUITE.test_flapping_slice, {}),
     ("all-replicas-but-one", SUITE.test_all_replicas_but_one, {}),
@@ -50,7 +51,7 @@ CORRECT = [loop for loop in CATALOGUE.LOOPS if loop.kind == "correct"]
 
 
 def _matrix() -> list[tuple[Any, tuple[str, Any, dict[str, Any]]]]:
-    """Every correct loop under every scenario (110 episodes: each run a child forked from the
+    """Every correct loop under every scenario (121 episodes: each run a child forked from the
     warm fork server, about 3 s apiece on one core)."""
     return [(loop, s) for loop in CORRECT for s in SCENARIOS]
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -59,7 +60,7 @@ from pathways_chaos.harness.engine.untrusted_files import (
     read_text,
     shown,
 )
-from pathways_chaos.harness.errors import ChaosError
+from pathways_chaos.harness.errors import ChaosConfigError, ChaosError
 
 
 def default_state_dir() -> Path:
@@ -68,6 +69,8 @@ def default_state_dir() -> Path:
 
 
 PID_FILE = "daemon.pid"
+#: What ``up`` runs as ``python -m DAEMON_MODULE``: a pid file naming anything else is refused.
+DAEMON_MODULE = "pathways_chaos.fixtures.twin.daemon"
 #: ``--spare-slices`` and ``--timeout``: what a laptop's twin can hold, and a minute's patience.
 SPARE_SLICES = Range(0, 16, whole=True, unit="spare node pools")
 TIMEOUT = Range(0, 3600, unit="seconds", inclusive=False)
@@ -91,17 +94,39 @@ def _recorded_daemon(state: Path) -> ProcessIdentity | None:
 
 
 def _daemon_state(state: Path) -> tuple[ProcessIdentity | None, str]:
-    """The recorded daemon and ``"ours" | "gone"``; a live pid that is not ours is refused."""
+    """The recorded daemon and ``"ours" | "gone"``; a live pid that is not ours, or that runs
+    no twin daemon (a record copied from /proc of the user's own process), is refused."""
     recorded = _recorded_daemon(state)
     if recorded is None:
         return None, "gone"
-    verdict, why = ownership(recorded)
+    verdict, why = ownership(recorded, module=DAEMON_MODULE)
     if verdict == "other":
         raise NotOurProcess(
-            f"pid file {shown(state / PID_FILE)}: {why}; it is not the twin's daemon, nothing "
-            f"signalled: if no twin runs, delete {shown(state)} yourself"
+            f"pid file {shown(state / PID_FILE)} names a process that is not a pathways-chaos "
+            f"twin daemon ({why}), nothing signalled: if no twin runs, delete {shown(state)} "
+            "yourself"
         )
     return recorded, verdict
+
+
+def _down_command(state: Path) -> str:
+    """The ``twin down`` line for ``state``: with ``--state-dir`` unless it is the default, so
+    the printed line stops this twin, not the default folder's."""
+    if state.absolute() == default_state_dir().absolute():
+        return "pathways-chaos twin down"
+    return f"pathways-chaos twin down --state-dir {shlex.quote(str(state.absolute()))}"
+
+
+def _check_kubeconfig_path(state: Path) -> None:
+    """The kubeconfig lives in the state folder, and ``KUBECONFIG`` and ``--cluster=PATH:CONTEXT``
+    split on ':': a ':' in its path fails a minute later as "Invalid kube-config file"."""
+    text = str(state.absolute())
+    if ":" in text:
+        raise ChaosConfigError(
+            f"--state-dir {shown(text)} holds ':', which the twin's kubeconfig path cannot "
+            "(KUBECONFIG and --cluster=PATH:CONTEXT split on it): choose a folder whose path "
+            "has none"
+        )
 
 
 def _check_up(args: argparse.Namespace) -> CheckedManifest:
@@ -109,6 +134,7 @@ def _check_up(args: argparse.Namespace) -> CheckedManifest:
     args.spare_slices = parse_whole(args.spare_slices, "--spare-slices", SPARE_SLICES)
     args.timeout = parse_number(args.timeout, "--timeout", TIMEOUT)
     check_images(args.image)
+    _check_kubeconfig_path(args.state_dir)
     if needs_user_namespace():
         check_overlay_path(args.state_dir)
     return load_manifest(args.manifest, args.namespace)
@@ -140,7 +166,7 @@ def up(args: argparse.Namespace) -> int:
         if recorded is not None and verdict == "ours":
             print(
                 f"pathways-chaos twin: a twin is already up in {state} (pid {recorded.pid}): "
-                "run `pathways-chaos twin down` first",
+                f"run `{_down_command(state)}` first",
                 file=sys.stderr,
             )
             return 3
@@ -154,7 +180,7 @@ def up(args: argparse.Namespace) -> int:
     command = [
         sys.executable,
         "-m",
-        "pathways_chaos.fixtures.twin.daemon",
+        DAEMON_MODULE,
         f"--state-dir={state.absolute()}",
         f"--manifest={manifest.absolute()}",
         f"--spare-slices={args.spare_slices}",
@@ -207,7 +233,7 @@ def _wait_ready(
         f"pytest -m chaos --cluster={ready['kubeconfig']}:{ready['context']} "
         f"--namespace={ready['namespace']} --jobset={ready['jobset']} --chaos-arm"
     )
-    print("pathways-chaos twin down  # when done")
+    print(f"{_down_command(state)}  # when done")
     return 0
 
 
@@ -217,7 +243,9 @@ def down(args: argparse.Namespace) -> int:
         print(f"twin down: no twin in {state}")
         return 0
     recorded, verdict = _daemon_state(state)
-    stopped = recorded is not None and verdict == "ours" and stop_ours(recorded)
+    stopped = (
+        recorded is not None and verdict == "ours" and stop_ours(recorded, module=DAEMON_MODULE)
+    )
     remove_owned_folder(state, what="--state-dir")
     if stopped:
         print(f"twin down: stopped, {state} removed")

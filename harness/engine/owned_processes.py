@@ -7,6 +7,8 @@ the boot id); before any signal the live process must match all of it. Signals n
 pid <= 1 (``kill(-1)`` reaches every process the user may signal, ``kill(0)`` our own group,
 pid 1 is init), and a process group is signalled only when its leader is the process we
 started in a session of its own (``start_new_session=True``), never a group someone else made.
+A caller that knows what it started (``python -m MODULE``) also passes ``module``: a pid file
+holding the exact record of some other live process (copied from /proc) is then still refused.
 """
 
 from __future__ import annotations
@@ -130,8 +132,20 @@ def identity_of_started(
     return None
 
 
-def ownership(recorded: ProcessIdentity) -> tuple[str, str]:
-    """``("ours" | "gone" | "other", why)``: whether the recorded process is the live one."""
+def runs_module(cmdline: tuple[str, ...] | None, module: str) -> bool:
+    """Whether ``cmdline`` is ``PYTHON -m module ...``, as ``subprocess.Popen([sys.executable,
+    "-m", module, ...])`` starts it: a record's own command line proves nothing (it is copied)."""
+    return (
+        cmdline is not None
+        and len(cmdline) >= 3
+        and Path(cmdline[0]).name.startswith("python")
+        and cmdline[1:3] == ("-m", module)
+    )
+
+
+def ownership(recorded: ProcessIdentity, *, module: str | None = None) -> tuple[str, str]:
+    """``("ours" | "gone" | "other", why)``: whether the recorded process is the live one (and,
+    with ``module``, whether the live one runs ``python -m module``, read from /proc)."""
     pid = recorded.pid
     if pid <= 1:
         return "other", f"pid {pid} is never signalled"
@@ -145,16 +159,21 @@ def ownership(recorded: ProcessIdentity) -> tuple[str, str]:
             f"pid {pid} now belongs to another process (started at tick {start}, not "
             f"{recorded.start}): the pid was reused"
         )
-    if process_cmdline(pid) != recorded.cmdline:
+    cmdline = process_cmdline(pid)
+    if cmdline != recorded.cmdline:
         return "other", f"pid {pid} runs another command line than the one recorded"
+    if module is not None and not runs_module(cmdline, module):
+        return "other", f"pid {pid} does not run `python -m {module}`"
     return "ours", f"pid {pid} is the process we started"
 
 
-def signal_ours(recorded: ProcessIdentity, signum: int, *, group: bool = False) -> bool:
+def signal_ours(
+    recorded: ProcessIdentity, signum: int, *, group: bool = False, module: str | None = None
+) -> bool:
     """Sends ``signum`` to the recorded process (its group with ``group``) only if it is
-    still ours, checked right before; True when it was sent."""
+    still ours (see :func:`ownership`), checked right before; True when it was sent."""
     pid = recorded.pid
-    if pid <= 1 or pid == os.getpid() or ownership(recorded)[0] != "ours":
+    if pid <= 1 or pid == os.getpid() or ownership(recorded, module=module)[0] != "ours":
         return False
     try:
         if group:
@@ -169,18 +188,21 @@ def signal_ours(recorded: ProcessIdentity, signum: int, *, group: bool = False) 
     return True
 
 
-def stop_ours(recorded: ProcessIdentity, timeout_s: float = 60.0) -> bool:
+def stop_ours(
+    recorded: ProcessIdentity, timeout_s: float = 60.0, *, module: str | None = None
+) -> bool:
     """SIGTERM to the recorded process, then SIGKILL to its group at ``timeout_s``: each only
-    while it is still ours. True when it was running (and was asked to stop)."""
-    if not signal_ours(recorded, signal.SIGTERM):
+    while it is still ours (see :func:`ownership`). True when it was running (and was asked
+    to stop)."""
+    if not signal_ours(recorded, signal.SIGTERM, module=module):
         return False
     deadline = time.monotonic() + timeout_s
-    while ownership(recorded)[0] == "ours" and time.monotonic() < deadline:
+    while ownership(recorded, module=module)[0] == "ours" and time.monotonic() < deadline:
         with contextlib.suppress(ChildProcessError):
             if os.waitpid(recorded.pid, os.WNOHANG)[0] == recorded.pid:
                 break
         time.sleep(0.05)
-    signal_ours(recorded, signal.SIGKILL, group=True)
+    signal_ours(recorded, signal.SIGKILL, group=True, module=module)
     return True
 
 
@@ -193,6 +215,7 @@ __all__ = [
     "ownership",
     "process_cmdline",
     "process_start",
+    "runs_module",
     "signal_ours",
     "stop_ours",
 ]

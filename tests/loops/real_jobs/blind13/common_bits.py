@@ -1,3 +1,4 @@
+# ruff: noqa
 # shared pieces for the broken loops (plain helpers, no toolkit imports)
 import numpy as np
 import jax

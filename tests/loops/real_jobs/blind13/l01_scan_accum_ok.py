@@ -1,4 +1,6 @@
+# ruff: noqa
 """Correct: lax.scan over micro-batches inside one jitted step (grad accumulation), resize mode."""
+
 import numpy as np
 import jax
 import jax.numpy as jnp
@@ -56,8 +58,9 @@ def main(devices=None, steps=30):
     mgr = elastic_manager.Manager(devices)
     snap = Snapshotter()
 
-    @mgr.elastic_retry(minimum_slice_count=1, poll_interval=1,
-                       retry_policy=elastic_manager.ElasticRetryLimit(20))
+    @mgr.elastic_retry(
+        minimum_slice_count=1, poll_interval=1, retry_policy=elastic_manager.ElasticRetryLimit(20)
+    )
     def run():
         act = sorted(mgr.active_slice_indices)
         mesh = Mesh(np.array([mgr.slice_to_devices[s] for s in act]), ("replica", "data"))
@@ -69,8 +72,13 @@ def main(devices=None, steps=30):
         if snap.latest is not None:
             snap.join()
             abstract = jax.tree.map(
-                lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep) if isinstance(a, jax.Array) else a,
-                tree)
+                lambda a: (
+                    jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep)
+                    if isinstance(a, jax.Array)
+                    else a
+                ),
+                tree,
+            )
             tree = snap.load(abstract)
         params, opt_state = tree["params"], tree["opt"]
         ds = grain.MapDataset.source(Records())
@@ -81,8 +89,9 @@ def main(devices=None, steps=30):
             x = jax.device_put(b["x"], rep)
             y = jax.device_put(b["y"], rep)
             params, opt_state = train_step(params, opt_state, x, y)
-            snap.save(step, {"params": params, "opt": opt_state, "step": step,
-                             "data": it.get_state()})
+            snap.save(
+                step, {"params": params, "opt": opt_state, "step": step, "data": it.get_state()}
+            )
         return {"params": params, "opt": opt_state}
 
     return run()

@@ -1,4 +1,6 @@
+# ruff: noqa
 """Correct: flax.linen TrainState, typed PRNG key carried in the state (dropout), Trainer class with fit(); pause-resume."""
+
 import numpy as np
 import jax
 import jax.numpy as jnp
@@ -75,11 +77,18 @@ class Trainer:
         pos, start = {"global_next_index": 0}, 0
         if self.snap.latest is not None:
             self.snap.join()
-            target = {"st": jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep), st),
-                      "pos": pos, "next": 0}
+            target = {
+                "st": jax.tree.map(
+                    lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep), st
+                ),
+                "pos": pos,
+                "next": 0,
+            }
             got = self.snap.load(target)
             st, pos, start = got["st"], got["pos"], got["next"]
-        it = ElasticIterator(grain.MapDataset.source(Src()), self.batch, grain.sharding.ShardOptions(0, 1))
+        it = ElasticIterator(
+            grain.MapDataset.source(Src()), self.batch, grain.sharding.ShardOptions(0, 1)
+        )
         it.set_state(pos)
         for s in range(start, self.steps):
             b = next(it)
@@ -88,9 +97,16 @@ class Trainer:
         return st
 
     def fit(self):
-        return self.mgr.elastic_retry(poll_interval=1, retry_policy=em.ElasticRetryLimit(20))(self._attempt)()
+        return self.mgr.elastic_retry(poll_interval=1, retry_policy=em.ElasticRetryLimit(20))(
+            self._attempt
+        )()
 
 
 def main(devices=None, steps=24):
     st = Trainer(devices, steps).fit()
-    return {"params": st.params, "opt": st.opt_state, "step": st.step, "key": jax.random.key_data(st.key)}
+    return {
+        "params": st.params,
+        "opt": st.opt_state,
+        "step": st.step,
+        "key": jax.random.key_data(st.key),
+    }

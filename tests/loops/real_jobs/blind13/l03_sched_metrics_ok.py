@@ -1,5 +1,7 @@
+# ruff: noqa
 """Correct: optimizer rebuilt per attempt with an LR schedule offset by the restored step;
 metrics history list kept across attempts (truncated on restore); returns a dict of metrics."""
+
 import numpy as np
 import jax
 import jax.numpy as jnp
@@ -19,16 +21,20 @@ class Tokens:
 
     def __getitem__(self, i):
         i = int(i)
-        return {"id": np.int64(i), "x": np.float32([i % 7, i % 11, i % 13, 1.0]) / 10.0,
-                "y": np.float32((i % 5) / 5.0)}
+        return {
+            "id": np.int64(i),
+            "x": np.float32([i % 7, i % 11, i % 13, 1.0]) / 10.0,
+            "y": np.float32((i % 5) / 5.0),
+        }
 
     def __repr__(self):
         return "Tokens()"
 
 
 def make_tx(offset):
-    return optax.chain(optax.scale_by_adam(),
-                       optax.scale_by_learning_rate(lambda c: sched(c + offset)))
+    return optax.chain(
+        optax.scale_by_adam(), optax.scale_by_learning_rate(lambda c: sched(c + offset))
+    )
 
 
 def main(devices=None, steps=30, batch=12):
@@ -36,11 +42,15 @@ def main(devices=None, steps=30, batch=12):
     snap = Snapshotter()
     history = []  # python floats, one per committed step
 
-    @mgr.elastic_retry(minimum_slice_count=1, poll_interval=1, retry_policy=em.ElasticRetryLimit(20))
+    @mgr.elastic_retry(
+        minimum_slice_count=1, poll_interval=1, retry_policy=em.ElasticRetryLimit(20)
+    )
     def attempt():
         nonlocal history
         act = sorted(mgr.active_slice_indices)
-        mesh = Mesh(np.array([mgr.slice_to_devices[s] for s in act]).reshape(len(act), -1), ("replica", "x"))
+        mesh = Mesh(
+            np.array([mgr.slice_to_devices[s] for s in act]).reshape(len(act), -1), ("replica", "x")
+        )
         rep = NamedSharding(mesh, P())
         w = jax.device_put(jnp.zeros((4,)), rep)
         adam0 = jax.device_put(optax.scale_by_adam().init(w), rep)
@@ -60,15 +70,23 @@ def main(devices=None, steps=30, batch=12):
             u, opt_state = tx.update(g, opt_state, w)
             return optax.apply_updates(w, u), opt_state, loss
 
-        it = ElasticIterator(grain.MapDataset.source(Tokens()), batch, grain.sharding.ShardOptions(0, 1))
+        it = ElasticIterator(
+            grain.MapDataset.source(Tokens()), batch, grain.sharding.ShardOptions(0, 1)
+        )
         it.set_state(pos)
         loss = None
         for s in range(start, steps):
             b = next(it)
-            w, opt_state, loss = step_fn(w, opt_state, jax.device_put(b["x"], rep), jax.device_put(b["y"], rep))
+            w, opt_state, loss = step_fn(
+                w, opt_state, jax.device_put(b["x"], rep), jax.device_put(b["y"], rep)
+            )
             history.append(float(loss))
             snap.save(s, {"w": w, "adam": opt_state[0], "step": s, "pos": it.get_state()})
-        return {"final_loss": loss, "mean_loss": jnp.asarray(np.mean(history), jnp.float32),
-                "lr": jnp.asarray(sched(steps - 1)), "w_norm": jnp.linalg.norm(w)}
+        return {
+            "final_loss": loss,
+            "mean_loss": jnp.asarray(np.mean(history), jnp.float32),
+            "lr": jnp.asarray(sched(steps - 1)),
+            "w_norm": jnp.linalg.norm(w),
+        }
 
     return attempt()

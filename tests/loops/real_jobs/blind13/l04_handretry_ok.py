@@ -1,4 +1,6 @@
+# ruff: noqa
 """Correct: hand-written retry loop (no elastic_retry), pathwaysutils elastic helpers, SGD w/ weight decay."""
+
 import logging
 import numpy as np
 import jax
@@ -22,8 +24,11 @@ class DS:
     def __getitem__(self, i):
         i = int(i)
         r = np.random.default_rng(1000 + i)
-        return {"id": np.int32(i), "feat": r.standard_normal(5).astype(np.float32),
-                "lbl": np.float32(i % 2)}
+        return {
+            "id": np.int32(i),
+            "feat": r.standard_normal(5).astype(np.float32),
+            "lbl": np.float32(i % 2),
+        }
 
     def __repr__(self):
         return "DS()"
@@ -34,6 +39,7 @@ def update(p, o, x, y):
     def lf(p):
         logits = x @ p["w"] + p["b"]
         return optax.sigmoid_binary_cross_entropy(logits, y).mean()
+
     g = jax.grad(lf)(p)
     u, o = TX.update(g, o, p)
     return optax.apply_updates(p, u), o
@@ -52,9 +58,19 @@ def main(devices=None, steps=28, global_batch=16):
         st = {"p": p, "o": o, "done": 0, "it": {"global_next_index": 0}}
         if snap.latest is not None:
             snap.join()
-            st = snap.load(jax.tree.map(
-                lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep) if hasattr(a, "sharding") else a, st))
-        it = ElasticIterator(grain.MapDataset.source(DS()), global_batch, grain.sharding.ShardOptions(0, 1))
+            st = snap.load(
+                jax.tree.map(
+                    lambda a: (
+                        jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep)
+                        if hasattr(a, "sharding")
+                        else a
+                    ),
+                    st,
+                )
+            )
+        it = ElasticIterator(
+            grain.MapDataset.source(DS()), global_batch, grain.sharding.ShardOptions(0, 1)
+        )
         it.set_state(st["it"])
         p, o = st["p"], st["o"]
         for done in range(st["done"], steps):
@@ -66,7 +82,8 @@ def main(devices=None, steps=28, global_batch=16):
     tries = 0
     while True:
         mgr.active_slice_indices = elastic.wait_for_slices(
-            slice_count=1, slice_to_devices=mgr.slice_to_devices, poll_interval=1)
+            slice_count=1, slice_to_devices=mgr.slice_to_devices, poll_interval=1
+        )
         try:
             with jax.default_device(mgr.default_device):
                 return one_attempt()

@@ -1,5 +1,7 @@
+# ruff: noqa
 """Correct: shard_map data-parallel grads (pmean over replica+data), Orbax CheckpointManager every
 5 steps to checkpoint_dir in addition to snapshots, SIGTERM -> forced checkpoint, return None."""
+
 import signal
 import numpy as np
 import jax
@@ -23,7 +25,11 @@ class Pts:
     def __getitem__(self, i):
         i = int(i)
         t = np.float32(i % 97) / 97.0
-        return {"id": np.int64(i), "x": np.array([t, t * t, 1.0], np.float32), "y": np.float32(2 * t - 0.5)}
+        return {
+            "id": np.int64(i),
+            "x": np.array([t, t * t, 1.0], np.float32),
+            "y": np.float32(2 * t - 0.5),
+        }
 
     def __repr__(self):
         return "Pts(6000)"
@@ -34,14 +40,20 @@ def build_step(mesh):
         g = jax.grad(lambda w: jnp.mean((x @ w - y) ** 2))(w)
         return jax.lax.pmean(g, ("replica", "data"))
 
-    grad = jax.shard_map(local_grad, mesh=mesh,
-                         in_specs=(P(), P(("replica", "data")), P(("replica", "data"))), out_specs=P(), check_vma=False)
+    grad = jax.shard_map(
+        local_grad,
+        mesh=mesh,
+        in_specs=(P(), P(("replica", "data")), P(("replica", "data"))),
+        out_specs=P(),
+        check_vma=False,
+    )
 
     @jax.jit
     def step(w, o, x, y):
         g = grad(w, x, y)
         u, o = TX.update(g, o, w)
         return optax.apply_updates(w, u), o
+
     return step
 
 
@@ -50,10 +62,13 @@ def main(devices=None, checkpoint_dir=None, steps=30):
     signal.signal(signal.SIGTERM, lambda *a: preempted.__setitem__("flag", True))
     mgr = em.Manager(devices)
     snap = Snapshotter()
-    ckm = ocp.CheckpointManager(checkpoint_dir, options=ocp.CheckpointManagerOptions(
-        save_interval_steps=5, max_to_keep=2))
+    ckm = ocp.CheckpointManager(
+        checkpoint_dir, options=ocp.CheckpointManagerOptions(save_interval_steps=5, max_to_keep=2)
+    )
 
-    @mgr.elastic_retry(minimum_slice_count=1, poll_interval=1, retry_policy=em.ElasticRetryLimit(20))
+    @mgr.elastic_retry(
+        minimum_slice_count=1, poll_interval=1, retry_policy=em.ElasticRetryLimit(20)
+    )
     def train():
         act = sorted(mgr.active_slice_indices)
         mesh = Mesh(np.array([mgr.slice_to_devices[s] for s in act]), ("replica", "data"))
@@ -61,14 +76,20 @@ def main(devices=None, checkpoint_dir=None, steps=30):
         w = jax.device_put(jnp.zeros((3,)), rep)
         o = jax.device_put(TX.init(w), rep)
         done, pos = 0, {"global_next_index": 0}
-        abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep), {"w": w, "o": o})
+        abstract = jax.tree.map(
+            lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep), {"w": w, "o": o}
+        )
         if snap.latest is not None:
             snap.join()
             r = snap.load({**abstract, "done": 0, "pos": pos})
             w, o, done, pos = r["w"], r["o"], r["done"], r["pos"]
         elif ckm.latest_step() is not None:
-            r = ckm.restore(ckm.latest_step(), args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(abstract), data=ocp.args.JsonRestore()))
+            r = ckm.restore(
+                ckm.latest_step(),
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardRestore(abstract), data=ocp.args.JsonRestore()
+                ),
+            )
             w, o = r["state"]["w"], r["state"]["o"]
             done, pos = ckm.latest_step(), r["data"]
         step = build_step(mesh)
@@ -80,9 +101,14 @@ def main(devices=None, checkpoint_dir=None, steps=30):
             done += 1
             print("step", done, act, np.asarray(w), flush=True)
             snap.save(done, {"w": w, "o": o, "done": done, "pos": it.get_state()})
-            ckm.save(done, args=ocp.args.Composite(state=ocp.args.StandardSave({"w": w, "o": o}),
-                                                   data=ocp.args.JsonSave(it.get_state())),
-                     force=preempted["flag"])
+            ckm.save(
+                done,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardSave({"w": w, "o": o}),
+                    data=ocp.args.JsonSave(it.get_state()),
+                ),
+                force=preempted["flag"],
+            )
             if preempted["flag"]:
                 ckm.wait_until_finished()
                 return None

@@ -1,6 +1,9 @@
+# ruff: noqa
 """BROKEN: grain MapDataset shuffle -> ElasticIterator created once, outside the retried function;
 model/opt/step restored from the snapshot, iterator position never set back."""
+
 import sys, os
+
 sys.path.insert(0, os.path.dirname(__file__))
 import numpy as np
 import jax
@@ -18,17 +21,28 @@ def main(devices=None, steps=30):
     ds = grain.MapDataset.source(Rows()).shuffle(seed=1234)
     it = ElasticIterator(ds, 16, grain.sharding.ShardOptions(0, 1))
 
-    @mgr.elastic_retry(minimum_slice_count=1, poll_interval=1, retry_policy=em.ElasticRetryLimit(20))
+    @mgr.elastic_retry(
+        minimum_slice_count=1, poll_interval=1, retry_policy=em.ElasticRetryLimit(20)
+    )
     def go():
         act = sorted(mgr.active_slice_indices)
-        rep = NamedSharding(Mesh(np.array([mgr.slice_to_devices[s] for s in act]), ("replica", "d")), P())
+        rep = NamedSharding(
+            Mesh(np.array([mgr.slice_to_devices[s] for s in act]), ("replica", "d")), P()
+        )
         p = jax.device_put(init_params(), rep)
         o = jax.device_put(TX.init(p), rep)
         first = 0
         if snap.latest is not None:
             snap.join()
             sds = lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep)
-            r = snap.load({"p": jax.tree.map(sds, p), "o": jax.tree.map(sds, o), "s": 0, "data": {"global_next_index": 0}})
+            r = snap.load(
+                {
+                    "p": jax.tree.map(sds, p),
+                    "o": jax.tree.map(sds, o),
+                    "s": 0,
+                    "data": {"global_next_index": 0},
+                }
+            )
             p, o, first = r["p"], r["o"], r["s"] + 1
             # BUG: r["data"] is never given back to `it`
         for s in range(first, steps):

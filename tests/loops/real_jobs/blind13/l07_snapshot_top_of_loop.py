@@ -1,6 +1,9 @@
+# ruff: noqa
 """BROKEN: snapshot taken at the top of the loop body, before the step's update (state before step s,
 data position after batch s is drawn), labelled s; resume treats the label as done -> batch s lost."""
+
 import sys, os
+
 sys.path.insert(0, os.path.dirname(__file__))
 import numpy as np
 import jax
@@ -16,17 +19,23 @@ def main(devices=None, steps=30):
     mgr = em.Manager(devices)
     snap = Snapshotter()
 
-    @mgr.elastic_retry(minimum_slice_count=1, poll_interval=1, retry_policy=em.ElasticRetryLimit(20))
+    @mgr.elastic_retry(
+        minimum_slice_count=1, poll_interval=1, retry_policy=em.ElasticRetryLimit(20)
+    )
     def go():
         act = sorted(mgr.active_slice_indices)
-        rep = NamedSharding(Mesh(np.array([mgr.slice_to_devices[s] for s in act]), ("replica", "d")), P())
+        rep = NamedSharding(
+            Mesh(np.array([mgr.slice_to_devices[s] for s in act]), ("replica", "d")), P()
+        )
         p = jax.device_put(init_params(), rep)
         o = jax.device_put(TX.init(p), rep)
         first, pos = 0, {"global_next_index": 0}
         if snap.latest is not None:
             snap.join()
             sds = lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep)
-            r = snap.load({"p": jax.tree.map(sds, p), "o": jax.tree.map(sds, o), "s": 0, "data": pos})
+            r = snap.load(
+                {"p": jax.tree.map(sds, p), "o": jax.tree.map(sds, o), "s": 0, "data": pos}
+            )
             p, o, first, pos = r["p"], r["o"], r["s"] + 1, r["data"]
         it = ElasticIterator(grain.MapDataset.source(Rows()), 16, grain.sharding.ShardOptions(0, 1))
         it.set_state(pos)

@@ -1,5 +1,8 @@
+# ruff: noqa
 """BROKEN: mesh built once from jax.devices() before elastic_retry and reused by every attempt (resize mode)."""
+
 import sys, os
+
 sys.path.insert(0, os.path.dirname(__file__))
 import numpy as np
 import jax
@@ -17,7 +20,9 @@ def main(devices=None, steps=30):
     devs = np.array(jax.devices()).reshape(mgr.total_slice_count, -1)
     rep = NamedSharding(Mesh(devs, ("replica", "d")), P())  # BUG: never rebuilt from active slices
 
-    @mgr.elastic_retry(minimum_slice_count=1, poll_interval=1, retry_policy=em.ElasticRetryLimit(20))
+    @mgr.elastic_retry(
+        minimum_slice_count=1, poll_interval=1, retry_policy=em.ElasticRetryLimit(20)
+    )
     def go():
         p = jax.device_put(init_params(), rep)
         o = jax.device_put(TX.init(p), rep)
@@ -25,7 +30,9 @@ def main(devices=None, steps=30):
         if snap.latest is not None:
             snap.join()
             sds = lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep)
-            r = snap.load({"p": jax.tree.map(sds, p), "o": jax.tree.map(sds, o), "s": 0, "data": pos})
+            r = snap.load(
+                {"p": jax.tree.map(sds, p), "o": jax.tree.map(sds, o), "s": 0, "data": pos}
+            )
             p, o, first, pos = r["p"], r["o"], r["s"] + 1, r["data"]
         it = ElasticIterator(grain.MapDataset.source(Rows()), 16, grain.sharding.ShardOptions(0, 1))
         it.set_state(pos)

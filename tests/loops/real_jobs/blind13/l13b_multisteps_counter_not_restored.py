@@ -1,6 +1,9 @@
+# ruff: noqa
 """Broken (made here from l13): the draw counter is not restored. optax.MultiSteps(k=2), one micro-batch per draw, snapshot after every draw (MultiSteps
 state holds the accumulator) labelled with the optimizer step; deprecated Manager.pause_resume."""
+
 import sys, os, warnings
+
 sys.path.insert(0, os.path.dirname(__file__))
 import numpy as np
 import jax
@@ -33,14 +36,18 @@ def main(devices=None, draws=32):
     @deco
     def go():
         act = sorted(mgr.active_slice_indices)
-        rep = NamedSharding(Mesh(np.array([mgr.slice_to_devices[s] for s in act]), ("replica", "d")), P())
+        rep = NamedSharding(
+            Mesh(np.array([mgr.slice_to_devices[s] for s in act]), ("replica", "d")), P()
+        )
         p = jax.device_put(init_params(), rep)
         o = jax.device_put(MTX.init(p), rep)
         n, pos = 0, {"global_next_index": 0}
         if snap.latest is not None:
             snap.join()
             sds = lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep)
-            r = snap.load({"p": jax.tree.map(sds, p), "o": jax.tree.map(sds, o), "n": 0, "pos": pos})
+            r = snap.load(
+                {"p": jax.tree.map(sds, p), "o": jax.tree.map(sds, o), "n": 0, "pos": pos}
+            )
             p, o, pos = r["p"], r["o"], r["pos"]  # the draw counter n is not restored
         it = ElasticIterator(grain.MapDataset.source(Rows()), 8, grain.sharding.ShardOptions(0, 1))
         it.set_state(pos)

@@ -1,6 +1,9 @@
+# ruff: noqa
 """BROKEN: no grain; batches are numpy slices data[i*B:(i+1)*B] with i an attempt-local counter that
 restarts at 0, while model/opt/step are restored (data replayed from the start after a failure)."""
+
 import sys, os
+
 sys.path.insert(0, os.path.dirname(__file__))
 import numpy as np
 import jax
@@ -19,10 +22,14 @@ def main(devices=None, steps=30):
     mgr = em.Manager(devices)
     snap = Snapshotter()
 
-    @mgr.elastic_retry(minimum_slice_count=1, poll_interval=1, retry_policy=em.ElasticRetryLimit(20))
+    @mgr.elastic_retry(
+        minimum_slice_count=1, poll_interval=1, retry_policy=em.ElasticRetryLimit(20)
+    )
     def go():
         act = sorted(mgr.active_slice_indices)
-        rep = NamedSharding(Mesh(np.array([mgr.slice_to_devices[s] for s in act]), ("replica", "d")), P())
+        rep = NamedSharding(
+            Mesh(np.array([mgr.slice_to_devices[s] for s in act]), ("replica", "d")), P()
+        )
         p = jax.device_put(init_params(), rep)
         o = jax.device_put(TX.init(p), rep)
         first = 0
@@ -32,7 +39,7 @@ def main(devices=None, steps=30):
             r = snap.load({"p": jax.tree.map(sds, p), "o": jax.tree.map(sds, o), "s": 0})
             p, o, first = r["p"], r["o"], r["s"] + 1
         for i, s in enumerate(range(first, steps)):  # BUG: slices by i, not s
-            x, y = X[i * B:(i + 1) * B], Y[i * B:(i + 1) * B]
+            x, y = X[i * B : (i + 1) * B], Y[i * B : (i + 1) * B]
             p, o = step(p, o, jax.device_put(x, rep), jax.device_put(y, rep))
             snap.save(s, {"p": p, "o": o, "s": s})
         return p, o

@@ -74,6 +74,7 @@ from pathways_chaos.faults.undo import (
     scope_problem,
     undo_entry,
 )
+from pathways_chaos.harness.engine.untrusted_files import load_json
 from pathways_chaos.harness.errors import ChaosError
 
 if TYPE_CHECKING:
@@ -248,7 +249,7 @@ def _parse_journal(
         if not blob.strip():
             continue
         last = number == len(lines)
-        why, record = _parse_line(blob)
+        why, record = _parse_line(blob, path, number)
         if why is not None:
             if last and torn_tail and why.startswith("not JSON"):
                 notes.append(f"line {number}: torn last line (a change never started), ignored")
@@ -279,13 +280,19 @@ def _parse_journal(
     return JournalContents(header, changes, undone, problems, notes), previous
 
 
-def _parse_line(blob: bytes) -> tuple[str | None, Any]:
+#: What a message about a file that is no journal of ours says to do.
+_JOURNAL_FIX = "give the journal a session wrote (rollback --pending finds them)"
+
+
+def _parse_line(blob: bytes, path: Path, number: int) -> tuple[str | None, Any]:
+    """Why line ``number`` is not a record, or its record; a line nested too deeply to read
+    is refused in one line (``UntrustedFileError``, exit 2) by the shared JSON reader."""
     try:
         text = blob.decode("utf-8")
     except UnicodeDecodeError:
         return "not UTF-8 text", None
     try:
-        record = json.loads(text)
+        record = load_json(text, path, line=number, what="journal", fix=_JOURNAL_FIX)
     except json.JSONDecodeError:
         return "not JSON (cut off or edited by hand)", None
     if not isinstance(record, dict):

@@ -342,9 +342,11 @@ def play_loop(
     whole state at every save).
     """
     from pathways_chaos.faults.model import parse_schedule
+    from pathways_chaos.harness.episodes.loop_episode import refuse_provided_options
 
     plan = parse_schedule(schedule) if isinstance(schedule, str) else schedule
     refuse_loop_schedule(plan, cluster, topology)  # one line, before anything runs
+    refuse_provided_options(options)
     how = _LoopRun(
         options,
         log_path,

@@ -176,14 +176,16 @@ class LoopObserver(OrbaxSide):
             # that raised is not counted at all: an array it left half made crashes the census.
             fields["failed_attempts_alive"] = self.lineage.alive_from(self._earlier_failed())
         where = None if self.values_dir is None else self.values_dir / f"run-{self.run}"
+        returned_arrays = error is None and value is not None and _holds_arrays(value)
         if error is None and value is not None:
             fields["returned"] = type(value).__name__
+        if returned_arrays:
             fields["final_state"] = describe_state(value, where)
             if self.lineage is not None:
                 fields["final_nodes"] = self.lineage.final_nodes(value)
         elif error is None and status == "completed" and self._last_saved is not None:
-            # Most training mains return nothing: they log and checkpoint. Their last save is
-            # what a restart would go on from, so it is what is compared.
+            # Most training mains return nothing (or their metrics): they log and checkpoint.
+            # Their last save is what a restart would go on from, so it is what is compared.
             fields["final_state"] = describe_state(self._last_saved, where)
             fields["final_from"] = "the last save"
             if self.lineage is not None:
@@ -512,3 +514,10 @@ class LoopObserver(OrbaxSide):
     @staticmethod
     def handles_sigterm() -> bool:
         return signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN, None)
+
+
+def _holds_arrays(value: Any) -> bool:
+    """Whether a returned value has an array leaf to compare (a state, not metrics or None)."""
+    import jax
+
+    return any(hasattr(leaf, "shape") for leaf in jax.tree_util.tree_leaves(value))

@@ -56,6 +56,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     check.add_argument("log", type=Path)
     check.add_argument("--no-replay", action="store_true")
     check.add_argument(
+        "--trainer",
+        default=None,
+        metavar="MODULE:CLASS",
+        help="replay with the trainer the log names (its code runs in a child process); "
+        "without it, a trainer the toolkit did not write is not replayed on a log's word",
+    )
+    check.add_argument(
         "--baseline",
         type=Path,
         default=None,
@@ -225,6 +232,9 @@ def _read_events(path: Path) -> list[dict[str, Any]]:
     if not all(isinstance(e, dict) and "kind" in e for e in events):
         raise ChaosConfigError(f"{path} is not an event log: its lines have no 'kind'")
     events = _recorded_only(path, events)
+    from pathways_chaos.harness.judging.final_values import vet_value_files
+
+    vet_value_files(events, path)  # a value file it names is read only from beside it
     if not any(e["kind"] == "episode_start" for e in events):
         raise ChaosConfigError(
             f"{path} holds no episode (no episode_start event): give the file an episode wrote"
@@ -295,7 +305,7 @@ def _check(args: argparse.Namespace) -> int:
 
     verdict = oracle.check(events, replay=not args.no_replay, replayed=_replay_child(args, events))
     print(report.summary(events, verdict))
-    return 0 if verdict.ok else 1
+    return verdict.exit_code
 
 
 def _check_baseline(
@@ -326,11 +336,27 @@ def _check_baseline(
 
 def _replay_child(args: argparse.Namespace, events: list[dict[str, Any]]) -> Any:
     """A replay in a child for a log whose trainer the toolkit did not write (never imported
-    here); None for the toolkit's own trainers."""
+    here), only when ``--trainer`` names it too: a log is a file anyone can edit, and the code
+    it names is not run on its word. None for the toolkit's own trainers."""
+    import shlex
+
+    from pathways_chaos.harness.errors import ChaosConfigError
+    from pathways_chaos.harness.judging.replay import ReplayNotRun
+
     start = next((e for e in events if e["kind"] == "run_start"), None)
     spec = str((start or {}).get("trainer") or "")
+    if args.trainer is not None and args.trainer != spec:
+        raise ChaosConfigError(
+            f"--trainer {args.trainer} but the log's trainer is {spec or 'not named'}: give the "
+            "trainer the episode ran, or leave --trainer out"
+        )
     if not spec or spec.startswith("pathways_chaos."):
         return None
+    if args.trainer is None:
+        return ReplayNotRun(
+            f"the log names the trainer {spec}, whose code check does not run on a log's word: "
+            f"pass --trainer {shlex.quote(spec)} to replay it (in a child process)"
+        )
     first = next((e for e in events if e["kind"] == "episode_start"), {})
     topology = str(first.get("topology") or "4x2")
 

@@ -143,6 +143,8 @@ def _loop_options(items: list[str]) -> dict[str, object]:
             raise ChaosConfigError(
                 f"--option {item!r} is not KEY=VALUE: write for example --option final_step=12"
             )
+        if key in options:
+            raise ChaosConfigError(f"--option {key}= is given twice: keep one")
         try:
             options[key] = json.loads(value)
         except ValueError:

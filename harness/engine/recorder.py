@@ -18,7 +18,13 @@ from typing import IO, Any
 
 from pathways_chaos.harness.engine.clock import Clock, RealClock
 from pathways_chaos.harness.engine.owned_paths import open_append
-from pathways_chaos.harness.engine.untrusted_files import open_regular, shown
+from pathways_chaos.harness.engine.untrusted_files import (
+    JSON_MAX_DEPTH,
+    UntrustedFileError,
+    load_json,
+    open_regular,
+    shown,
+)
 from pathways_chaos.harness.errors import ChaosConfigError
 
 Event = dict[str, Any]
@@ -63,8 +69,8 @@ def is_event_log(path: Path) -> bool:
     if not head:
         return True
     try:
-        first = json.loads(head.split(b"\n", 1)[0])
-    except ValueError:
+        first = load_json(head.split(b"\n", 1)[0], path, line=1, what="event log")
+    except ValueError:  # not JSON, or nested too deep (UntrustedFileError is one too)
         return False
     return isinstance(first, dict) and first.get("kind") == "log_start"
 
@@ -146,10 +152,21 @@ class Recorder:
         self.close()
 
 
+#: How a message about a log that is not one an episode wrote says what to do.
+LOG_FIX = "give the log an episode wrote (--log, --chaos-log-dir)"
+
+
 def read_log(path: str | Path) -> list[Event]:
-    """The events of a JSONL log an episode wrote (``--chaos-log-dir``, ``--log``), in order."""
+    """The events of a JSONL log an episode wrote (``--chaos-log-dir``, ``--log``), in order.
+
+    Read as untrusted input: a line nested too deeply is refused in one line naming it
+    (``UntrustedFileError``); a line that is not JSON raises ``json.JSONDecodeError``."""
     with Path(path).open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+        return [
+            load_json(line, path, line=n, what="event log", fix=LOG_FIX)
+            for n, line in enumerate(f, 1)
+            if line.strip()
+        ]
 
 
 #: The fields a judge reads of an event of this kind without a default: a line lacking one
@@ -213,7 +230,11 @@ class LogTail:
             if not line.strip():
                 continue
             try:
-                event = json.loads(line)
+                event = load_json(line, self.path, what="event log")
+            except UntrustedFileError:
+                self.bad += 1
+                self._not_ours(f"a line nested deeper than {JSON_MAX_DEPTH} levels")
+                continue
             except ValueError:
                 self.bad += 1
                 self._not_ours("a line that is not JSON")
@@ -243,3 +264,12 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, set | frozenset):
         return sorted(value)
     return str(value)
+
+
+def values_folders(log: Path) -> tuple[Path, Path]:
+    """The folders beside the event log ``log`` its runs' values go in (a ``run-N`` folder per
+    run, a ``leaf-I.npy`` per leaf, as ``describe_state`` writes them): ``<stem>.child/values``
+    for a loop run in a child (the supervisor's work folder), ``<stem>.values`` for one run in
+    this process (``values_beside``). A value file a log names anywhere else is none of its
+    runs' (the log was edited or moved), so a judge never opens it."""
+    return log.with_name(log.stem + ".child") / "values", log.with_name(log.stem + ".values")

@@ -55,14 +55,12 @@ class SliceTopology:
     def parse(cls, text: str) -> SliceTopology:
         """Parses ``NxM`` (N slices of M devices)."""
         n, sep, m = text.lower().partition("x")
-        try:
-            if not sep:
-                raise ValueError
-            return cls(int(n), int(m))
-        except ValueError:
+        whole = sep and all(part.isascii() and part.isdigit() for part in (n, m))
+        if not whole:
             raise ChaosConfigError(
                 f"slice shape {text!r} is not NxM: write for example 4x2 (4 slices of 2 devices)"
-            ) from None
+            )
+        return cls(int(n), int(m))  # its own one line when a number is out of range
 
 
 SliceTopology.DEFAULT = SliceTopology(4, 2)

@@ -13,6 +13,7 @@ refuses it before any read.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import stat
@@ -27,6 +28,9 @@ DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 YAML_MAX_NODES = 100_000
 #: How much of a user's value a message quotes.
 SHOWN_CHARS = 80
+#: A JSON value read from a file may nest at most this deep: far deeper than anything the
+#: toolkit writes (an event log nests 4 deep), far shallower than Python's recursion limit.
+JSON_MAX_DEPTH = 100
 
 
 class UntrustedFileError(ChaosConfigError):
@@ -192,6 +196,55 @@ def read_text(
     return decode_utf8(data, Path(path), what=what)
 
 
+def load_json(
+    text: str | bytes,
+    source: Path | str,
+    *,
+    line: int | None = None,
+    what: str = "file",
+    fix: str = "give the file pathways-chaos wrote",
+) -> Any:
+    """``json.loads`` for text read from a file (or one ``line`` of it): every reader of a file
+    it did not make goes through here.
+
+    A value nested past ``JSON_MAX_DEPTH`` is refused in one line naming the file, the line
+    and ``fix``: deeper than the recursion limit, ``json`` raises ``RecursionError`` (a
+    traceback); just under it, whatever walks the value later would. Malformed text raises
+    ``json.JSONDecodeError`` as ``json.loads`` does, for the caller to word.
+    """
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise _too_deep(source, line, what, fix) from None
+    if isinstance(text, bytes):  # counted in C: the walk below only for a text that may nest
+        opened = text.count(b"[") + text.count(b"{")
+    else:
+        opened = text.count("[") + text.count("{")
+    if opened > JSON_MAX_DEPTH and _deeper_than(value, JSON_MAX_DEPTH):
+        raise _too_deep(source, line, what, fix)
+    return value
+
+
+def _too_deep(source: Path | str, line: int | None, what: str, fix: str) -> UntrustedFileError:
+    where = f"{shown(source)}:{line}" if line is not None else shown(source)
+    return UntrustedFileError(
+        f"{what} {where} nests JSON deeper than {JSON_MAX_DEPTH} levels, so pathways-chaos did "
+        f"not write it (a forged or damaged file?): {fix}"
+    )
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests lists and dicts deeper than ``limit``; walked without recursion."""
+    stack: list[tuple[Any, int]] = [(value, 1)] if isinstance(value, dict | list) else []
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return False
+
+
 def resolve_inside(folder: Path, name: str | os.PathLike[str], *, what: str = "file") -> Path:
     """``folder/name`` with every symlink resolved, refused when it leaves ``folder``."""
     base = Path(folder).resolve()
@@ -331,11 +384,13 @@ def check_folder_target(path: str | os.PathLike[str], *, what: str = "folder") -
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
+    "JSON_MAX_DEPTH",
     "UnreadableFile",
     "UntrustedFileError",
     "check_folder_target",
     "check_output_file",
     "decode_utf8",
+    "load_json",
     "load_yaml_all",
     "open_regular",
     "read_bytes",

@@ -198,6 +198,8 @@ class ChildWatch:
         self._ready_at = None
         try:
             ending = self._watch(child, run, tail, events, output, spec)
+            if ending.cause is None and ending.code is not None:  # printed fast, ended at once
+                ending = self._flooded(ending.code, output) or ending
         finally:
             if self._ready_at is not None:
                 self.spent_s += time.monotonic() - self._ready_at
@@ -311,6 +313,18 @@ class ChildWatch:
                 f"the {self.subject} used more than {_size(self.limits.memory_bytes)} of memory "
                 f"({_size(used)}; raise the cap with --chaos-memory-limit)"
             )
+        return self._output_over(output)
+
+    def _flooded(self, code: int, output: Path) -> Ending | None:
+        """An ended child's output over the cap: cut to it, and said (as while it runs)."""
+        over = self._output_over(output)
+        if over is None or self._ready_at is None:
+            return None
+        with contextlib.suppress(OSError):  # what the message says: kept, cut
+            os.truncate(output, self.limits.output_bytes)
+        return Ending(code, over)
+
+    def _output_over(self, output: Path) -> str | None:
         with contextlib.suppress(OSError):
             if output.stat().st_size > self.limits.output_bytes:
                 return (

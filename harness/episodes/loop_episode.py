@@ -27,7 +27,7 @@ from pathways_chaos.harness.blackbox.observer import LoopObserver
 from pathways_chaos.harness.engine import user_modules
 from pathways_chaos.harness.engine.backend import AccessCounting, ClusterBackend, ErrorArming
 from pathways_chaos.harness.engine.deadline import Deadline, episode_deadline
-from pathways_chaos.harness.engine.recorder import Event, Recorder
+from pathways_chaos.harness.engine.recorder import Event, Recorder, values_folders
 from pathways_chaos.harness.engine.subject_events import reporting
 from pathways_chaos.harness.engine.user_modules import load_name
 from pathways_chaos.harness.episodes.fault_controller import FaultController
@@ -50,6 +50,18 @@ LOOP_TRIGGERS = {
 
 #: Keyword arguments the episode gives a loop that names them.
 PROVIDED = ("devices", "checkpoint_dir")
+
+
+def refuse_provided_options(options: dict[str, Any] | None) -> None:
+    """The loop's options may not set what each episode gives it (the fake cluster's devices,
+    an empty checkpoint folder of its own): a run would then write where it was told, or train
+    on devices the faults do not act on."""
+    given = sorted(set(options or ()) & set(PROVIDED))
+    if given:
+        raise ChaosConfigError(
+            f"the loop option {given[0]} is the episode's to give (each run gets the cluster's "
+            "devices and an empty checkpoint folder of its own): drop it from the options"
+        )
 
 
 class LoopFaultController(FaultController):
@@ -438,7 +450,7 @@ def values_beside(log_path: Path | None) -> Path:
     """Where a run's final state's values go, never into the log: beside it, or for a log
     kept only in memory, a folder that lives as long as this process."""
     if log_path is not None:
-        return log_path.with_name(log_path.stem + ".values")
+        return values_folders(log_path)[1]
     return Path(tempfile.mkdtemp(prefix="values-", dir=scratch()))
 
 

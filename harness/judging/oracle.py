@@ -76,7 +76,7 @@ def check(
     judges = list(JUDGES)
     if replay and completed:
 
-        def replay_check(h: TrainerHistory) -> list[str]:
+        def replay_check(h: TrainerHistory) -> list[str] | str:
             elsewhere = replayed() if callable(replayed) else replayed
             return check_replay(h.events, h.lineage, trainer, elsewhere)
 

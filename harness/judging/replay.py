@@ -27,9 +27,17 @@ LOSS_RTOL = 1e-4
 LOSS_ATOL = 1e-6
 
 
+@dataclasses.dataclass(frozen=True)
+class ReplayNotRun:
+    """A replay the caller chose not to run (a trainer only a log named): the judge says
+    "not judged" with ``why``."""
+
+    why: str
+
+
 #: A replay run elsewhere (a child process, for a trainer the toolkit did not write): the state
-#: it reached, its losses and where it ran; or why it failed.
-Replayed = tuple[dict[str, np.ndarray], list[float], str] | str
+#: it reached, its losses and where it ran; or why it failed; or why it was not run.
+Replayed = tuple[dict[str, np.ndarray], list[float], str] | str | ReplayNotRun
 
 
 def check_replay(
@@ -37,11 +45,14 @@ def check_replay(
     lineage: Sequence[StepRecord],
     trainer: Any = None,
     replayed_elsewhere: Replayed | None = None,
-) -> list[str]:
-    """Replays the committed batches on one device, with no faults, and compares.
+) -> list[str] | str:
+    """Replays the committed batches on one device, with no faults, and compares (a string:
+    not judged, and why).
 
     ``replayed_elsewhere``: the trainer's replay, already run in its own process (code the
     toolkit did not write never runs in the judging one)."""
+    if isinstance(replayed_elsewhere, ReplayNotRun):
+        return replayed_elsewhere.why
     final = next((e for e in reversed(events) if e["kind"] == "run_end"), None)
     start = run_start(events)
     if final is None or start is None or "final_state" not in final:

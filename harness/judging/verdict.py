@@ -87,14 +87,17 @@ class Verdict:
         return {"SURVIVED": 0, "FAILED": 1, "NOT JUDGED": 5}[self.word]
 
     def summary(self) -> str:
-        lines = [f"judged: {', '.join(self.judged) or 'nothing'}"]
-        lines += [f"not judged: {name}, because {why}" for name, why in self.not_judged.items()]
-        lines += [
+        lines = [f"judged: {', '.join(self.judged) or 'nothing'}", *self.not_judged_lines()]
+        lines += [f"FAILED: {v}" for v in self.violations]
+        return "\n".join(lines)
+
+    def not_judged_lines(self) -> list[str]:
+        """ "not judged: NAME, because WHY" for each judge that could not judge, or raised."""
+        lines = [f"not judged: {name}, because {why}" for name, why in self.not_judged.items()]
+        return lines + [
             f"not judged: {name}, because {JUDGE_FAILED}: {why.splitlines()[0]}"
             for name, why in self.judge_errors.items()
         ]
-        lines += [f"FAILED: {v}" for v in self.violations]
-        return "\n".join(lines)
 
     def raise_if_failed(self) -> None:
         if not self.ok:

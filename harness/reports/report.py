@@ -60,8 +60,10 @@ def summary(events: Sequence[Event], verdict: Verdict) -> str:
         f"(replayed after a restore) of {steps} run"
     )
     out += goodput.tier_restore_report(events)
-    out.append("oracle: " + ("survived" if verdict.ok else "FAILED"))
+    word = verdict.word
+    out.append("oracle: " + ("survived" if word == "SURVIVED" else word))
     out += [f"  - {v}" for v in verdict.violations]
+    out += [f"  {line}" for line in verdict.not_judged_lines()]
     return "\n".join(out)
 
 

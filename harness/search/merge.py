@@ -20,6 +20,7 @@ from typing import Any
 
 from pathways_chaos.harness.engine.option_values import OneLineArgumentParser
 from pathways_chaos.harness.engine.owned_paths import check_not_an_input, write_atomic
+from pathways_chaos.harness.engine.untrusted_files import load_json
 from pathways_chaos.harness.errors import ChaosConfigError
 from pathways_chaos.harness.search.shard import FORMAT
 from pathways_chaos.harness.search.shard_report import (
@@ -92,9 +93,14 @@ class Merged:
         return lines
 
 
+#: What a message about a file that is not one of a search's says to do.
+_SEARCH_FIX = "give the folders `pathways-chaos search --out` wrote"
+
+
 def _read_json(path: Path) -> Any:
+    """A shard's report, read as untrusted JSON (one line when it nests too deeply)."""
     try:
-        return json.loads(path.read_text())
+        return load_json(path.read_text(), path, what="search report", fix=_SEARCH_FIX)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ChaosConfigError(
             f"{path} is not a search report ({type(error).__name__}): give the folders "
@@ -112,7 +118,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            out.append(json.loads(line))
+            out.append(load_json(line, path, line=n, what="search episode log", fix=_SEARCH_FIX))
         except json.JSONDecodeError:
             if n == len(text.splitlines()):
                 break  # a Pod killed mid-write: its last line is cut short

@@ -215,6 +215,11 @@ def floods_stdout(**_: Any) -> Any:
         os.write(1, line)
 
 
+def floods_stdout_and_returns(**_: Any) -> Any:
+    """20 MiB at once, then returns: ended before the watch's next look at the output."""
+    os.write(1, b"x" * (20 << 20))
+
+
 def changes_the_directory(**_: Any) -> Any:
     os.chdir("/")
     raise RuntimeError("after chdir('/')")

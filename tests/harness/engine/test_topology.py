@@ -32,6 +32,20 @@ def test_parse_shape():
         SliceTopology.parse("four by two")
 
 
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("0x2", "num_slices=0 does not fit"),  # was "is not NxM": the shape was right
+        ("100000x100000", "more than the"),
+        ("\uff14x2", "is not NxM"),  # a full-width 4 was taken as 4
+        (" 4x2", "is not NxM"),
+    ],
+)
+def test_a_shape_out_of_range_says_which_number(text, says):
+    with pytest.raises(ChaosConfigError, match=says):
+        SliceTopology.parse(text)
+
+
 def test_a_bigger_cluster_after_jax_started_says_what_to_do(fake_cluster_factory):
     import jax
 

@@ -19,9 +19,11 @@ from pathways_chaos.faults.journal_trust import (
     state_dir,
 )
 from pathways_chaos.harness.engine.untrusted_files import (
+    JSON_MAX_DEPTH,
     UntrustedFileError,
     check_folder_target,
     check_output_file,
+    load_json,
     load_yaml_all,
     read_bytes,
     read_text,
@@ -98,6 +100,34 @@ def test_yaml_alias_expansion_is_bounded() -> None:
     assert load_yaml_all(small, "ok.yaml") == [{"a": [1, 2], "b": [[1, 2], [1, 2]]}]
     with pytest.raises(UntrustedFileError, match="not valid YAML"):
         load_yaml_all("a: [", "bad.yaml")
+
+
+@pytest.mark.parametrize("depth", [100_000, 900, JSON_MAX_DEPTH + 1])
+@pytest.mark.parametrize("kind", [str, bytes])
+def test_json_nested_too_deeply_is_one_line_naming_the_file_and_line(
+    depth: int, kind: type
+) -> None:
+    """Past the recursion limit ``json`` raised RecursionError (a traceback); just under it the
+    value loaded and sent whatever walked it later there: both refused here, in one line."""
+    text = "[" * depth + "]" * depth
+    data = text if kind is str else text.encode()
+    with pytest.raises(UntrustedFileError) as refused:
+        load_json(data, Path("/logs/deep.jsonl"), line=3, what="event log", fix="give another")
+    said = str(refused.value)
+    assert "\n" not in said and said.startswith("event log /logs/deep.jsonl:3 nests JSON deeper")
+    assert said.endswith(": give another")
+
+
+def test_json_within_the_depth_limit_loads_and_bad_json_raises_as_json_does() -> None:
+    text = "[" * JSON_MAX_DEPTH + "]" * JSON_MAX_DEPTH
+    assert load_json(text, "ok.json") is not None
+    assert load_json(b'{"kind": "run_end", "a": [[1], {"b": [2]}], "s": "[[[[["}', "x") == {
+        "kind": "run_end",
+        "a": [[1], {"b": [2]}],
+        "s": "[[[[[",
+    }
+    with pytest.raises(json.JSONDecodeError):
+        load_json("{", "torn.jsonl")
 
 
 def test_output_and_folder_targets(tmp_path: Path) -> None:

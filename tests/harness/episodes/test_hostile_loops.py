@@ -81,6 +81,7 @@ TABLE = [
     ("returns_a_gigabyte", "returned at once without training"),
     ("hogs_memory", "the loop used more than 2.0 GiB of memory"),
     ("floods_stdout", "the loop wrote more than 16 MiB to stdout and stderr"),
+    ("floods_stdout_and_returns", "the loop wrote more than 16 MiB to stdout and stderr"),
     ("changes_the_directory", "RuntimeError: after chdir('/')"),
     ("patches_jax", "RuntimeError: after patching jax.jit"),
     (

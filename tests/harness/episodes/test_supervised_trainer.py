@@ -129,8 +129,9 @@ def test_check_replays_a_logged_trainer_in_a_child_never_importing_it(
     assert out.ok, out.verdict.violations
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
     marks.write_text("")
+    command = [sys.executable, "-m", "pathways_chaos.harness.cli.main", "check", str(log)]
     check = subprocess.Popen(
-        [sys.executable, "-m", "pathways_chaos.harness.cli.main", "check", str(log)],
+        [*command, "--trainer", "marker_trainer:MarkerTrainer"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -140,6 +141,18 @@ def test_check_replays_a_logged_trainer_in_a_child_never_importing_it(
     assert check.returncode == 0, output
     imported_in = {int(p) for p in marks.read_text().split()}
     assert imported_in and check.pid not in imported_in, (check.pid, imported_in)
+    assert "not judged: replay" not in output, output
+
+    # On the log's word alone, its trainer is not run anywhere: the replay is not judged.
+    marks.write_text("")
+    alone = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert marks.read_text() == "", "a trainer a log named was imported without --trainer"
+    assert "pass --trainer marker_trainer:MarkerTrainer" in alone.stdout, alone.stdout
+    wrong = subprocess.run(
+        [*command, "--trainer", "os:system"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert wrong.returncode == 2 and marks.read_text() == "", wrong.stderr
+    assert "the log's trainer is marker_trainer:MarkerTrainer" in wrong.stderr
 
 
 def test_a_chaos_trainer_option_is_never_imported_by_pytest(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from pathways_chaos.harness.cli.main import main
+from pathways_chaos.harness.engine.untrusted_files import shown
 from tests.folder_state import tree
 
 EMIT = ["--emit-job", "2", "--image", "r/suite:1"]
@@ -225,3 +226,20 @@ def test_merge_never_writes_over_its_own_input(
     assert code == 2 and out == "", (name, code, out, err)
     assert err.strip().count("\n") == 0 and says in err, err
     assert tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("name", ["shard-0-of-1.json", "shard-0-of-1.jsonl"])
+def test_merge_of_a_shard_file_nested_too_deeply_is_exit_2_in_one_line(
+    tmp_path: Path, name: str
+) -> None:
+    """It was a RecursionError's traceback: the shared JSON reader says it in one line."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / name).write_text("[" * 100_000 + "\n")
+    code, out, err = _run("merge", str(folder), "--html", str(tmp_path / "r.html"))
+    assert code == 2 and out == "", (code, out, err)
+    assert err.strip().count("\n") == 0 and "Traceback" not in err, err
+    where = f"{shown(folder / name)}{':1' if name.endswith('l') else ''}"
+    assert f"{where} nests JSON deeper than" in err, err
+    assert "give the folders `pathways-chaos search --out` wrote" in err
+    assert not (tmp_path / "r.html").exists()

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[3]
 CLI = [sys.executable, "-m", "pathways_chaos.harness.cli.main"]
 PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q"]
 
+REFERENCE_LOOP = "pathways_chaos.harness.reference.user_loop:main"
 PLAIN_TEST = "def test_plain():\n    pass\n"
 CHAOS_TEST = """
 def test_it(chaos):
@@ -1021,6 +1022,24 @@ def _loop_rows() -> list[Row]:
             4,
             "--chaos-loop is empty",
             pytest_session=True,
+        ),
+        Row(
+            "loop option the episode gives (checkpoint_dir)",
+            (*CLI, "replay", "--loop", REFERENCE_LOOP, "--option", "checkpoint_dir=/tmp/x"),
+            2,
+            "the loop option checkpoint_dir is the episode's to give",
+        ),
+        Row(
+            "--log in a folder that does not exist",
+            (*CLI, "demo", "--steps", "3", "--log", "no/such/folder/x.jsonl"),
+            2,
+            "its folder no/such/folder does not exist: make it first",
+        ),
+        Row(
+            "loop option given twice",
+            (*CLI, "replay", "--loop", REFERENCE_LOOP, "--option", "a=1", "--option", "a=2"),
+            2,
+            "--option a= is given twice: keep one",
         ),
         Row(
             "loop with a syntax error",

@@ -287,7 +287,8 @@ def test_check_of_a_loop_log_is_not_judged_without_its_baseline_and_judged_with_
     from pathways_chaos.harness.play import play_loop
 
     loop = "pathways_chaos.harness.reference.user_loop:pause_resume"
-    base = play_loop(loop, log_path=tmp_path / "base.jsonl", checkpoint_dir=tmp_path / "c0")
+    base_log = tmp_path / "base.jsonl"
+    base = play_loop(loop, log_path=base_log, checkpoint_dir=tmp_path / "c0")
     play_loop(
         loop,
         "data_loss@batch=6:slice=1:repair_after_polls=2",
@@ -315,12 +316,14 @@ def test_check_of_a_loop_log_is_not_judged_without_its_baseline_and_judged_with_
     assert "ran under faults" in said and "is not a fault-free run" in said, said
     (tmp_path / "empty.jsonl").write_text("")
     assert main(["check", str(tmp_path / "empty.jsonl")]) == 2
-    # A torn last line (its writer killed mid-line) is judged without it, and said.
+    # A copy of the log under another name names value files beside the first: not its own.
     whole = (tmp_path / "faulted.jsonl").read_text()
-    (tmp_path / "torn.jsonl").write_text(whole + '{"seq": 99999, "kind": "ba')
+    (tmp_path / "copy.jsonl").write_text(whole)
+    assert main(["check", str(tmp_path / "copy.jsonl"), "--baseline", str(base_log)]) == 5
+    assert "not a regular file in the log's values folder" in capsys.readouterr().out
+    # A torn last line (its writer killed mid-line) is judged without it, and said.
+    with (tmp_path / "faulted.jsonl").open("a") as log:
+        log.write('{"seq": 99999, "kind": "ba')
     capsys.readouterr()
-    assert (
-        main(["check", str(tmp_path / "torn.jsonl"), "--baseline", str(tmp_path / "base.jsonl")])
-        == 0
-    )
+    assert main(["check", faulted, "--baseline", str(base_log)]) == 0
     assert "its last line is torn" in capsys.readouterr().err

@@ -22,6 +22,7 @@ from pathways_chaos.harness.acceptance.adapter import AdapterContractError, load
 from pathways_chaos.harness.acceptance.loop import PlainRun
 from pathways_chaos.harness.acceptance.table import UserCodeFailed, user_frame
 from pathways_chaos.harness.engine.deadline import DEFAULT_WALL_S, Deadline, default_deadline
+from pathways_chaos.harness.engine.untrusted_files import load_json
 from pathways_chaos.harness.episodes.child import ChildFiles, one_off
 from pathways_chaos.harness.episodes.child_watch import one_off_error
 from pathways_chaos.harness.episodes.loop_episode import said_at_its_line
@@ -161,7 +162,8 @@ def describe_adapter(spec: str, workdir: Path) -> AdapterFacts:
     """The adapter ``spec`` names, as its child found it (its files under ``workdir``, which
     the caller owns); a spec that does not load (or whose module ends its process) is one
     ``ChaosConfigError`` line."""
-    facts = json.loads(_in_child(spec, workdir, plain=False).read_text())
+    found = _in_child(spec, workdir, plain=False)
+    facts = load_json(found.read_text(), found, what="adapter facts")
     return AdapterFacts(
         source=spec,
         name=str(facts["name"]),
@@ -179,7 +181,7 @@ def _plain_in_child(
     spec: str, workdir: Path
 ) -> tuple[PlainRun | None, list[int] | None, list[Any] | None]:
     out = _in_child(spec, workdir, plain=True)
-    said = json.loads(out.read_text())
+    said = load_json(out.read_text(), out, what="adapter run")
     plain = None
     if said.get("plain") is not None:
         state = {

@@ -56,6 +56,7 @@ from pathways_chaos.harness.engine.owned_processes import (
 )
 from pathways_chaos.harness.engine.untrusted_files import (
     UntrustedFileError,
+    load_json,
     read_bytes,
     read_text,
     shown,
@@ -87,7 +88,7 @@ def _recorded_daemon(state: Path) -> ProcessIdentity | None:
             return None
         raise NotOurProcess(f"{error}: nothing signalled") from None
     try:
-        record = json.loads(data)
+        record = load_json(data, path, what="pid file")
     except (UnicodeDecodeError, json.JSONDecodeError):
         record = None
     return ProcessIdentity.from_record(record, f"pid file {shown(path)}")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
 import pickle
 import sys
@@ -27,6 +26,7 @@ import numpy as np
 from pathways_chaos.faults.model import Schedule
 from pathways_chaos.harness.engine.deadline import Deadline, default_deadline
 from pathways_chaos.harness.engine.recorder import Event, LogTail
+from pathways_chaos.harness.engine.untrusted_files import load_json
 from pathways_chaos.harness.episodes.child_watch import (
     ChildLimits,
     ChildWatch,
@@ -282,7 +282,7 @@ def replay_in_child(
     error = error_of(watch.one(spec))
     if error is not None:
         return f"{type(error).__name__}: {error}"
-    index = json.loads((out / "replay.json").read_text())
+    index = load_json((out / "replay.json").read_text(), out / "replay.json", what="replay index")
     state = {
         path: np.load(out / file, mmap_mode="r", allow_pickle=False)
         for path, file in index["leaves"].items()

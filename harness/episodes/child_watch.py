@@ -26,6 +26,7 @@ from typing import Any
 
 from pathways_chaos.harness.blackbox.values import installed_package, is_plumbing
 from pathways_chaos.harness.engine import process_tree
+from pathways_chaos.harness.engine.clock import Clock, FakeClock, RealClock
 from pathways_chaos.harness.engine.deadline import (
     Deadline,
     EpisodeDeadlineExceeded,
@@ -440,7 +441,7 @@ class ChildWatch:
                 },
             )
         )
-        recorder = Recorder(self.log_path, resume=list(events))
+        recorder = Recorder(self.log_path, clock=_clock_after(events), resume=list(events))
         for kind, fields in new:
             self._feed([recorder.emit(kind, **fields)], events)
         recorder.close()
@@ -448,6 +449,16 @@ class ChildWatch:
 
 
 # -- helpers -----------------------------------------------------------------------------------
+def _clock_after(events: list[Event]) -> Clock:
+    """The log's clock for the events this process adds after a child: on the fake clock, the
+    last time the child's events reached (the wall clock's epoch would read as 1.8e9 s into
+    the episode); the wall clock otherwise."""
+    fake = any(e.get("clock") == "fake" for e in events if e.get("kind") == "episode_start")
+    if not fake:
+        return RealClock()
+    return FakeClock(start=max((float(e.get("t") or 0.0) for e in events), default=0.0))
+
+
 def one_off_error(
     child: ChildFiles, work: Path, subject: str, deadline: Deadline | None = None
 ) -> BaseException | None:

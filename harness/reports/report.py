@@ -10,16 +10,19 @@ from pathways_chaos.harness.reports import goodput
 
 
 def timeline(events: Sequence[Event]) -> list[str]:
-    """One line per event that matters; runs of steps fold into one line per attempt."""
+    """One line per event that matters; runs of steps fold into one line per attempt. Times
+    are from the log's first event: 0 on the fake clock, and with ``--clock real`` (whose
+    events carry the wall clock, comparable across processes) seconds into the episode."""
     lines: list[str] = []
     run: list[Event] = []
+    zero = float(events[0].get("t") or 0.0) if events else 0.0
 
     def flush() -> None:
         if run:
             first, last = run[0], run[-1]
             size = len(first["ids"])
             lines.append(
-                f"{first['t']:8.1f}s  steps {first['step']}-{last['step']} "
+                f"{first['t'] - zero:8.1f}s  steps {first['step']}-{last['step']} "
                 f"(attempt {first['attempt']}, batch {size})"
             )
             run.clear()
@@ -35,7 +38,7 @@ def timeline(events: Sequence[Event]) -> list[str]:
         if text is None:
             continue
         flush()
-        lines.append(f"{e['t']:8.1f}s  {text}")
+        lines.append(f"{e['t'] - zero:8.1f}s  {text}")
     flush()
     return lines
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -210,12 +211,29 @@ class LogTail:
         self.foreign = 0
         self.first_foreign: str | None = None
         self._due = 0
+        self._file: IO[bytes] | None = None
+
+    def _opened(self) -> IO[bytes] | None:
+        """The log, opened once and held: what the child's recorder writes stays readable if
+        the child's own code then unlinks or replaces the path (a folder, a symlink put there).
+        Only a regular file is held; a FIFO is never waited on."""
+        if self._file is None:
+            try:
+                fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError:
+                return None
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                return None
+            self._file = os.fdopen(fd, "rb")
+        return self._file
 
     def read(self, final: bool = False) -> list[Event]:
+        held = self._opened()
+        if held is None:
+            return []
         try:
-            with self.path.open("rb") as f:
-                f.seek(self._offset)
-                chunk = f.read(max(0, self.limit - self._offset))
+            chunk = os.pread(held.fileno(), max(0, self.limit - self._offset), self._offset)
         except OSError:
             return []
         self._offset += len(chunk)

@@ -17,6 +17,7 @@ import os
 import pickle
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -36,62 +37,22 @@ from pathways_chaos.harness.engine.deadline import (
 from pathways_chaos.harness.engine.recorder import Event, LogTail, Recorder, set_aside
 from pathways_chaos.harness.episodes import exit_witness, fork_server
 from pathways_chaos.harness.episodes.child import STACK_SIGNAL, ChildFiles
+from pathways_chaos.harness.episodes.child_limits import (
+    GIB as GIB,
+)
+from pathways_chaos.harness.episodes.child_limits import MIB as MIB
+from pathways_chaos.harness.episodes.child_limits import (
+    ChildLimits as ChildLimits,
+)
+from pathways_chaos.harness.episodes.child_limits import (
+    default_limits as default_limits,
+)
+from pathways_chaos.harness.episodes.child_limits import parse_bytes as parse_bytes
+from pathways_chaos.harness.episodes.child_limits import (
+    set_default_limits as set_default_limits,
+)
 from pathways_chaos.harness.errors import ChaosConfigError, ChaosError
 from pathways_chaos.harness.judging.final_values import seal
-
-GIB = 1 << 30
-MIB = 1 << 20
-
-
-@dataclasses.dataclass(frozen=True)
-class ChildLimits:
-    """What one episode's children may use; past a limit the child is ended and named."""
-
-    #: Resident memory of the child and everything it started, together.
-    memory_bytes: int = 4 * GIB
-    #: What the child may write to its stdout and stderr (kept in a file beside the log).
-    output_bytes: int = 256 * MIB
-    #: Seconds a child may take to exit after its end marker (atexit, non-daemon threads).
-    exit_grace_s: float = 10.0
-    #: Seconds given to faulthandler to write the stacks before the SIGKILL (a loaded CI
-    #: machine took more than one to write the main thread's).
-    stack_grace_s: float = 3.0
-    #: Seconds a child may take to import the toolkit and its libraries before it loads the
-    #: loop: ours, so never counted against the loop's wall deadline (a spawned child on a
-    #: busy CI machine takes tens of seconds), and past it the toolkit failed, not the loop.
-    startup_s: float = 600.0
-
-    def __post_init__(self) -> None:
-        if not self.memory_bytes > 0 or not self.output_bytes > 0:
-            raise ChaosConfigError("a child limit must be > 0")
-
-
-_default_limits = ChildLimits()
-
-
-def default_limits() -> ChildLimits:
-    """The session's limits (``set_default_limits``)."""
-    return _default_limits
-
-
-def set_default_limits(limits: ChildLimits) -> ChildLimits:
-    """Sets the session's limits (the plugin's ``--chaos-memory-limit``); returns the old."""
-    global _default_limits
-    previous, _default_limits = _default_limits, limits
-    return previous
-
-
-def parse_bytes(raw: str, flag: str) -> int:
-    """``4GiB``, ``512MiB``, ``2G``, ``1000000`` -> bytes; anything else: one line."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)\s*", str(raw), re.IGNORECASE)
-    if match is None:
-        raise ChaosConfigError(f"{flag}={raw!r}: write a size such as 4GiB, 512MiB or 8G")
-    number = float(match.group(1))
-    scale = 1024 ** " KMGT".index(match.group(2).upper() or " ")
-    value = int(number * scale)
-    if value < 64 * MIB:
-        raise ChaosConfigError(f"{flag}={raw!r}: use at least 64MiB (JAX alone needs more)")
-    return value
 
 
 class LoopProcessEnded(ChaosError):
@@ -234,14 +195,8 @@ class ChildWatch:
                 self._feed(tail.read(), events)
                 if last_exit_status(events, run) is not None:
                     return Ending(code)
-                if self._ready_at is None:  # only the toolkit's code had run
-                    return Ending(
-                        code,
-                        f"pathways-chaos's child process ended (code {code}) before it loaded "
-                        f"the {self.subject} (a bug in pathways-chaos; its output: "
-                        f"{self.work}/output-{spec.run}.txt)",
-                        toolkit=True,
-                    )
+                if self._ready_at is None:  # only the toolkit's code had run, or the log went
+                    return self._ended_unready(code, spec)
                 return self._died(code, spec, events, lost=getattr(child, "status_lost", False))
             now = time.monotonic()
             if marker_at is not None and now - marker_at > self.limits.exit_grace_s:
@@ -290,6 +245,31 @@ class ChildWatch:
                             os.truncate(output, self.limits.output_bytes)
                     return Ending(None, over + _at(where), where)
             time.sleep(0.05)
+
+    def _ended_unready(self, code: int, spec: ChildFiles) -> Ending:
+        """A child that ended with no event read from it: the toolkit's failure, unless the
+        log's path is no longer a file (the subject's code put a folder or a link there)."""
+        replaced = _replaced_log(self.log_path)
+        if replaced is not None:
+            return Ending(code, f"the {self.subject} {replaced}: nothing of its run can be read")
+        return Ending(
+            code,
+            f"pathways-chaos's child process ended (code {code}) before it loaded the "
+            f"{self.subject} (a bug in pathways-chaos; its output: "
+            f"{self.work}/output-{spec.run}.txt)",
+            toolkit=True,
+        )
+
+    def _recorder_after(self, events: list[Event], ending: Ending) -> Recorder:
+        """The log, to go on with; if the child's code replaced it, the events stay in memory
+        and the child's end names what it did."""
+        clock = _clock_after(events)
+        try:
+            return Recorder(self.log_path, clock=clock, resume=list(events))
+        except ChaosError:
+            replaced = _replaced_log(self.log_path) or "replaced the episode's event log"
+            ending.cause = ending.cause or f"the {self.subject} {replaced}"
+            return Recorder(None, clock=clock, resume=list(events))
 
     def _library_wait(self, libraries: list[str]) -> str:
         return (
@@ -396,6 +376,7 @@ class ChildWatch:
         for e in events:  # what its values files hold now, before any later episode runs
             if e["kind"] == "run_end" and e.get("run") == run:
                 seal(e)
+        recorder = self._recorder_after(events, ending)
         new: list[tuple[str, dict[str, Any]]] = []
         if tail.foreign > self._foreign_said:  # lines no recorder wrote: left unread, said
             count, self._foreign_said = tail.foreign - self._foreign_said, tail.foreign
@@ -441,7 +422,6 @@ class ChildWatch:
                 },
             )
         )
-        recorder = Recorder(self.log_path, clock=_clock_after(events), resume=list(events))
         for kind, fields in new:
             self._feed([recorder.emit(kind, **fields)], events)
         recorder.close()
@@ -449,6 +429,18 @@ class ChildWatch:
 
 
 # -- helpers -----------------------------------------------------------------------------------
+def _replaced_log(log: Path) -> str | None:
+    """What is at the event log's path if it is no longer a file pathways-chaos writes."""
+    try:
+        info = os.lstat(log)
+    except OSError:
+        return None  # not made yet, or removed: the recorder makes it anew
+    if stat.S_ISREG(info.st_mode):
+        return None
+    kind = "a folder" if stat.S_ISDIR(info.st_mode) else "a symlink or special file"
+    return f"replaced the episode's event log, which pathways-chaos made, with {kind} ({log})"
+
+
 def _clock_after(events: list[Event]) -> Clock:
     """The log's clock for the events this process adds after a child: on the fake clock, the
     last time the child's events reached (the wall clock's epoch would read as 1.8e9 s into

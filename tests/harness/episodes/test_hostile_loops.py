@@ -82,6 +82,7 @@ TABLE = [
     ("hogs_memory", "the loop used more than 2.0 GiB of memory"),
     ("floods_stdout", "the loop wrote more than 16 MiB to stdout and stderr"),
     ("floods_stdout_and_returns", "the loop wrote more than 16 MiB to stdout and stderr"),
+    ("replaces_its_log", "the loop replaced the episode's event log, which pathways-chaos made"),
     ("changes_the_directory", "RuntimeError: after chdir('/')"),
     ("patches_jax", "RuntimeError: after patching jax.jit"),
     (

@@ -341,7 +341,7 @@ def _replay_child(args: argparse.Namespace, events: list[dict[str, Any]]) -> Any
     import shlex
 
     from pathways_chaos.harness.errors import ChaosConfigError
-    from pathways_chaos.harness.judging.replay import ReplayNotRun
+    from pathways_chaos.harness.judging.replay import ReplayNotRun, is_toolkit_trainer
 
     start = next((e for e in events if e["kind"] == "run_start"), None)
     spec = str((start or {}).get("trainer") or "")
@@ -350,7 +350,7 @@ def _replay_child(args: argparse.Namespace, events: list[dict[str, Any]]) -> Any
             f"--trainer {args.trainer} but the log's trainer is {spec or 'not named'}: give the "
             "trainer the episode ran, or leave --trainer out"
         )
-    if not spec or spec.startswith("pathways_chaos."):
+    if not spec or is_toolkit_trainer(spec):
         return None
     if args.trainer is None:
         return ReplayNotRun(

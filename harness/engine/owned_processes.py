@@ -135,12 +135,7 @@ def identity_of_started(
 def runs_module(cmdline: tuple[str, ...] | None, module: str) -> bool:
     """Whether ``cmdline`` is ``PYTHON -m module ...``, as ``subprocess.Popen([sys.executable,
     "-m", module, ...])`` starts it: a record's own command line proves nothing (it is copied)."""
-    return (
-        cmdline is not None
-        and len(cmdline) >= 3
-        and Path(cmdline[0]).name.startswith("python")
-        and cmdline[1:3] == ("-m", module)
-    )
+    return cmdline is not None and len(cmdline) >= 3 and cmdline[1:3] == ("-m", module)
 
 
 def ownership(recorded: ProcessIdentity, *, module: str | None = None) -> tuple[str, str]:

@@ -9,6 +9,7 @@ touches a lost slice. Readers see only the log.
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 import threading
@@ -192,6 +193,9 @@ def not_recorded(event: Any, due: int) -> str | None:
     missing = [f for f in REQUIRED_FIELDS.get(kind, ()) if f not in event]
     if missing:
         return f"{article} {kind} event without {', '.join(missing)}"
+    t = event.get("t", 0.0)
+    if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
+        return f"{article} {kind} event whose time t is {str(t)[:40]!r}, not a number"
     return None
 
 

@@ -55,7 +55,7 @@ class SliceTopology:
     def parse(cls, text: str) -> SliceTopology:
         """Parses ``NxM`` (N slices of M devices)."""
         n, sep, m = text.lower().partition("x")
-        whole = sep and all(part.isascii() and part.isdigit() for part in (n, m))
+        whole = sep and all(part.isascii() and part.isdigit() and len(part) <= 6 for part in (n, m))
         if not whole:
             raise ChaosConfigError(
                 f"slice shape {text!r} is not NxM: write for example 4x2 (4 slices of 2 devices)"

@@ -160,8 +160,6 @@ class ChildWatch:
         self._ready_at = None
         try:
             ending = self._watch(child, run, tail, events, output, spec)
-            if ending.cause is None and ending.code is not None:  # printed fast, ended at once
-                ending = self._flooded(ending.code, output) or ending
         finally:
             if self._ready_at is not None:
                 self.spent_s += time.monotonic() - self._ready_at
@@ -170,7 +168,7 @@ class ChildWatch:
                 child.wait(timeout=5)
         events += tail.read()
         ending.left = left
-        return ending
+        return self._flooded(ending, output)  # printed fast and ended before the next look
 
     def _watch(
         self,
@@ -296,14 +294,16 @@ class ChildWatch:
             )
         return self._output_over(output)
 
-    def _flooded(self, code: int, output: Path) -> Ending | None:
-        """An ended child's output over the cap: cut to it, and said (as while it runs)."""
+    def _flooded(self, ending: Ending, output: Path) -> Ending:
+        """Output over the cap once the child's processes are gone: cut, and said if first."""
         over = self._output_over(output)
-        if over is None or self._ready_at is None:
-            return None
+        if over is None:
+            return ending
         with contextlib.suppress(OSError):  # what the message says: kept, cut
             os.truncate(output, self.limits.output_bytes)
-        return Ending(code, over)
+        if ending.cause is not None or self._ready_at is None:
+            return ending
+        return dataclasses.replace(ending, cause=over)
 
     def _output_over(self, output: Path) -> str | None:
         with contextlib.suppress(OSError):

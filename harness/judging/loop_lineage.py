@@ -172,6 +172,7 @@ def _step_pairs(saves: list[tuple[int, int]]) -> list[tuple[tuple[int, int], tup
     is then taken at its first save, and the attempt's first step left out, as it may have
     begun before its first save (batch 0 was not saved); pairs of consecutive saves had the
     steps advance one per batch."""
+    saves = list(dict.fromkeys(saves))  # a snapshot and a checkpoint of one step: one save
     steps = [step for step, _ in saves]
     if len(set(steps)) == len(steps):
         return [(a, b) for a, b in itertools.pairwise(saves) if b[0] > a[0]]

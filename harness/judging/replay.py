@@ -6,6 +6,7 @@ back to the reference model's step, and every message says which."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -85,6 +86,17 @@ def check_replay(
     return problems
 
 
+#: A trainer of the toolkit's own, by name: the only kind a log may name for this process to
+#: import (``pathways_chaos.`` then dotted identifiers: never a file path, never ``..``).
+TOOLKIT_TRAINER = re.compile(r"pathways_chaos(\.[A-Za-z_]\w*)+:[A-Za-z_][\w.]*")
+
+
+def is_toolkit_trainer(spec: str) -> bool:
+    """Whether ``spec`` names a trainer in the toolkit's package (``X.py`` is read as a file)."""
+    module = spec.partition(":")[0]
+    return TOOLKIT_TRAINER.fullmatch(spec) is not None and not module.endswith(".py")
+
+
 def replay_trainer(start: Event, trainer: Any = None) -> tuple[Any, str]:
     """The trainer class to replay with, or None and why the model's step stands in."""
     from pathways_chaos.harness.reference.trainer import ReferenceTrainer
@@ -93,6 +105,8 @@ def replay_trainer(start: Event, trainer: Any = None) -> tuple[Any, str]:
         spec = start.get("trainer")
         if not spec:
             return None, "the log names no trainer"
+        if not is_toolkit_trainer(str(spec)):
+            return None, f"the log names trainer {spec}, not one of the toolkit's"
         from pathways_chaos.harness.engine.user_modules import load_name
 
         try:

@@ -260,3 +260,10 @@ def installs_signal_handlers(**_: Any) -> Any:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *a: None)
     raise RuntimeError("after installing signal handlers")
+
+
+def floods_stdout_and_exits_1(**_: Any) -> Any:
+    """20 MiB at once, then ``os._exit(1)``: the output was kept whole when the exit was the
+    cause of the end."""
+    os.write(1, b"x" * (20 << 20))
+    os._exit(1)

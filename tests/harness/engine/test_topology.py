@@ -39,6 +39,7 @@ def test_parse_shape():
         ("100000x100000", "more than the"),
         ("\uff14x2", "is not NxM"),  # a full-width 4 was taken as 4
         (" 4x2", "is not NxM"),
+        ("1" * 5000 + "x2", "is not NxM"),  # past int()'s digit limit: a ValueError traceback
     ],
 )
 def test_a_shape_out_of_range_says_which_number(text, says):

@@ -295,3 +295,13 @@ def test_a_process_held_only_by_a_library_thread_is_not_judged_and_names_the_lib
     reason = out.verdict.not_judged["process-exit"]
     assert "threads of orbax" in reason and "no line of the loop's" in reason, reason
     assert [e["status"] for e in out.of_kind("run_end")] == ["completed"]
+
+
+def test_output_past_the_cap_is_cut_whatever_ended_the_loop(tmp_path, small_limits):
+    """An exit right after the flood was the end's cause, and the 20 MiB file stayed whole."""
+    out = play_loop(
+        f"{HOSTILE}:floods_stdout_and_exits_1", topology="2x1", log_path=tmp_path / "e.jsonl"
+    )
+    assert out.verdict.word == "FAILED", out.verdict.summary()
+    kept = tmp_path / "e.child" / "output-1.txt"
+    assert kept.stat().st_size <= 16 << 20, kept.stat().st_size

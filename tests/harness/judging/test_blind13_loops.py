@@ -47,6 +47,12 @@ def test_a_step_saved_once_per_micro_batch_is_learned_as_two_batches() -> None:
     assert batches_per_step(events) == 2
     assert samples_per_step(events) == 16
     assert batches_per_step(_saves([0, 1, 2, 3])) == 1  # one save a step: as before
+    twice = [  # a snapshot and a checkpoint of each step, two micro-batches a step
+        {"kind": kind, "run": 1, "attempt": 1, "step": step, "batches_in_attempt": 2 * step}
+        for step in (5, 10)
+        for kind in ("snapshot_save", "checkpoint_save")
+    ]
+    assert batches_per_step(twice) == 2
     assert batches_per_step(_saves([4, 8, 12], size=4)) == Fraction(1, 4)
 
 

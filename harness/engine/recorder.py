@@ -232,6 +232,12 @@ class LogTail:
             self._file = os.fdopen(fd, "rb")
         return self._file
 
+    def close(self) -> None:
+        """Lets go of the log (a later ``read`` opens it again)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
     def read(self, final: bool = False) -> list[Event]:
         held = self._opened()
         if held is None:

@@ -129,10 +129,10 @@ class ChildWatch:
     def one(self, spec: ChildFiles) -> list[Event]:
         """A one-off child (a probe, a replay, an adapter's or a trainer's answer) run to its
         end: its events, its ending logged among them (``error_of`` reads it)."""
-        tail = LogTail(Path(spec.log_path))
-        events: list[Event] = []
-        ending = self.child(spec, tail, events)
-        self.log_child_end(events, spec.run, ending, tail)
+        with contextlib.closing(LogTail(Path(spec.log_path))) as tail:
+            events: list[Event] = []
+            ending = self.child(spec, tail, events)
+            self.log_child_end(events, spec.run, ending, tail)
         return events
 
     def child(self, spec: ChildFiles, tail: LogTail, events: list[Event]) -> Ending:

@@ -154,7 +154,10 @@ class SupervisedTrainerEpisode:
         watch = self._watch(self.log_path, self.listeners)
         tail = LogTail(self.log_path)
         events: list[Event] = []
-        watch.runs(self._spec, self.max_runs, tail, events)
+        try:
+            watch.runs(self._spec, self.max_runs, tail, events)
+        finally:
+            tail.close()
         if not self.probe:  # the warnings the trainer's class earned, where the user sees them
             from pathways_chaos.harness.reference.overrides import TrainerOverrideWarning
 

@@ -98,7 +98,10 @@ class SupervisedLoopEpisode:
             limits=self.limits,
             listeners=self.listeners,
         )
-        watch.runs(self._spec, self.max_runs, tail, events)
+        try:
+            watch.runs(self._spec, self.max_runs, tail, events)
+        finally:
+            tail.close()
         result = EpisodeResult(
             events,
             [],

@@ -229,16 +229,10 @@ def open_append(path: Path, *, what: str = "file", mode: int = 0o644) -> int:
 
 
 def check_appendable(path: Path, *, what: str = "file") -> Path:
-    """What :func:`open_append` refuses, said before anything starts (nothing is made: a
-    missing folder is not made either, as ``>>`` in a shell would not)."""
+    """What :func:`open_append` refuses, said before anything starts (nothing is made)."""
     info = lstat_or_none(path, what)
     if info is None:
         check_folder_target(path.parent, what=what)
-        if lstat_or_none(path.parent, what) is None:
-            raise RefusedPath(
-                f"{what} {shown(path)}: its folder {shown(path.parent)} does not exist: make it "
-                "first, or name a file in a folder that exists"
-            )
         return path
     _check_not_symlink(path, info, what, noun="file")
     if not stat.S_ISREG(info.st_mode):

@@ -1030,12 +1030,6 @@ def _loop_rows() -> list[Row]:
             "the loop option checkpoint_dir is the episode's to give",
         ),
         Row(
-            "--log in a folder that does not exist",
-            (*CLI, "demo", "--steps", "3", "--log", "no/such/folder/x.jsonl"),
-            2,
-            "its folder no/such/folder does not exist: make it first",
-        ),
-        Row(
             "loop option given twice",
             (*CLI, "replay", "--loop", REFERENCE_LOOP, "--option", "a=1", "--option", "a=2"),
             2,

@@ -246,10 +246,10 @@ def main() -> None:
     if args.unwatched is not None:
         unwatched_child(args.unwatched)
         return
-    from pathways_chaos.harness.episodes import child_watch
+    from pathways_chaos.harness.episodes import child_limits
 
     # The 100M model's child holds its state, a snapshot and the host copy it returns.
-    child_watch.set_default_limits(child_watch.ChildLimits(memory_bytes=20 * child_watch.GIB))
+    child_limits.set_default_limits(child_limits.ChildLimits(memory_bytes=20 * child_limits.GIB))
     modes = ["watched", "unwatched"] + (["watched_no_lineage"] if args.no_lineage_too else [])
     modes += ["unwatched_every_save"] if args.every_save_too else []
     result: dict[str, Any] = {"bench": "scale", "loop": "bench/scale_loop.py:train"}

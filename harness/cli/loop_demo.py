@@ -66,7 +66,9 @@ def print_loop_output(log_path: Path, full: bool = True, temporary: bool = False
     (``<log>.child/output-N.txt``): the last lines of each when ``full`` (a verdict that is not
     a pass), else only where it is (nothing of a ``temporary`` folder's, which goes). Read as
     untrusted bytes: the end of the file only, each line cut, undecodable bytes replaced."""
-    folder = log_path.with_name(log_path.stem + ".child")
+    from pathways_chaos.harness.engine.recorder import child_folder
+
+    folder = child_folder(log_path)
     files = sorted(folder.glob("output-*.txt"), key=lambda f: (len(f.name), f.name))
     for file in files:
         if file.is_symlink() or not file.is_file():

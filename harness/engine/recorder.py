@@ -294,10 +294,16 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+def child_folder(log: Path) -> Path:
+    """The folder beside the event log ``log`` where an episode run in children keeps their
+    work: spec and stack files, each run's output, the values (``<stem>.child``)."""
+    return log.with_name(log.stem + ".child")
+
+
 def values_folders(log: Path) -> tuple[Path, Path]:
     """The folders beside the event log ``log`` its runs' values go in (a ``run-N`` folder per
     run, a ``leaf-I.npy`` per leaf, as ``describe_state`` writes them): ``<stem>.child/values``
     for a loop run in a child (the supervisor's work folder), ``<stem>.values`` for one run in
     this process (``values_beside``). A value file a log names anywhere else is none of its
     runs' (the log was edited or moved), so a judge never opens it."""
-    return log.with_name(log.stem + ".child") / "values", log.with_name(log.stem + ".values")
+    return child_folder(log) / "values", log.with_name(log.stem + ".values")

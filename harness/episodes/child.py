@@ -16,6 +16,7 @@ import faulthandler
 import pickle
 import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 #: The parent's signal for "dump every thread's stack now" (faulthandler, in C: works while
 #: the loop blocks in a system call).
 STACK_SIGNAL = signal.SIGUSR1
+#: The stack file's first line, before the main thread's id as faulthandler writes it.
+MAIN_THREAD_LINE = "main thread "
 
 #: Modules every child imports before its ready marker, and the fork server once for all
 #: (none initialises a backend).
@@ -109,8 +112,9 @@ def main(argv: list[str]) -> None:
         if entry not in sys.path:
             sys.path.insert(0, entry)
     stacks = open(spec.stack_file, "a", encoding="utf-8")  # noqa: SIM115 - lives with the process
+    _follow_main_thread(stacks)
     faulthandler.enable(file=stacks, all_threads=True)
-    faulthandler.register(STACK_SIGNAL, file=stacks, all_threads=True, chain=False)
+    faulthandler.register(STACK_SIGNAL, file=stacks, all_threads=True, chain=True)
     from pathways_chaos.harness.episodes import exit_witness, thread_origins
 
     exit_witness.install(spec.witness_file)
@@ -126,6 +130,28 @@ def main(argv: list[str]) -> None:
     # A normal exit: atexit runs and non-daemon threads are joined; a thread the loop left
     # running keeps the process alive, which the parent sees and names.
     sys.exit(0)
+
+
+def _follow_main_thread(stacks: Any) -> None:
+    """faulthandler names threads only by id and keeps a thread's innermost 100 frames, which
+    a loop stuck in JAX's lowering or deep in its own calls outruns. So the stack file starts
+    with the main thread's id, and on ``STACK_SIGNAL`` (chained after faulthandler's dump, which
+    works even while the loop blocks in C) the main thread adds its whole stack as soon as it
+    runs Python again, in faulthandler's layout."""
+    ident = f"{threading.get_ident():#018x}"
+    stacks.write(f"{MAIN_THREAD_LINE}{ident}\n")
+    stacks.flush()
+
+    def whole_stack(signum: int, frame: Any) -> None:
+        lines = [f"Thread {ident} in full (most recent call first):"]
+        while frame is not None:
+            code = frame.f_code
+            lines.append(f'  File "{code.co_filename}", line {frame.f_lineno} in {code.co_name}')
+            frame = frame.f_back
+        stacks.write("\n".join(lines) + "\n")
+        stacks.flush()
+
+    signal.signal(STACK_SIGNAL, whole_stack)
 
 
 #: Signals a fresh ``python train.py`` handles as the default says, whatever its parent ignored.

@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import os
 import pickle
-import re
 import signal
 import stat
 import subprocess
@@ -25,7 +24,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from pathways_chaos.harness.blackbox.values import installed_package, is_plumbing
 from pathways_chaos.harness.engine import process_tree
 from pathways_chaos.harness.engine.clock import Clock, FakeClock, RealClock
 from pathways_chaos.harness.engine.deadline import (
@@ -37,20 +35,8 @@ from pathways_chaos.harness.engine.deadline import (
 from pathways_chaos.harness.engine.recorder import Event, LogTail, Recorder, set_aside
 from pathways_chaos.harness.episodes import exit_witness, fork_server
 from pathways_chaos.harness.episodes.child import STACK_SIGNAL, ChildFiles
-from pathways_chaos.harness.episodes.child_limits import (
-    GIB as GIB,
-)
-from pathways_chaos.harness.episodes.child_limits import MIB as MIB
-from pathways_chaos.harness.episodes.child_limits import (
-    ChildLimits as ChildLimits,
-)
-from pathways_chaos.harness.episodes.child_limits import (
-    default_limits as default_limits,
-)
-from pathways_chaos.harness.episodes.child_limits import parse_bytes as parse_bytes
-from pathways_chaos.harness.episodes.child_limits import (
-    set_default_limits as set_default_limits,
-)
+from pathways_chaos.harness.episodes.child_limits import GIB, MIB, ChildLimits, default_limits
+from pathways_chaos.harness.episodes.stack_dump import has_dump, loop_frame, main_stack
 from pathways_chaos.harness.errors import ChaosConfigError, ChaosError
 from pathways_chaos.harness.judging.final_values import seal
 
@@ -321,9 +307,12 @@ class ChildWatch:
             child.send_signal(STACK_SIGNAL)
         deadline = time.monotonic() + self.limits.stack_grace_s
         where = None  # until the main thread's section is written (the dump's last, on a
-        while where is None and time.monotonic() < deadline:  # busy machine not at once)
-            time.sleep(0.05)
-            where = loop_frame(spec.stack_file) if _has_dump(spec.stack_file) else None
+        while time.monotonic() < deadline:  # busy machine not at once), and holds a frame of
+            time.sleep(0.05)  # the loop's own or is the main thread's whole stack
+            stack = main_stack(spec.stack_file) if has_dump(spec.stack_file) else None
+            where = None if stack is None else stack.where()
+            if stack is not None and (stack.whole or stack.own_frame() is not None):
+                break
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(child.pid, signal.SIGKILL)
         with contextlib.suppress(Exception):
@@ -531,49 +520,6 @@ def error_of(events: list[Event]) -> BaseException | None:
 
 class _LoopRaised(ChaosError):
     """What the loop raised, as its text (the exception object stayed in the child)."""
-
-
-_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<name>\S+)')
-
-
-def _has_dump(path: str) -> bool:
-    with contextlib.suppress(OSError):
-        return "most recent call first" in Path(path).read_text(errors="replace")
-    return False
-
-
-def loop_frame(stack_file: str) -> str | None:
-    """From a faulthandler dump: the main thread's innermost frame in the loop's own code,
-    with the innermost frame of all where that differs (``train.py:88 in main, in
-    threading.py:355 in wait``)."""
-    try:
-        text = Path(stack_file).read_text(errors="replace")[-200_000:]
-    except OSError:
-        return None
-    sections: list[list[tuple[str, str, str]]] = []
-    for line in text.splitlines():
-        if "most recent call first" in line:
-            sections.append([])
-            continue
-        match = _FRAME.match(line)
-        if match and sections:
-            sections[-1].append((match["file"], match["line"], match["name"]))
-    main = next((s for s in reversed(sections) if any("child.py" in f for f, _, _ in s)), None)
-    if not main:
-        return None
-    candidates = [(f, ln, n) for f, ln, n in main if not is_plumbing(f) and "child.py" not in f]
-    # An installed library's frame (an audit hook such as filelock's, run inside the loop's
-    # line) is the loop's only when nothing outside installed code is on the stack.
-    own = next((c for c in candidates if installed_package(c[0]) is None), None) or next(
-        iter(candidates), None
-    )
-    inner = main[0]
-    if own is None:
-        return f"{inner[0]}:{inner[1]} in {inner[2]}"
-    text_own = f"{own[0]}:{own[1]} in {own[2]}"
-    if own != inner:
-        text_own += f" (waiting in {Path(inner[0]).name}:{inner[1]} in {inner[2]})"
-    return text_own
 
 
 def _signal_name(number: int) -> str:

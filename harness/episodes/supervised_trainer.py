@@ -25,14 +25,10 @@ import numpy as np
 
 from pathways_chaos.faults.model import Schedule
 from pathways_chaos.harness.engine.deadline import Deadline, default_deadline
-from pathways_chaos.harness.engine.recorder import Event, LogTail
+from pathways_chaos.harness.engine.recorder import Event, LogTail, child_folder
 from pathways_chaos.harness.engine.untrusted_files import load_json
-from pathways_chaos.harness.episodes.child_watch import (
-    ChildLimits,
-    ChildWatch,
-    default_limits,
-    error_of,
-)
+from pathways_chaos.harness.episodes.child_limits import ChildLimits, default_limits
+from pathways_chaos.harness.episodes.child_watch import ChildWatch, error_of
 from pathways_chaos.harness.episodes.loop_reference import file_modules, named_modules
 from pathways_chaos.harness.episodes.result import EpisodeResult
 from pathways_chaos.harness.episodes.trainer_child import ReplayChildSpec, TrainerChildSpec
@@ -130,7 +126,7 @@ class SupervisedTrainerEpisode:
         if log_path is None:
             log_path = Path(tempfile.mkdtemp(prefix="trainer-episode-")) / "episode.jsonl"
         self.log_path = Path(log_path)
-        self.work = self.log_path.with_name(self.log_path.stem + ".child")
+        self.work = child_folder(self.log_path)
 
     def _watch(self, log_path: Path, listeners: Iterable[Callable[[Event], None]]) -> ChildWatch:
         log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -18,14 +18,10 @@ from typing import Any
 
 from pathways_chaos.faults.model import Schedule
 from pathways_chaos.harness.engine.deadline import Deadline, default_deadline
-from pathways_chaos.harness.engine.recorder import Event, LogTail
-from pathways_chaos.harness.episodes import child_watch
+from pathways_chaos.harness.engine.recorder import Event, LogTail, child_folder
 from pathways_chaos.harness.episodes.child import ChildSpec
-from pathways_chaos.harness.episodes.child_watch import (
-    ChildLimits,
-    ChildWatch,
-    error_of,
-)
+from pathways_chaos.harness.episodes.child_limits import ChildLimits, default_limits
+from pathways_chaos.harness.episodes.child_watch import ChildWatch, error_of
 from pathways_chaos.harness.episodes.loop_episode import scratch
 from pathways_chaos.harness.episodes.loop_reference import (
     file_modules,
@@ -70,7 +66,7 @@ class SupervisedLoopEpisode:
         self.listeners = list(listeners)
         self.lineage, self.show_library_logs, self.digests = lineage, show_library_logs, digests
         self.deadline = deadline or default_deadline()
-        self.limits = limits or child_watch.default_limits()
+        self.limits = limits or default_limits()
         self.loop_spec, self.loop_pickle, self.name = loop_reference(loop)
         try:
             self.options_pickle = pickle.dumps(self.options)
@@ -84,7 +80,7 @@ class SupervisedLoopEpisode:
         if log_path is None:  # the log and value files live as long as this process
             log_path = Path(tempfile.mkdtemp(prefix="episode-", dir=scratch())) / "episode.jsonl"
         self.log_path = Path(log_path)
-        self.work = self.log_path.with_name(self.log_path.stem + ".child")
+        self.work = child_folder(self.log_path)
 
     def run(self) -> EpisodeResult:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -241,23 +241,23 @@ def _set_memory_limit(config: pytest.Config) -> None:
         return
     import dataclasses
 
-    from pathways_chaos.harness.episodes import child_watch
+    from pathways_chaos.harness.episodes import child_limits
     from pathways_chaos.harness.errors import ChaosConfigError
 
     try:
-        size = child_watch.parse_bytes(raw, "--chaos-memory-limit")
+        size = child_limits.parse_bytes(raw, "--chaos-memory-limit")
     except ChaosConfigError as error:
         raise pytest.UsageError(str(error)) from None
-    limits = dataclasses.replace(child_watch.ChildLimits(), memory_bytes=size)
-    config.stash[_PREVIOUS_LIMITS] = child_watch.set_default_limits(limits)
+    limits = dataclasses.replace(child_limits.ChildLimits(), memory_bytes=size)
+    config.stash[_PREVIOUS_LIMITS] = child_limits.set_default_limits(limits)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     limits = config.stash.get(_PREVIOUS_LIMITS, None)
     if limits is not None:
-        from pathways_chaos.harness.episodes import child_watch
+        from pathways_chaos.harness.episodes import child_limits
 
-        child_watch.set_default_limits(limits)
+        child_limits.set_default_limits(limits)
     previous = config.stash.get(_PREVIOUS_DEADLINE, None)
     if previous is not None:
         from pathways_chaos.harness.engine import deadline

@@ -51,6 +51,20 @@ def never_returns(**options: Any) -> Any:
         x = x + 0
 
 
+def blocks_deep_in_its_own_code(**options: Any) -> Any:
+    """Waits for ever 150 calls deep in its own code (a recursive model builder, a deep
+    callback chain): past the 100 frames a stack dump keeps per thread."""
+    import threading
+
+    def descend(depth: int) -> None:
+        if depth:
+            descend(depth - 1)
+        else:
+            threading.Event().wait()  # the innermost frame of the loop's own
+
+    descend(150)
+
+
 def waits_for_five_slices(*, devices: Any = None) -> Any:
     """A port whose elastic_retry(minimum_slice_count=5) can never be met on 4 slices."""
     from pathwaysutils.elastic import manager

@@ -100,6 +100,22 @@ def test_a_loop_that_never_returns_ends_at_its_deadline_saying_where(chaos):
     assert "misbehaving.py" in message and "never_returns" in message
 
 
+def test_a_loop_blocked_deeper_than_a_stack_dump_keeps_is_still_found(chaos):
+    """faulthandler keeps a thread's innermost 100 frames: the main thread is found by its
+    id, not by the child's outermost frame, which such a dump leaves out."""
+    from pathways_chaos.harness.engine.deadline import Deadline
+    from pathways_chaos.harness.play import play_loop
+
+    out = play_loop(
+        _loop("blocks_deep_in_its_own_code"),
+        cluster=chaos.cluster,
+        deadline=Deadline(fake_s=60, wall_s=4),
+    )
+
+    (message,) = out.verdict.violations
+    assert "misbehaving.py" in message and " in descend" in message, message
+
+
 def test_a_loop_waiting_for_more_slices_than_the_cluster_has_is_told_at_once(chaos):
     from pathways_chaos.harness.play import play_loop
 

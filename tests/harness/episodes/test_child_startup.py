@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pathways_chaos.harness.engine.deadline import Deadline
-from pathways_chaos.harness.episodes import child_watch, fork_server
+from pathways_chaos.harness.episodes import child_limits, child_watch, fork_server
 from pathways_chaos.harness.play import play_loop
 
 NAPS = f"{Path(__file__).parents[2] / 'loops' / 'naps.py'}:naps"
@@ -52,13 +52,13 @@ def test_the_loops_own_time_still_meets_the_wall_deadline(tmp_path: Path) -> Non
 def test_a_child_never_ready_is_the_toolkits_failure_not_the_loops(tmp_path: Path) -> None:
     """Its start-up outlasts the 0.2 s allowed and the 3 s the parent then waits for its stacks
     (a plain spawned child, 3.4 s start to end here, sometimes finished its run in that wait)."""
-    previous = child_watch.set_default_limits(child_watch.ChildLimits(startup_s=0.2))
+    previous = child_limits.set_default_limits(child_limits.ChildLimits(startup_s=0.2))
     log = tmp_path / "episode.jsonl"
     try:  # raised, never judged: a verdict would read "the loop never finished a run"
         with pytest.raises(child_watch.ToolkitFailed, match="not ready to load the loop"):
             play_loop(NAPS, checkpoint_dir=tmp_path, log_path=log)
     finally:
-        child_watch.set_default_limits(previous)
+        child_limits.set_default_limits(previous)
     kinds = [json.loads(line)["kind"] for line in log.read_text().splitlines()]
     assert "toolkit_error" in kinds and "run_end" not in kinds, kinds
 

@@ -19,8 +19,8 @@ import pytest
 
 from pathways_chaos.harness.engine import process_tree
 from pathways_chaos.harness.engine.deadline import Deadline
-from pathways_chaos.harness.episodes import child_watch, fork_server, supervisor
-from pathways_chaos.harness.episodes.child_watch import ChildLimits
+from pathways_chaos.harness.episodes import child_limits, fork_server, supervisor
+from pathways_chaos.harness.episodes.child_limits import ChildLimits
 from pathways_chaos.harness.play import play_loop
 
 LOOPS = Path(__file__).parents[2] / "loops"
@@ -134,11 +134,11 @@ def _alive(pid: int) -> bool:
 
 @pytest.fixture
 def small_limits():
-    previous = child_watch.set_default_limits(
+    previous = child_limits.set_default_limits(
         ChildLimits(memory_bytes=2 << 30, output_bytes=16 << 20, exit_grace_s=3.0)
     )
     yield
-    child_watch.set_default_limits(previous)
+    child_limits.set_default_limits(previous)
 
 
 @pytest.mark.parametrize(("name", "said"), TABLE, ids=[n for n, _ in TABLE])

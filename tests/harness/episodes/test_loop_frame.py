@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pathways_chaos.harness.episodes.child_watch import loop_frame
+from pathways_chaos.harness.episodes.stack_dump import loop_frame
 
 SITE = "/venv/lib/python3.13/site-packages"
 
@@ -37,3 +37,50 @@ def test_an_installed_librarys_hook_inside_the_loops_line_is_not_the_loops_line(
 def test_a_loop_installed_as_a_package_is_still_found_when_it_is_all_there_is(tmp_path):
     stacks = _dump(tmp_path, [(f"{SITE}/myjob/train.py", 12, "main")])
     assert loop_frame(stacks) == f"{SITE}/myjob/train.py:12 in main"
+
+
+def _sections(tmp_path: Path, main_id: str, sections: list[tuple[str, list[str]]]) -> str:
+    lines = [f"main thread {main_id}"]
+    for header, files in sections:
+        lines.append(f"{header} (most recent call first):")
+        lines += [f'  File "{f}", line {n} in f{n}' for n, f in enumerate(files, start=1)]
+    path = tmp_path / "stacks.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_a_main_thread_deeper_than_faulthandlers_100_frames_is_read_from_its_whole_stack(
+    tmp_path,
+):
+    """A loop stuck in JAX's lowering: faulthandler's section for the main thread holds 100
+    of JAX's frames and neither the loop's nor the child's; the whole stack the child adds
+    after it names the loop's line."""
+    main = "0x00007f0000000001"
+    jax = [f"{SITE}/jax/_src/interpreters/mlir.py"] * 100
+    stacks = _sections(
+        tmp_path,
+        main,
+        [
+            ("Thread 0x00007f0000000002", ["/usr/lib/python3.13/threading.py"]),
+            (f"Current thread {main}", jax),
+            (f"Thread {main} in full", [*jax, *jax, "/work/train.py", "/repo/child.py"]),
+        ],
+    )
+    assert loop_frame(stacks) == "/work/train.py:201 in f201 (waiting in mlir.py:1 in f1)"
+
+
+def test_without_the_whole_stack_faulthandlers_main_section_is_found_by_the_threads_id(
+    tmp_path,
+):
+    """The main thread blocked in C never runs the child's handler: faulthandler's section is
+    all there is, found by the id although the child's outermost frame is cut from it."""
+    main = "0x00007f0000000001"
+    stacks = _sections(
+        tmp_path,
+        main,
+        [
+            (f"Thread {main}", [f"{SITE}/jax/_src/api.py"] * 99 + ["/work/train.py"]),
+            ("Current thread 0x00007f0000000002", ["/work/helper.py", "/repo/child.py"]),
+        ],
+    )
+    assert loop_frame(stacks) == "/work/train.py:100 in f100 (waiting in api.py:1 in f1)"

@@ -112,6 +112,7 @@ def seal(end: dict[str, Any]) -> None:
     as the run left it: the loop of a later episode may write into that folder too."""
     for leaf in (end.get("final_state") or {}).values():
         if isinstance(leaf, dict) and isinstance(leaf.get("file"), str):
+            leaf.pop("sha256", None)  # only the judging process's own seal counts
             with contextlib.suppress(OSError, ChaosError):  # not a file: leaf_array says so
                 leaf["sha256"] = file_sha256(leaf["file"])
 
@@ -122,7 +123,17 @@ def leaf_array(leaf: dict[str, Any]) -> np.ndarray:
     file that is not one its run wrote raises ``ValueFileRefused``."""
     if "file" not in leaf:
         return np.asarray(leaf["values"], dtype=leaf["dtype"]).reshape(leaf["shape"])
-    with os.fdopen(_open_value_file(leaf), "rb") as f:
+    try:
+        fd = _open_value_file(leaf)
+    except ValueFileRefused:
+        if "sha256" not in leaf:
+            raise
+        raise ValuesChanged(  # it was a regular file there when its run ended
+            f"{leaf['file']} was removed or replaced after the run that wrote it ended: a "
+            "later run of the loop changed pathways-chaos's folder, where only its recorder "
+            "writes"
+        ) from None
+    with os.fdopen(fd, "rb") as f:
         if "sha256" in leaf and _sha256(f) != leaf["sha256"]:
             raise ValuesChanged(
                 f"{leaf['file']} {CHANGED} (its SHA-256 "

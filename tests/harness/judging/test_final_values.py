@@ -210,3 +210,36 @@ def test_a_sealed_value_file_changed_after_its_run_is_said(tmp_path: Path) -> No
     np.save(leaf["file"], VALUES * 2)
     (said,) = compare_final_states(end, end, True)
     assert "was changed after the run that wrote it ended" in said
+
+
+@pytest.mark.parametrize("how", ["removed", "a folder", "a symlink"])
+def test_a_sealed_value_file_removed_after_its_run_is_the_loops_doing(
+    tmp_path: Path, how: str
+) -> None:
+    """Sealed as its run left it, then gone: a later run of the loop did it (a failure that
+    says so), not a log edited or moved by hand (which is not judged)."""
+    log = tmp_path / "episode.jsonl"
+    end = _end(_written(log))
+    seal(end)
+    leaf = end["final_state"][LEAF]
+    file = Path(leaf["file"])
+    file.unlink()
+    if how == "a folder":
+        file.mkdir()
+    elif how == "a symlink":
+        file.symlink_to("/etc/hostname")
+    (said,) = compare_final_states(end, end, True)
+    assert "was removed or replaced after the run that wrote it ended" in said
+
+
+def test_a_sha256_a_log_carries_is_not_a_seal(tmp_path: Path) -> None:
+    """A run_end's sha256 read from a log (anyone may write one) is dropped by the seal: a
+    value file that was never there stays "not judged", not the loop's failure."""
+    log = tmp_path / "episode.jsonl"
+    end = _end(_written(log))
+    leaf = end["final_state"][LEAF]
+    Path(leaf["file"]).unlink()
+    leaf["sha256"] = "0" * 64
+    seal(end)
+    said = compare_final_states(end, end, True)
+    assert isinstance(said, str) and "not a regular file" in said, said

@@ -210,6 +210,7 @@ def write_report(results: Sequence[CheckResult], path: str | Path, header: str =
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix.lower() == ".json":
         body = {
+            "made_by": "pathways-chaos acceptance checks",
             "header": header,
             "summary": summary(results),
             "rows": [r.to_json() for r in results],

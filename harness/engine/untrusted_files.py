@@ -123,7 +123,8 @@ def read_fd(fd: int, path: Path, *, max_bytes: int, what: str) -> bytes:
             total += len(chunk)
             if total > max_bytes:
                 raise UntrustedFileError(
-                    f"{what} {shown(path)} is larger than {max_bytes} bytes: is it the right file?"
+                    f"{what} {shown(path)} is larger than {max_bytes} bytes, the most read: "
+                    "name the right file"
                 )
         return b"".join(chunks)
     except OSError as error:
@@ -322,9 +323,17 @@ def _expanded_size(node: Any, memo: dict[int, int], stack: set[int], limit: int)
     return size
 
 
+#: What every report pathways-chaos writes holds in its first bytes (the HTML pages' title,
+#: the JSON reports' ``made_by``): the one sign that a file at a report's path is ours to
+#: overwrite.
+REPORT_MARK = "pathways-chaos"
+
+
 def check_output_file(path: str | os.PathLike[str], *, what: str = "output file") -> Path:
-    """A path a report or log may be written to: not a folder, not a device or FIFO, and not a
-    symlink (one planted in a shared folder would have the report written over its target)."""
+    """A path a report may be written to: not a folder, not a device or FIFO, not a symlink
+    (one planted in a shared folder would have the report written over its target), and, when
+    a file is there, one of our reports (``REPORT_MARK`` in its first bytes): a mistyped
+    ``--acceptance-report=src/train.py`` must not turn the user's source into HTML."""
     target = Path(path)
     try:
         info = os.lstat(target)
@@ -352,6 +361,17 @@ def check_output_file(path: str | os.PathLike[str], *, what: str = "output file"
         )
     if not stat.S_ISREG(info.st_mode):
         raise UntrustedFileError(f"{what} {shown(target)} is {_kind(info.st_mode)}: name a file")
+    if info.st_size:
+        fd = open_regular(target, what=what, follow_symlinks=False)
+        try:
+            head = os.read(fd, 512)
+        finally:
+            os.close(fd)
+        if REPORT_MARK.encode() not in head:
+            raise UntrustedFileError(
+                f"{what} {shown(target)} exists and is not a report of pathways-chaos: name "
+                "another file, or remove it first (nothing was changed)"
+            )
     return target
 
 

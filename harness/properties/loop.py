@@ -194,6 +194,7 @@ class SearchStats:
     def to_json(self) -> dict[str, Any]:
         n = max(1, self.schedules)
         return {
+            "made_by": "pathways-chaos loop search",
             "loop": self.loop,
             "profile": self.profile,
             "budget_s": self.budget_s,

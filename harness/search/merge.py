@@ -20,7 +20,7 @@ from typing import Any
 
 from pathways_chaos.harness.engine.option_values import OneLineArgumentParser
 from pathways_chaos.harness.engine.owned_paths import check_not_an_input, write_atomic
-from pathways_chaos.harness.engine.untrusted_files import load_json
+from pathways_chaos.harness.engine.untrusted_files import check_output_file, load_json
 from pathways_chaos.harness.errors import ChaosConfigError
 from pathways_chaos.harness.search.shard import FORMAT
 from pathways_chaos.harness.search.shard_report import (
@@ -447,6 +447,7 @@ def _check_outputs(outputs: dict[str, Path | None], folders: list[Path]) -> None
     for flag, path in outputs.items():
         if path is not None:
             check_not_an_input(path, taken, what=flag)
+            check_output_file(path, what=flag)
             taken.append(path)
 
 
@@ -509,6 +510,7 @@ def merge_main(argv: list[str]) -> int:
 
 def to_json(merged: Merged) -> dict[str, Any]:
     return {
+        "made_by": "pathways-chaos search merge",
         "schedules": merged.schedules,
         "expected_shards": merged.expected,
         "shards": [s.index for s in merged.shards],

@@ -244,3 +244,28 @@ def test_an_unreadable_journal_is_an_error_exit_1_naming_it(
     assert rollback_main([str(path)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"journal {path} cannot be read (permission denied)" in err[0]
+
+
+def test_a_report_path_naming_a_file_that_is_not_a_report_is_refused_and_left_alone(
+    tmp_path: Path,
+) -> None:
+    """A mistyped --acceptance-report=src/train.py turned the user's source into HTML."""
+    from pathways_chaos.harness.engine.untrusted_files import check_output_file
+
+    source = tmp_path / "train.py"
+    source.write_text("import jax\n")
+    with pytest.raises(UntrustedFileError, match="exists and is not a report of pathways-chaos"):
+        check_output_file(source, what="--acceptance-report")
+    assert source.read_text() == "import jax\n"
+
+
+def test_a_report_of_ours_and_an_empty_file_may_be_written_over(tmp_path: Path) -> None:
+    from pathways_chaos.harness.acceptance.table import write_report
+    from pathways_chaos.harness.engine.untrusted_files import check_output_file
+
+    for name in ("r.html", "r.json"):
+        report = write_report([], tmp_path / name)
+        assert check_output_file(report) == report
+    empty = tmp_path / "empty.html"
+    empty.touch()
+    assert check_output_file(empty) == empty

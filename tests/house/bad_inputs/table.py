@@ -786,6 +786,15 @@ def rows() -> list[Row]:
             setup=_all(_write("test_plain.py", PLAIN_TEST), _fifo("r.html")),
             pytest_session=True,
         ),
+        # a report named over the user's own source was written over it (HTML in train.py)
+        Row(
+            "--acceptance-report the user's source",
+            (*pytest_fake, "--acceptance-report", "train.py"),
+            4,
+            "--acceptance-report train.py exists and is not a report of pathways-chaos",
+            setup=_write("train.py", "import jax\n"),
+            pytest_session=True,
+        ),
         Row(
             "--acceptance-report a folder",
             (*pytest_fake, "--acceptance-report", "."),

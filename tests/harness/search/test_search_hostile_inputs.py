@@ -193,7 +193,7 @@ MERGE_ROWS: list[tuple[str, Callable[[Path], list[str]], str]] = [
     (
         "--html is a FIFO (a device would be the same: never renamed over)",
         lambda f: [str(f), "--html", str(_fifo(f))],
-        "not a file",
+        "is a FIFO (named pipe): name a file",
     ),
     (
         "--html and --json the same file",

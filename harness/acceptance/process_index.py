@@ -171,24 +171,19 @@ def with_process_count(f: SourceFile, use: ast.expr) -> bool:
 
 
 def guards_the_controller(f: SourceFile, use: ast.expr) -> bool:
-    """``if jax.process_index() == 0:`` (or ``not jax.process_index()``), or ``==
-    jax.process_count() - 1`` (the last process is 0 of 1): the branch the controller takes."""
+    """``jax.process_index() == 0`` (or ``!= 0``, ``not jax.process_index()``, ``==
+    jax.process_count() - 1``: the last process is 0 of 1): "am I the controller?", which the
+    one controller answers yes, wherever the question stands: an ``if``, or a helper's
+    ``return jax.process_index() == 0`` (``is_chief()``), or a flag set from it."""
     parent = f.parents.get(use)
     if isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not):
-        test: ast.AST = parent
-    elif (
+        return True
+    return (
         isinstance(parent, ast.Compare)
         and len(parent.ops) == 1
-        and isinstance(parent.ops[0], ast.Eq)
+        and isinstance(parent.ops[0], ast.Eq | ast.NotEq)
         and _is_controller(f, parent.comparators[0] if parent.left is use else parent.left)
-    ):
-        test = parent
-    else:
-        return False
-    holder = f.parents.get(test)
-    if isinstance(holder, ast.BoolOp) and isinstance(holder.op, ast.And):  # == 0 and ...
-        test, holder = holder, f.parents.get(holder)
-    return isinstance(holder, ast.If | ast.IfExp) and holder.test is test
+    )
 
 
 def _is_controller(f: SourceFile, other: ast.expr) -> bool:
@@ -220,7 +215,8 @@ def fixed_shard_counts(f: SourceFile) -> list[Finding]:
                 Finding(
                     f.where(node),
                     f"{callee}(...) reads one shard of {n} (a count fixed at one process per "
-                    f"host): under Pathways the one controller reads 1/{n} of the data",
+                    f"host): under Pathways the one controller reads 1/{n} of the data"
+                    + f.branch_note(node),
                 )
             )
     return out

@@ -11,7 +11,9 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
+from pathways_chaos.harness.engine.untrusted_files import shown
 from pathways_chaos.harness.errors import ChaosConfigError
 
 IGNORE_MARK = "pathways-chaos: ignore"
@@ -64,8 +66,17 @@ class SourceFile:
             return node.value
         return self._module_ints.get(node.id) if isinstance(node, ast.Name) else None
 
+    def bool_constant(self, name: str) -> bool | None:
+        """A module-level name bound once to ``True`` or ``False`` (``ON_TPU_VM = False``)."""
+        value = self._module_constants.get(name)
+        return value if type(value) is bool else None
+
     @functools.cached_property
     def _module_ints(self) -> dict[str, int]:
+        return {n: v for n, v in self._module_constants.items() if type(v) is int}
+
+    @functools.cached_property
+    def _module_constants(self) -> dict[str, Any]:
         """Module-level names bound once, to an int literal, and stored nowhere else in the
         module's other statements: read once per file, not once per name looked up."""
         bound: dict[str, list[ast.expr | None]] = {}
@@ -87,13 +98,33 @@ class SourceFile:
             if len(values) == 1
             and name not in stored_elsewhere
             and isinstance(values[0], ast.Constant)
-            and type(values[0].value) is int
+            and type(values[0].value) in (int, bool)
         }
 
     def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
         while node in self.parents:
             node = self.parents[node]
             yield node
+
+    def branch_note(self, node: ast.AST) -> str:
+        """Where ``node`` is in a branch on a name (a legacy path behind a flag such as ``if
+        not ON_PATHWAYS:``), how to say it never runs on Pathways: a flag read at run time is
+        not something a static check can know."""
+        child = node
+        for parent in self.ancestors(node):
+            if (
+                isinstance(parent, ast.If)
+                and child is not parent.test
+                and any(isinstance(n, ast.Name | ast.Attribute) for n in ast.walk(parent.test))
+            ):
+                test = ast.unparse(parent.test)
+                taken = test if child in parent.body else f"not ({test})"
+                return (
+                    f" (in the branch taken when {shown(taken, 60)}, line {parent.lineno}: "
+                    "if it never runs on Pathways, mark this line '# pathways-chaos: ignore')"
+                )
+            child = parent
+        return ""
 
     @property
     def is_elastic(self) -> bool:

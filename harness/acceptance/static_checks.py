@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from pathways_chaos.harness.acceptance.mesh_checks import mesh_findings
 from pathways_chaos.harness.acceptance.process_index import (
     IndexRead,
     fixed_shard_counts,
@@ -26,15 +27,6 @@ from pathways_chaos.harness.acceptance.process_index import (
 from pathways_chaos.harness.acceptance.sources import SourceFile, load_sources
 from pathways_chaos.harness.acceptance.table import CheckResult, Finding
 
-DEVICE_LISTS = frozenset({"jax.devices", "jax.local_devices"})
-MESH_BUILDERS = frozenset(
-    {
-        "jax.sharding.Mesh",
-        "jax.make_mesh",
-        "jax.experimental.mesh_utils.create_device_mesh",
-        "jax.experimental.mesh_utils.create_hybrid_device_mesh",
-    }
-)
 CPU_COUNTS = frozenset(
     {"os.cpu_count", "os.process_cpu_count", "multiprocessing.cpu_count", "psutil.cpu_count"}
 )
@@ -69,7 +61,8 @@ def check_process_index(files: Sequence[SourceFile]) -> CheckResult:
                 if guards_the_controller(f, use):
                     guards += 1
                     continue
-                found.append(Finding(f.where(use), _index_message(f, read, held, use)))
+                said = _index_message(f, read, held, use) + f.branch_note(use)
+                found.append(Finding(f.where(use), said))
         found = list(dict.fromkeys(found))  # two reads of one name on a line: one finding
         findings += sorted(found, key=lambda x: int(x.where.rsplit(":", 1)[1]))
     result = _result(
@@ -99,36 +92,54 @@ def _index_message(f: SourceFile, read: IndexRead, held: str, use: ast.expr) -> 
 
 
 def check_mesh_from_all_devices(files: Sequence[SourceFile]) -> CheckResult:
-    """A mesh from ``jax.devices()`` in elastic code still holds the slice that was lost."""
-    findings = []
-    for f in files:
-        if not f.is_elastic:
-            continue
-        for call in f.calls_to(MESH_BUILDERS):
-            if f.ignored(call):
-                continue
-            builder = f.qualname(call.func) or "mesh"
-            tainted = _device_list_names(f, _scope_of(f, call))
-            source = _device_list_source(f, call, tainted)
-            if source:  # named as written: jax.local_devices() is not jax.devices()
-                findings.append(Finding(f.where(call), f"{builder}(...) is built from {source}()"))
-            elif builder.endswith(("make_mesh", "create_device_mesh", "hybrid_device_mesh")) and (
-                not _has_devices_argument(call, builder)
-            ):
-                findings.append(
-                    Finding(
-                        f.where(call),
-                        f"{builder}(...) without devices= takes jax.devices(), every slice",
-                    )
-                )
+    """A mesh from ``jax.devices()`` in elastic code, or in a helper elastic code imports,
+    still holds the slice that was lost (``mesh_checks``)."""
     return _result(
         "mesh-from-jax-devices",
         "elastic code builds meshes from jax.devices() instead of the active slices",
         "jax.devices() keeps the initial allocation for the client's lifetime: build the mesh "
         "from the elastic manager's active devices (active_slice_indices / slice_to_devices)",
+        mesh_findings(files),
+        files,
+    )
+
+
+def check_distributed_initialize(files: Sequence[SourceFile]) -> CheckResult:
+    """``jax.distributed.initialize()`` starts one process of a multi-controller job."""
+    findings = [
+        Finding(
+            f.where(call),
+            "jax.distributed.initialize() joins a multi-controller job" + f.branch_note(call),
+        )
+        for f in files
+        for call in f.calls_to({"jax.distributed.initialize"})
+        if not f.ignored(call) and not _under_false_constant(f, call)
+    ]
+    return _result(
+        "distributed-initialize",
+        "jax.distributed.initialize() is called: under Pathways the one controller has no peer "
+        "processes (it fails to find a coordinator, or waits for processes that never start)",
+        "remove the call (pathwaysutils.initialize() sets up the Pathways backend); a legacy "
+        "branch that never runs on Pathways can carry '# pathways-chaos: ignore' on its line",
         findings,
         files,
     )
+
+
+def _under_false_constant(f: SourceFile, node: ast.AST) -> bool:
+    """Inside ``if FLAG:`` where ``FLAG`` is a module-level ``False`` bound once (or ``if
+    False:``): a branch no run takes."""
+    child = node
+    for parent in f.ancestors(node):
+        if isinstance(parent, ast.If) and child in parent.body:
+            test = parent.test
+            value = test.value if isinstance(test, ast.Constant) else None
+            if isinstance(test, ast.Name):
+                value = f.bool_constant(test.id)
+            if value is False:
+                return True
+        child = parent
+    return False
 
 
 def check_cpu_count_workers(files: Sequence[SourceFile]) -> CheckResult:
@@ -321,6 +332,7 @@ def _dotted(f: SourceFile, node: ast.AST) -> tuple[str, ...] | None:
 
 STATIC_CHECKS: dict[str, Callable[[Sequence[SourceFile]], CheckResult]] = {
     "process-index": check_process_index,
+    "distributed-initialize": check_distributed_initialize,
     "mesh-from-jax-devices": check_mesh_from_all_devices,
     "cpu-count-workers": check_cpu_count_workers,
     "private-src-import": check_private_imports,
@@ -439,63 +451,6 @@ def _sized_thing(f: SourceFile, call: ast.Call) -> str:
         if isinstance(parent, ast.stmt):
             break
     return "a worker pool"
-
-
-def _scope_of(f: SourceFile, node: ast.AST) -> ast.AST:
-    for parent in f.ancestors(node):
-        if isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef | ast.Module):
-            return parent
-    return f.tree
-
-
-def _device_list_names(f: SourceFile, scope: ast.AST) -> dict[str, str]:
-    """Names in ``scope`` (and the module) whose value derives from ``jax.devices()`` (or
-    ``jax.local_devices()``), each with the device list it came from."""
-    assignments: list[tuple[list[str], ast.AST]] = []
-    for s in {scope, f.tree}:
-        nodes = ast.walk(s) if s is not f.tree else iter(f.tree.body)
-        for node in nodes:
-            if isinstance(node, ast.Assign):
-                names = [n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
-                assignments.append((names, node.value))
-            elif isinstance(node, ast.AnnAssign | ast.NamedExpr) and node.value is not None:
-                target = node.target
-                if isinstance(target, ast.Name):
-                    assignments.append(([target.id], node.value))
-    tainted: dict[str, str] = {}
-    changed = True
-    while changed:
-        changed = False
-        for names, value in assignments:
-            if set(names) <= set(tainted):
-                continue
-            source = _device_list_source(f, value, tainted)
-            if source:
-                tainted.update(dict.fromkeys(names, source))
-                changed = True
-    return tainted
-
-
-def _device_list_source(f: SourceFile, node: ast.AST, tainted: dict[str, str]) -> str | None:
-    """The device list (``jax.devices`` or ``jax.local_devices``) ``node`` is made from."""
-    for n in ast.walk(node):
-        if isinstance(n, ast.Call):
-            name = f.qualname(n.func)
-            if name in DEVICE_LISTS:
-                return name
-        if isinstance(n, ast.Name) and n.id in tainted and isinstance(n.ctx, ast.Load):
-            return tainted[n.id]
-    return None
-
-
-def _has_devices_argument(call: ast.Call, builder: str) -> bool:
-    """``make_mesh`` takes devices by keyword only; the mesh_utils builders also by position."""
-    if any(k.arg == "devices" for k in call.keywords):
-        return True
-    if builder.endswith("make_mesh"):
-        return False
-    positional_index = 2 if builder.endswith("hybrid_device_mesh") else 1
-    return len(call.args) > positional_index
 
 
 def _elastic_retry_calls(f: SourceFile) -> Iterator[ast.Call]:

@@ -43,6 +43,28 @@ CASES = {
         ds = data
         """,
     ),
+    "distributed-initialize": (
+        """
+        import jax
+        from jax import distributed
+        jax.distributed.initialize()
+        distributed.initialize(coordinator_address="10.0.0.1:1234", num_processes=4)
+        if ON_PATHWAYS:
+            jax.distributed.initialize()
+        """,
+        [3, 4, 6],
+        """
+        import jax
+        import pathwaysutils
+        LEGACY = False
+        pathwaysutils.initialize()
+        if LEGACY:
+            jax.distributed.initialize()  # a branch no run takes
+        if False:
+            jax.distributed.initialize()
+        jax.distributed.initialize()  # pathways-chaos: ignore (the TPU VM launcher only)
+        """,
+    ),
     "mesh-from-jax-devices": (
         """
         import jax
@@ -588,3 +610,70 @@ def test_a_minimum_slice_count_the_check_cannot_read_is_said_in_the_reason(tmp_p
     (tmp_path / "mtx" / "configs.py").write_text("MIN_SLICES = 2\n")
     row = static_checks.check_minimum_slice_count(load_sources([tmp_path]), manifest)
     assert row.status == "PASS" and "minimum_slice_count=2 (" in row.reason
+
+
+def test_a_helper_asking_am_i_the_controller_is_not_a_finding(tmp_path):
+    """A blind tester's correct port: ``is_chief()`` returning ``process_index() == 0`` (or
+    the last process) is the branch for process 0 written the usual way."""
+    result = run(
+        tmp_path,
+        "process-index",
+        """
+        import jax
+        def is_chief():
+            return jax.process_index() == 0
+        def is_last():
+            return jax.process_index() == jax.process_count() - 1
+        writer = jax.process_index() != 0
+        shard = jax.process_index() + 1
+        """,
+    )
+    assert lines(result) == [7], result.findings
+
+
+def test_a_mesh_helper_in_a_module_elastic_code_imports_is_checked(tmp_path):
+    """A blind tester's broken port: the mesh helper kept in ``partitioning.py`` (no Pathways
+    import there), called from the elastic loop, passed."""
+    package = tmp_path / "src" / "t5x_port"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "partitioning.py").write_text(
+        "import jax\nimport numpy as np\nfrom jax.sharding import Mesh\n\n\n"
+        "def make_mesh(n):\n"
+        "    return Mesh(np.asarray(jax.devices()).reshape(n, -1), ('replica', 'data'))\n\n\n"
+        "def unused(n):\n"
+        "    return jax.make_mesh((n, 2), ('replica', 'data'))\n"
+    )
+    (package / "train.py").write_text(
+        "from pathwaysutils.elastic import manager\n"
+        "from t5x_port.partitioning import make_mesh as build\n\n"
+        "mgr = manager.Manager()\n"
+    )
+    (tmp_path / "src" / "eval.py").write_text(  # not elastic: a fixed mesh is right there
+        "import jax\nfrom t5x_port.partitioning import unused\n"
+    )
+    result = STATIC_CHECKS["mesh-from-jax-devices"](load_sources([tmp_path / "src"]))
+    assert [f.where.rsplit("/", 1)[-1] for f in result.findings] == ["partitioning.py:7"]
+    (finding,) = result.findings
+    assert "t5x_port.partitioning.make_mesh()" in finding.message and "as build" in finding.message
+
+
+def test_a_finding_in_a_branch_on_a_flag_says_how_to_mark_a_legacy_path(tmp_path):
+    """A port keeping its multi-controller path behind a run-time flag: the static check
+    cannot know the flag, so the finding names the branch and the mark that says it never
+    runs on Pathways; with the mark, nothing is found."""
+    source = """
+        import os
+        import jax
+        ON_PATHWAYS = os.environ.get("PATHWAYS", "1") == "1"
+        if not ON_PATHWAYS:
+            jax.distributed.initialize(){mark}
+        """
+    result = run(tmp_path, "distributed-initialize", source.format(mark=""))
+    (finding,) = result.findings
+    assert "in the branch taken when not ON_PATHWAYS, line 4" in finding.message
+    assert "# pathways-chaos: ignore" in finding.message
+    marked = run(
+        tmp_path, "distributed-initialize", source.format(mark="  # pathways-chaos: ignore")
+    )
+    assert marked.ok, marked.findings

@@ -32,6 +32,12 @@ LOADER_WORKERS = os.cpu_count()
 _LOADERS: list[HostShardLoader] = []
 
 
+def start_processes() -> None:
+    """The multi-controller start-up the old launcher called before ``run`` (the acceptance
+    run below calls ``run`` alone)."""
+    jax.distributed.initialize()  # PITFALL: no peer processes under Pathways
+
+
 def sample(sample_id: int) -> dict[str, np.ndarray | np.generic]:
     x = np.cos(sample_id * 0.11 * np.arange(1, FEATURES + 1)).astype(np.float32)
     return {"id": np.int64(sample_id), "x": x, "y": np.float32(x.sum() * 0.5)}

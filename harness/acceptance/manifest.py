@@ -80,6 +80,10 @@ class Pod:
     coordinator: bool = False
     containers: list[Container] = dataclasses.field(default_factory=list)
     node_selector: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: The Job's ``backoffLimit`` as written (None: not written, Kubernetes' default of 6).
+    backoff_limit: object = None
+    #: The JobSet's ``failurePolicy.maxRestarts`` as written (None: not written, 0).
+    max_restarts: object = None
 
     @property
     def where(self) -> str:
@@ -371,6 +375,8 @@ def _pods(jobset: dict[str, Any], label: str) -> list[Pod]:
             label=Path(label).name,
             coordinator=job == coordinator,
             node_selector={str(k): str(v) for k, v in (pod_spec.get("nodeSelector") or {}).items()},
+            backoff_limit=job_spec.get("backoffLimit"),
+            max_restarts=(spec.get("failurePolicy") or {}).get("maxRestarts"),
         )
         for c in [*(pod_spec.get("initContainers") or []), *(pod_spec.get("containers") or [])]:
             pod.containers.append(_container(c, pod))

@@ -35,6 +35,7 @@ from pathways_chaos.harness.acceptance.ramdisk import (
     check_ramdisk,
 )
 from pathways_chaos.harness.acceptance.table import CheckResult, Finding
+from pathways_chaos.harness.acceptance.worker_restarts import check_worker_restarts
 from pathways_chaos.harness.engine.topology import elastic_slices_fit
 
 _JAX_TAG = re.compile(r"jax[-_]?v?(\d+\.\d+(?:\.\d+)?)")
@@ -458,6 +459,7 @@ MANIFEST_CHECKS: dict[str, Callable[[Manifest], CheckResult]] = {
     "mtc-csi-volume": check_mtc_csi_volume,
     "sidecar-shared-dir": check_sidecar_shared_dir,
     "worker-priority-class": check_worker_priority_class,
+    "worker-restarts": check_worker_restarts,
 }
 
 

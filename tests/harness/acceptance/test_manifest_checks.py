@@ -103,6 +103,10 @@ def no_priority(docs: Docs) -> None:
     del pod(docs, "worker")["priorityClassName"]
 
 
+def worker_fails_at_first_loss(docs: Docs) -> None:
+    job(docs, "worker")["template"]["spec"]["backoffLimit"] = 0
+
+
 # check -> (the pitfall, a phrase the finding must carry)
 PITFALLS_BY_CHECK: dict[str, tuple[Callable[[Docs], None], str]] = {
     "xla-flags-on-proxy": (xla_only_in_client, "pathways-head/jax-client: XLA flags"),
@@ -115,6 +119,7 @@ PITFALLS_BY_CHECK: dict[str, tuple[Callable[[Docs], None], str]] = {
     "mtc-csi-volume": (csi_on_head, "jax-client: mounts the multitier-checkpoint"),
     "sidecar-shared-dir": (sidecar_without_shared_dir, "does not mount /tmp/sidecar"),
     "worker-priority-class": (no_priority, "worker: the pod template has no priorityClassName"),
+    "worker-restarts": (worker_fails_at_first_loss, "worker: backoffLimit: 0: a worker pod lost"),
 }
 
 
@@ -182,7 +187,7 @@ def test_a_sidecar_alone_is_not_mtc(tmp_path):
         c["volumeMounts"] = [m for m in c["volumeMounts"] if m["name"] != "checkpoint-mount"]
     manifest = load_manifest(write(tmp_path, docs))
     assert not manifest.uses_mtc
-    assert [r.status for r in run_manifest_checks(write(tmp_path, docs), 8e9)] == ["PASS"] * 11
+    assert [r.status for r in run_manifest_checks(write(tmp_path, docs), 8e9)] == ["PASS"] * 12
 
 
 def test_flags_given_as_separate_words_and_native_sidecars(tmp_path):
@@ -486,3 +491,30 @@ def test_a_checkpoint_configuration_for_another_node_pool_is_not_judged_as_this_
     other["spec"]["nodeSelector"] = {"node.kubernetes.io/instance-type": "ct6e-standard-4t"}
     both = load_manifest(write(tmp_path, [*docs, other]))  # the same pool: both are judged
     assert not check_manifest_ramdisk(both, 8e9).ok
+
+
+@pytest.mark.parametrize(
+    ("backoff", "max_restarts", "status", "phrase"),
+    [
+        (None, None, "PASS", "every worker Job may recreate a lost pod"),  # Kubernetes' 6
+        (24, None, "PASS", "every worker Job may recreate a lost pod"),  # the generator's
+        (0, None, "FAIL", "the JobSet then fails (failurePolicy.maxRestarts is 0)"),
+        (0, 3, "FAIL", "restarts every job (maxRestarts 3), the JAX client's too"),
+        ("lots", None, "FAIL", "backoffLimit lots is not a whole number >= 0"),
+        (6, -1, "FAIL", "maxRestarts -1 is not a whole number >= 0"),
+    ],
+)
+def test_worker_restarts(tmp_path, backoff, max_restarts, status, phrase):
+    """A blind tester's broken JobSet (workers' backoffLimit: 0, maxRestarts: 0) passed every
+    manifest row: a lost worker pod then fails the JobSet, and no slice ever comes back."""
+    docs = good_docs()
+    spec = job(docs, "worker")["template"]["spec"]
+    spec.pop("backoffLimit", None)
+    if backoff is not None:
+        spec["backoffLimit"] = backoff
+    if max_restarts is not None:
+        jobset = next(d for d in docs if d["kind"] == "JobSet")
+        jobset["spec"]["failurePolicy"] = {"maxRestarts": max_restarts}
+    result = MANIFEST_CHECKS["worker-restarts"](load_manifest(write(tmp_path, docs)))
+    assert result.status == status
+    assert phrase in (str(result.findings[0]) if result.findings else result.note), result

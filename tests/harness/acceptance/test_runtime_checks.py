@@ -270,7 +270,7 @@ def test_the_suite_against_the_pitfall_port_prints_one_failing_row_per_pitfall()
     # The table runs from its banner to its own closing count (with CI set, pytest's summary
     # after it repeats every failure message, fix lines included).
     table = proc.stdout.split("pathways-chaos acceptance checks", 1)[1]
-    table = table.split("2 passed, 25 failed", 1)[0] + "2 passed, 25 failed"
+    table = table.split("2 passed, 26 failed", 1)[0] + "2 passed, 26 failed"
     rows = {
         line.split()[0]: line.split()[1]
         for line in table.splitlines()
@@ -281,8 +281,8 @@ def test_the_suite_against_the_pitfall_port_prints_one_failing_row_per_pitfall()
         "compile-time": "PASS",
         "recovery-time": "PASS",
     }
-    assert len(rows) == 27 and "2 passed, 25 failed" in table
-    assert table.count("fix: ") == 25
+    assert len(rows) == 28 and "2 passed, 26 failed" in table
+    assert table.count("fix: ") == 26
 
 
 def test_the_suite_against_the_good_port_passes_every_row():

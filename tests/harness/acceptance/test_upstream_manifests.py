@@ -56,6 +56,7 @@ ALL = (
     "mtc-csi-volume",
     "sidecar-shared-dir",
     "worker-priority-class",
+    "worker-restarts",
     "ramdisk-size",
 )
 

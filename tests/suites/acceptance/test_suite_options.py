@@ -66,22 +66,22 @@ def test_static_and_manifest_checks_on_another_repository(tmp_path):
     )
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-2000:]
     rows = table_rows(out.stdout)
-    assert len(rows) == 19 and set(rows.values()) == {"FAIL"}
+    assert len(rows) == 20 and set(rows.values()) == {"FAIL"}
     assert "data-order" not in rows and "8 deselected" in out.stdout
     assert "adapter not given; source src; manifest deploy" in out.stdout
     report = json.loads((tmp_path / "rows.json").read_text())
     assert {r["group"] for r in report["rows"]} == {"static", "manifest"}
     assert [r["check"] for r in report["rows"]][:2] == ["process-index", "distributed-initialize"]
-    assert report["summary"] == "0 passed, 19 failed"
+    assert report["summary"] == "0 passed, 20 failed"
 
 
 def test_nothing_given_checks_nothing():
     """No fallback to the bundled sample: every row is SKIP and says what to pass."""
     out = pytest_run(ROOT, "suites/acceptance", "--acceptance-checks=static,manifest", "-rs")
     assert out.returncode == 0, out.stdout[-3000:]
-    assert "19 skipped" in out.stdout and "passed" not in out.stdout.split("short test")[0]
+    assert "20 skipped" in out.stdout and "passed" not in out.stdout.split("short test")[0]
     assert "not given: pass --acceptance-source PATH" in out.stdout
-    assert "nothing given, 19 rows skipped" in out.stdout
+    assert "nothing given, 20 rows skipped" in out.stdout
 
 
 def test_checks_chosen_by_name_and_missing_inputs_skipped(tmp_path):

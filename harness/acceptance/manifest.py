@@ -84,6 +84,9 @@ class Pod:
     backoff_limit: object = None
     #: The JobSet's ``failurePolicy.maxRestarts`` as written (None: not written, 0).
     max_restarts: object = None
+    #: The Job's ``podFailurePolicy`` ignores a pod disrupted (node drained, preempted): such a
+    #: pod is recreated whatever the ``backoffLimit``.
+    ignores_disruption: bool = False
 
     @property
     def where(self) -> str:
@@ -377,6 +380,7 @@ def _pods(jobset: dict[str, Any], label: str) -> list[Pod]:
             node_selector={str(k): str(v) for k, v in (pod_spec.get("nodeSelector") or {}).items()},
             backoff_limit=job_spec.get("backoffLimit"),
             max_restarts=(spec.get("failurePolicy") or {}).get("maxRestarts"),
+            ignores_disruption=_ignores_disruption(job_spec.get("podFailurePolicy")),
         )
         for c in [*(pod_spec.get("initContainers") or []), *(pod_spec.get("containers") or [])]:
             pod.containers.append(_container(c, pod))
@@ -388,6 +392,21 @@ def _pods(jobset: dict[str, Any], label: str) -> list[Pod]:
             if c.role is None:
                 c.role = _other_role(c, pod)
     return pods
+
+
+def _ignores_disruption(policy: Any) -> bool:
+    """A ``podFailurePolicy`` rule ``action: Ignore`` on the ``DisruptionTarget`` condition."""
+    rules = policy.get("rules") if isinstance(policy, dict) else None
+    return any(
+        isinstance(rule, dict)
+        and rule.get("action") == "Ignore"
+        and any(
+            isinstance(c, dict) and c.get("type") == "DisruptionTarget"
+            for c in rule.get("onPodConditions") or []
+        )
+        for rule in rules or []
+        if isinstance(rules, list)
+    )
 
 
 def _container(c: dict[str, Any], pod: Pod) -> Container:

@@ -119,7 +119,10 @@ PITFALLS_BY_CHECK: dict[str, tuple[Callable[[Docs], None], str]] = {
     "mtc-csi-volume": (csi_on_head, "jax-client: mounts the multitier-checkpoint"),
     "sidecar-shared-dir": (sidecar_without_shared_dir, "does not mount /tmp/sidecar"),
     "worker-priority-class": (no_priority, "worker: the pod template has no priorityClassName"),
-    "worker-restarts": (worker_fails_at_first_loss, "worker: backoffLimit: 0: a worker pod lost"),
+    "worker-restarts": (
+        worker_fails_at_first_loss,
+        "worker: backoffLimit: 0 and no podFailurePolicy",
+    ),
 }
 
 
@@ -493,28 +496,41 @@ def test_a_checkpoint_configuration_for_another_node_pool_is_not_judged_as_this_
     assert not check_manifest_ramdisk(both, 8e9).ok
 
 
+IGNORE_DISRUPTION = {
+    "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+}
+
+
 @pytest.mark.parametrize(
-    ("backoff", "max_restarts", "status", "phrase"),
+    ("backoff", "max_restarts", "elastic", "policy", "status", "phrase"),
     [
-        (None, None, "PASS", "every worker Job may recreate a lost pod"),  # Kubernetes' 6
-        (24, None, "PASS", "every worker Job may recreate a lost pod"),  # the generator's
-        (0, None, "FAIL", "the JobSet then fails (failurePolicy.maxRestarts is 0)"),
-        (0, 3, "FAIL", "restarts every job (maxRestarts 3), the JAX client's too"),
-        ("lots", None, "FAIL", "backoffLimit lots is not a whole number >= 0"),
-        (6, -1, "FAIL", "maxRestarts -1 is not a whole number >= 0"),
+        (None, None, True, None, "PASS", "every worker Job may recreate a lost pod"),  # 6
+        (24, None, True, None, "PASS", "every worker Job may recreate a lost pod"),  # generator
+        (0, None, True, None, "FAIL", "the JobSet then fails (failurePolicy.maxRestarts is 0)"),
+        (0, 3, True, None, "FAIL", "restarts every job (maxRestarts 3), the JAX client's too"),
+        (0, 3, False, None, "PASS", "a lost worker restarts the JobSet (3 times)"),
+        (0, None, False, None, "FAIL", "the JobSet then fails"),
+        (0, None, True, IGNORE_DISRUPTION, "PASS", "every worker Job may recreate a lost pod"),
+        ("lots", None, True, None, "FAIL", "backoffLimit lots is not a whole number >= 0"),
+        (6, -1, True, None, "FAIL", "maxRestarts -1 is not a whole number >= 0"),
     ],
 )
-def test_worker_restarts(tmp_path, backoff, max_restarts, status, phrase):
+def test_worker_restarts(tmp_path, backoff, max_restarts, elastic, policy, status, phrase):
     """A blind tester's broken JobSet (workers' backoffLimit: 0, maxRestarts: 0) passed every
-    manifest row: a lost worker pod then fails the JobSet, and no slice ever comes back."""
+    manifest row: a lost worker pod then fails the JobSet, and no slice ever comes back. A
+    JobSet restart is the guide's recovery without elastic training, not a finding there."""
     docs = good_docs()
     spec = job(docs, "worker")["template"]["spec"]
     spec.pop("backoffLimit", None)
     if backoff is not None:
         spec["backoffLimit"] = backoff
+    if policy is not None:
+        spec["podFailurePolicy"] = policy
     if max_restarts is not None:
         jobset = next(d for d in docs if d["kind"] == "JobSet")
         jobset["spec"]["failurePolicy"] = {"maxRestarts": max_restarts}
+    if not elastic:
+        drop_arg(proxy(docs), "--num_elastic_instances")
     result = MANIFEST_CHECKS["worker-restarts"](load_manifest(write(tmp_path, docs)))
     assert result.status == status
     assert phrase in (str(result.findings[0]) if result.findings else result.note), result

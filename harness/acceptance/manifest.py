@@ -190,7 +190,7 @@ def load_manifest(path: str | Path | Sequence[str | Path]) -> Manifest:
     documents: list[Any] = []
     pods: list[Pod] = []
     for file in files:
-        docs = _unlisted(read_manifest_file(file))
+        docs = unlisted(read_manifest_file(file))
         documents += docs
         for doc in docs:
             if isinstance(doc, dict) and doc.get("kind") == "JobSet":
@@ -344,7 +344,7 @@ def _below(folder: Path, limit: int = 200) -> list[Path]:
     return out
 
 
-def _unlisted(docs: list[Any]) -> list[Any]:
+def unlisted(docs: list[Any]) -> list[Any]:
     """A ``kind: List`` (``kubectl get -o yaml`` of several objects) stands for its items."""
     out: list[Any] = []
     for doc in docs:

@@ -251,11 +251,11 @@ def ramdisk_main(argv: Sequence[str] | None = None) -> int:
 
 
 def _load_yaml(path: Path) -> list[Any]:
-    """The file's YAML documents, read as untrusted (regular file, size, UTF-8, aliases)."""
-    from pathways_chaos.harness.engine.untrusted_files import load_yaml_all, read_text
+    """The file's documents as the manifest checks read them (untrusted: regular file, size,
+    UTF-8, aliases; a ``kind: List`` stands for its items; JSON too)."""
+    from pathways_chaos.harness.acceptance.manifest import read_manifest_file, unlisted
 
-    text = read_text(path, what="YAML file")
-    return [d for d in load_yaml_all(text, path) if d is not None]
+    return [d for d in unlisted(read_manifest_file(path)) if d is not None]
 
 
 def _gb(n: float) -> str:

@@ -133,3 +133,29 @@ def test_nothing_to_size_is_never_a_pass():
     assert unknown.status == "SKIP" and "pass --acceptance-params" in unknown.reason
     unused = check_ramdisk(None, [], "jobset.yaml", mtc_used=False)
     assert unused.status == "PASS" and unused.reason == "no Multi-Tier Checkpointing"
+
+
+def test_cli_reads_a_checkpoint_configuration_in_a_kind_list(capsys, tmp_path):
+    """The suite read a ``kind: List`` (``kubectl get -o json``) and the command said "no
+    CheckpointConfiguration in the file": both read a manifest file the one way now."""
+    import json
+
+    listed = {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            {
+                "apiVersion": "checkpointing.gke.io/v1",
+                "kind": "CheckpointConfiguration",
+                "metadata": {"name": "llama-mtc"},
+                "spec": {"inMemoryVolumeSize": "100Gi"},
+            }
+        ],
+    }
+    path = tmp_path / "mtc.json"
+    path.write_text(json.dumps(listed))
+    args = ["--params", "70e9", "--hosts-per-slice", "16", "--checkpoint-configuration"]
+    assert ramdisk_main([*args, str(path)]) == 1
+    assert "llama-mtc: inMemoryVolumeSize 100Gi = 107.37 GB < required 120.75 GB" in (
+        capsys.readouterr().out
+    )

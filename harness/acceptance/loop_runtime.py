@@ -121,11 +121,16 @@ def check_data_order(runs: LoopRuns) -> CheckResult:
     note = (
         f"{len(lineage)} batches, data positions 0..{_last_position(lineage)} each once, in order"
     )
+    fix = (
+        "read the global dataset from the one controller (grain ElasticIterator, NoSharding), "
+        "not a per-host shard chosen by process index or a fixed host count"
+    )
+    if crashed and not verdict.batches:  # it never trained: its data order is not the cause
+        fix = "make the loop run fault-free first: fix the crash named above, at its line"
     result = CheckResult(
         "data-order",
         "the loop's fault-free run consumes each data position once, in order",
-        "read the global dataset from the one controller (grain ElasticIterator, NoSharding), "
-        "not a per-host shard chosen by process index or a fixed host count",
+        fix,
         tuple(findings),
         note,
     )

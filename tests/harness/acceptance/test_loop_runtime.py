@@ -133,3 +133,17 @@ def test_a_leak_fails_the_live_arrays_row(tmp_path):
 
     assert row.status == FAIL, row.reason
     assert "made by failed attempts" in row.failure_message()
+
+
+def test_a_loop_that_crashes_before_training_is_told_to_run_fault_free_first(tmp_path):
+    """A blind tester's port crashed in jax.distributed.initialize(); the data-order row's fix
+    spoke of data shards, which were never the cause."""
+    loop = Path(__file__).parent / "loops" / "multi_controller_start.py"
+    runs = LoopRuns(load_loop(f"{loop}:main"), workdir=tmp_path)
+    try:
+        row = LOOP_RUNTIME_CHECKS["data-order"](runs)
+    finally:
+        runs.close()
+    assert not row.ok
+    assert "jax.distributed.initialize()" in row.failure_message()
+    assert row.fix.startswith("make the loop run fault-free first")

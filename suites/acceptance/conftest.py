@@ -321,7 +321,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             f"--acceptance-checks: unknown {', '.join(unknown)}: use the groups "
             f"{', '.join(GROUPS)} or check names ({', '.join(sorted(names))})"
         )
-        raise pytest.UsageError(said)
+        raise pytest.UsageError(f"pathways-chaos: {said}")
     keep: list[pytest.Item] = []
     drop: list[pytest.Item] = []
     for item in items:

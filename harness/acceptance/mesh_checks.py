@@ -42,14 +42,19 @@ def mesh_findings(files: Sequence[SourceFile]) -> list[Finding]:
     for f in files:
         if not f.is_elastic:
             continue
-        for local, dotted in f.aliases.items():
+        # ``from partitioning import make_mesh as build`` and ``partitioning.make_mesh(...)``
+        used = {dotted: f"imports as {local}" for local, dotted in f.aliases.items()}
+        for node in ast.walk(f.tree):
+            if isinstance(node, ast.Call) and (dotted := f.qualname(node.func)) is not None:
+                used.setdefault(dotted, f"calls at line {node.lineno}")
+        for dotted, how in used.items():
             module, _, function = dotted.rpartition(".")
             for helper in helpers.get((module, function), ()):
                 findings.append(
                     dataclasses.replace(
                         helper,
-                        message=f"{helper.message}, in {dotted}(), "
-                        f"which the elastic {f.label} imports as {local}",
+                        message=f"{helper.message}, in {dotted}(), which the elastic {f.label} "
+                        f"{how}",
                     )
                 )
     return findings

@@ -656,6 +656,15 @@ def test_a_mesh_helper_in_a_module_elastic_code_imports_is_checked(tmp_path):
     assert [f.where.rsplit("/", 1)[-1] for f in result.findings] == ["partitioning.py:7"]
     (finding,) = result.findings
     assert "t5x_port.partitioning.make_mesh()" in finding.message and "as build" in finding.message
+    # the module imported whole and its helper called through it
+    (package / "train.py").write_text(
+        "from pathwaysutils.elastic import manager\n"
+        "from t5x_port import partitioning\n\n"
+        "mesh = partitioning.make_mesh(2)\n"
+    )
+    result = STATIC_CHECKS["mesh-from-jax-devices"](load_sources([tmp_path / "src"]))
+    (finding,) = result.findings
+    assert "calls at line 4" in finding.message, finding
 
 
 def test_a_finding_in_a_branch_on_a_flag_says_how_to_mark_a_legacy_path(tmp_path):

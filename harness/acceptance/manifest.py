@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pathways_chaos.harness.acceptance.ramdisk import in_memory_volume_sizes
 from pathways_chaos.harness.errors import ChaosConfigError
 
 PROXY = "pathways-proxy"
@@ -392,6 +391,17 @@ def _pods(jobset: dict[str, Any], label: str) -> list[Pod]:
             if c.role is None:
                 c.role = _other_role(c, pod)
     return pods
+
+
+def in_memory_volume_sizes(documents: Sequence[Any]) -> list[tuple[str, str]]:
+    """(name, inMemoryVolumeSize) of every CheckpointConfiguration among YAML documents."""
+    out = []
+    for doc in documents:
+        if isinstance(doc, dict) and doc.get("kind") == "CheckpointConfiguration":
+            name = (doc.get("metadata") or {}).get("name", "<unnamed>")
+            size = (doc.get("spec") or {}).get("inMemoryVolumeSize")
+            out.append((str(name), "" if size is None else str(size)))
+    return out
 
 
 def _ignores_disruption(policy: Any) -> bool:

@@ -16,6 +16,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pathways_chaos.harness.acceptance.manifest import (
+    in_memory_volume_sizes,
+    read_manifest_file,
+    unlisted,
+)
 from pathways_chaos.harness.acceptance.table import CheckResult, Finding
 from pathways_chaos.harness.engine.option_values import OneLineArgumentParser, Range
 from pathways_chaos.harness.errors import ChaosConfigError
@@ -118,17 +123,6 @@ def parse_buffer(text: str, flag: str = "--buffer") -> float:
     from pathways_chaos.harness.acceptance.options import buffer_fraction
 
     return buffer_fraction(text, flag)
-
-
-def in_memory_volume_sizes(documents: Sequence[Any]) -> list[tuple[str, str]]:
-    """(name, inMemoryVolumeSize) of every CheckpointConfiguration among YAML documents."""
-    out = []
-    for doc in documents:
-        if isinstance(doc, dict) and doc.get("kind") == "CheckpointConfiguration":
-            name = (doc.get("metadata") or {}).get("name", "<unnamed>")
-            size = (doc.get("spec") or {}).get("inMemoryVolumeSize")
-            out.append((str(name), "" if size is None else str(size)))
-    return out
 
 
 def check_ramdisk(
@@ -253,8 +247,6 @@ def ramdisk_main(argv: Sequence[str] | None = None) -> int:
 def _load_yaml(path: Path) -> list[Any]:
     """The file's documents as the manifest checks read them (untrusted: regular file, size,
     UTF-8, aliases; a ``kind: List`` stands for its items; JSON too)."""
-    from pathways_chaos.harness.acceptance.manifest import read_manifest_file, unlisted
-
     return [d for d in unlisted(read_manifest_file(path)) if d is not None]
 
 

@@ -86,6 +86,8 @@ class Pod:
     #: The Job's ``podFailurePolicy`` ignores a pod disrupted (node drained, preempted): such a
     #: pod is recreated whatever the ``backoffLimit``.
     ignores_disruption: bool = False
+    #: A JobSet ``failurePolicy`` rule restarts it whatever ``maxRestarts`` says.
+    restarts_ignoring_max: bool = False
 
     @property
     def where(self) -> str:
@@ -358,31 +360,62 @@ def unlisted(docs: list[Any]) -> list[Any]:
     return out
 
 
+def _map(value: Any) -> dict[str, Any]:
+    """A mapping field of a manifest, or empty when it is anything else (a list, a number): a
+    shape Kubernetes would refuse is not a crash here."""
+    return value if isinstance(value, dict) else {}
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    """The mappings of a list field (containers, volumes), or none when it is not a list."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _whole(value: Any, default: int, where: str, field: str) -> int:
+    """A count field (``replicas``, ``parallelism``): a whole number >= 0, or one line."""
+    if value is None:
+        return default
+    if type(value) is not int or value < 0:
+        raise ChaosConfigError(
+            f"{where}: {field} {value!r:.40} is not a whole number >= 0 (Kubernetes refuses "
+            "the JobSet): fix the manifest"
+        )
+    return value
+
+
 def _pods(jobset: dict[str, Any], label: str) -> list[Pod]:
-    name = (jobset.get("metadata") or {}).get("name", "<unnamed>")
-    spec = jobset.get("spec") or {}
-    coordinator = ((spec.get("coordinator") or {}).get("replicatedJob")) or None
+    name = _map(jobset.get("metadata")).get("name", "<unnamed>")
+    spec = _map(jobset.get("spec"))
+    coordinator = _map(spec.get("coordinator")).get("replicatedJob") or None
+    jobs = spec.get("replicatedJobs")
     pods = []
-    for rj in spec.get("replicatedJobs") or []:
-        job_spec = ((rj.get("template") or {}).get("spec")) or {}
-        pod_spec = ((job_spec.get("template") or {}).get("spec")) or {}
+    for rj in (r for r in (jobs if isinstance(jobs, list) else []) if isinstance(r, dict)):
+        job_spec = _map(_map(rj.get("template")).get("spec"))
+        pod_spec = _map(_map(job_spec.get("template")).get("spec"))
         job = str(rj.get("name", "<unnamed>"))
+        where = f"{Path(label).name}:{job}"
         pod = Pod(
             jobset=str(name),
             job=job,
-            replicas=int(rj.get("replicas", 1)),
-            parallelism=int(job_spec.get("parallelism", job_spec.get("completions", 1))),
-            volumes={str(v.get("name")): v for v in pod_spec.get("volumes") or []},
+            replicas=_whole(rj.get("replicas"), 1, where, "replicas"),
+            parallelism=_whole(
+                job_spec.get("parallelism"),
+                _whole(job_spec.get("completions"), 1, where, "completions"),
+                where,
+                "parallelism",
+            ),
+            volumes={str(v.get("name")): v for v in _dicts(pod_spec.get("volumes"))},
             priority_class=pod_spec.get("priorityClassName"),
             label=Path(label).name,
             coordinator=job == coordinator,
-            node_selector={str(k): str(v) for k, v in (pod_spec.get("nodeSelector") or {}).items()},
+            node_selector={str(k): str(v) for k, v in _map(pod_spec.get("nodeSelector")).items()},
             backoff_limit=job_spec.get("backoffLimit"),
-            max_restarts=(spec.get("failurePolicy") or {}).get("maxRestarts"),
+            max_restarts=_map(spec.get("failurePolicy")).get("maxRestarts"),
+            restarts_ignoring_max=_restarts_ignoring_max(spec.get("failurePolicy")),
             ignores_disruption=_ignores_disruption(job_spec.get("podFailurePolicy")),
         )
-        for c in [*(pod_spec.get("initContainers") or []), *(pod_spec.get("containers") or [])]:
-            pod.containers.append(_container(c, pod))
+        for raw in [*_dicts(pod_spec.get("initContainers")), *_dicts(pod_spec.get("containers"))]:
+            pod.containers.append(_container(raw, pod))
         for c in pod.containers:
             c.role = _service_role(c)
         pods.append(pod)
@@ -404,19 +437,28 @@ def in_memory_volume_sizes(documents: Sequence[Any]) -> list[tuple[str, str]]:
     return out
 
 
+def _rules(policy: Any) -> list[dict[str, Any]]:
+    rules = _map(policy).get("rules")
+    return [r for r in rules if isinstance(r, dict)] if isinstance(rules, list) else []
+
+
 def _ignores_disruption(policy: Any) -> bool:
     """A ``podFailurePolicy`` rule ``action: Ignore`` on the ``DisruptionTarget`` condition."""
-    rules = policy.get("rules") if isinstance(policy, dict) else None
     return any(
-        isinstance(rule, dict)
-        and rule.get("action") == "Ignore"
-        and any(
-            isinstance(c, dict) and c.get("type") == "DisruptionTarget"
-            for c in rule.get("onPodConditions") or []
-        )
-        for rule in rules or []
-        if isinstance(rules, list)
+        rule.get("action") == "Ignore"
+        and any(_map(c).get("type") == "DisruptionTarget" for c in _list(rule, "onPodConditions"))
+        for rule in _rules(policy)
     )
+
+
+def _list(mapping: dict[str, Any], key: str) -> list[Any]:
+    value = mapping.get(key)
+    return value if isinstance(value, list) else []
+
+
+def _restarts_ignoring_max(policy: Any) -> bool:
+    """A JobSet ``failurePolicy`` rule that restarts it whatever ``maxRestarts`` says."""
+    return any(r.get("action") == "RestartJobSetAndIgnoreMaxRestarts" for r in _rules(policy))
 
 
 def _container(c: dict[str, Any], pod: Pod) -> Container:

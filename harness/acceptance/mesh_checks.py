@@ -31,33 +31,74 @@ def mesh_findings(files: Sequence[SourceFile]) -> list[Finding]:
     an elastic file, or in a helper of another file an elastic file imports (a team's
     ``partitioning.make_mesh``, kept apart from the Pathways imports)."""
     findings: list[Finding] = []
-    helpers: dict[tuple[str, str], list[Finding]] = {}  # (module, function) -> its findings
+    helpers: dict[tuple[str, str], _Helper] = {}  # (module, function) -> its meshes
     for f in files:
         for call, said in _meshes_from_all_devices(f):
             if f.is_elastic:
                 findings.append(Finding(f.where(call), said))
             elif (function := _enclosing_function(f, call)) is not None:
                 for module in _module_names(f):
-                    helpers.setdefault((module, function), []).append(Finding(f.where(call), said))
+                    helper = helpers.setdefault((module, function.name), _Helper(function))
+                    helper.findings.append(Finding(f.where(call), said))
     for f in files:
-        if not f.is_elastic:
-            continue
-        # ``from partitioning import make_mesh as build`` and ``partitioning.make_mesh(...)``
-        used = {dotted: f"imports as {local}" for local, dotted in f.aliases.items()}
-        for node in ast.walk(f.tree):
-            if isinstance(node, ast.Call) and (dotted := f.qualname(node.func)) is not None:
-                used.setdefault(dotted, f"calls at line {node.lineno}")
-        for dotted, how in used.items():
-            module, _, function = dotted.rpartition(".")
-            for helper in helpers.get((module, function), ()):
-                findings.append(
-                    dataclasses.replace(
-                        helper,
-                        message=f"{helper.message}, in {dotted}(), which the elastic {f.label} "
-                        f"{how}",
-                    )
-                )
+        if f.is_elastic:
+            findings += _helpers_used(f, helpers)
     return findings
+
+
+@dataclasses.dataclass
+class _Helper:
+    function: ast.FunctionDef | ast.AsyncFunctionDef
+    findings: list[Finding] = dataclasses.field(default_factory=list)
+
+    @property
+    def devices_parameter(self) -> tuple[str, int] | None:
+        """``devices=None`` (MaxText's ``create_device_mesh(config, devices=None)``): the
+        helper falls back to every device only when a caller leaves the devices out."""
+        names = [a.arg for a in [*self.function.args.posonlyargs, *self.function.args.args]]
+        kw = [a.arg for a in self.function.args.kwonlyargs]
+        for index, name in enumerate(names + kw):
+            if "devices" in name:
+                return name, index if index < len(names) else -1
+        return None
+
+    def passed_devices(self, call: ast.Call) -> bool:
+        parameter = self.devices_parameter
+        if parameter is None:
+            return False
+        name, index = parameter
+        return any(k.arg == name for k in call.keywords) or 0 <= index < len(call.args)
+
+
+def _helpers_used(f: SourceFile, helpers: dict[tuple[str, str], _Helper]) -> list[Finding]:
+    """The meshes of the helpers elastic file ``f`` uses: imported (``from partitioning import
+    make_mesh as build``) or called through its module (``partitioning.make_mesh(...)``). A
+    helper taking the devices is judged at each call: only one that leaves them out."""
+    out = []
+    calls: dict[str, list[ast.Call]] = {}
+    for node in ast.walk(f.tree):
+        if isinstance(node, ast.Call) and (dotted := f.qualname(node.func)) is not None:
+            calls.setdefault(dotted, []).append(node)
+    used = {dotted: f"imports as {local}" for local, dotted in f.aliases.items()}
+    used.update({dotted: f"calls at line {c[0].lineno}" for dotted, c in calls.items()})
+    for dotted, how in used.items():
+        module, _, function = dotted.rpartition(".")
+        helper = helpers.get((module, function))
+        if helper is None:
+            continue
+        if helper.devices_parameter is not None:
+            bare = [c for c in calls.get(dotted, []) if not helper.passed_devices(c)]
+            if not bare:
+                continue
+            how = f"calls without its {helper.devices_parameter[0]} at line {bare[0].lineno}"
+        out += [
+            dataclasses.replace(
+                found,
+                message=f"{found.message}, in {dotted}(), which the elastic {f.label} {how}",
+            )
+            for found in helper.findings
+        ]
+    return out
 
 
 def _meshes_from_all_devices(f: SourceFile) -> Iterator[tuple[ast.Call, str]]:
@@ -76,13 +117,15 @@ def _meshes_from_all_devices(f: SourceFile) -> Iterator[tuple[ast.Call, str]]:
             yield call, f"{builder}(...) without devices= takes jax.devices(), every slice"
 
 
-def _enclosing_function(f: SourceFile, node: ast.AST) -> str | None:
-    """The module-level function ``node`` is in, by name (what another file imports)."""
+def _enclosing_function(
+    f: SourceFile, node: ast.AST
+) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The module-level function ``node`` is in (what another file imports by its name)."""
     outer = None
     for parent in f.ancestors(node):
         if isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef):
             outer = parent
-    return outer.name if outer is not None and outer in f.tree.body else None
+    return outer if outer is not None and outer in f.tree.body else None
 
 
 def _module_names(f: SourceFile) -> list[str]:

@@ -35,6 +35,18 @@ class IndexRead:
     def label(self) -> str:
         return self.env or "jax.process_index()"
 
+    @property
+    def has_default(self) -> bool:
+        """An env read with a default (``os.environ.get(name, 0)``, ``os.getenv(name, "0")``):
+        the controller reads it; without one it raises ``KeyError`` or gets ``None``."""
+        return any(
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute | ast.Name)
+            and getattr(n.func, "attr", getattr(n.func, "id", "")) in ("get", "getenv")
+            and (len(n.args) >= 2 or any(k.arg == "default" for k in n.keywords))
+            for n in ast.walk(self.node)
+        )
+
 
 def index_reads(f: SourceFile) -> Iterator[IndexRead]:
     """``jax.process_index()`` calls and reads of a per-host id from the environment."""

@@ -112,11 +112,7 @@ class SourceFile:
         not something a static check can know."""
         child = node
         for parent in self.ancestors(node):
-            if (
-                isinstance(parent, ast.If)
-                and child is not parent.test
-                and any(isinstance(n, ast.Name | ast.Attribute) for n in ast.walk(parent.test))
-            ):
+            if isinstance(parent, ast.If) and child is not parent.test and _is_flag(parent.test):
                 test = ast.unparse(parent.test)
                 taken = test if child in parent.body else f"not ({test})"
                 return (
@@ -134,6 +130,23 @@ class SourceFile:
         return any(
             isinstance(n, ast.Attribute) and n.attr == "elastic_retry" for n in ast.walk(self.tree)
         )
+
+
+def _is_flag(test: ast.expr) -> bool:
+    """A test on a setting: a name or attribute (``ON_PATHWAYS``, ``cfg.legacy``), ``not`` one,
+    or one compared with a constant (``MODE == "multi_controller"``); not ``__name__ ==
+    "__main__"``, nor a test on the loop's own values (``step % 10 == 0``)."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test = test.operand
+    if isinstance(test, ast.Compare) and len(test.comparators) == 1:
+        if not isinstance(test.comparators[0], ast.Constant):
+            return False
+        test = test.left
+    if isinstance(test, ast.Call) and not test.args and not test.keywords:  # use_legacy()
+        test = test.func
+    if isinstance(test, ast.Name):
+        return test.id != "__name__"
+    return isinstance(test, ast.Attribute) and isinstance(test.value, ast.Name | ast.Attribute)
 
 
 def load_sources(paths: Sequence[str | Path]) -> list[SourceFile]:

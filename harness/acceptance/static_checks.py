@@ -58,7 +58,7 @@ def check_process_index(files: Sequence[SourceFile]) -> CheckResult:
             for use, held in index_uses(f, read):
                 if f.ignored(use) or _only_reported(f, use) or with_process_count(f, use):
                     continue
-                if guards_the_controller(f, use):
+                if guards_the_controller(f, use) and (not read.env or read.has_default):
                     guards += 1
                     continue
                 said = _index_message(f, read, held, use) + f.branch_note(use)

@@ -323,16 +323,19 @@ def _expanded_size(node: Any, memo: dict[int, int], stack: set[int], limit: int)
     return size
 
 
-#: What every report pathways-chaos writes holds in its first bytes (the HTML pages' title,
-#: the JSON reports' ``made_by``): the one sign that a file at a report's path is ours to
-#: overwrite.
-REPORT_MARK = "pathways-chaos"
+#: How every report pathways-chaos writes names its maker in its first bytes (the HTML pages'
+#: title, the JSON reports' first key, the JUnit suite's name): the one sign that a file at a
+#: report's path is ours to overwrite. The bare name is not: a source carrying the
+#: ``# pathways-chaos: ignore`` mark, or a requirements file, has it.
+REPORT_MARKS = re.compile(
+    rb'<title>pathways-chaos |\{\s*"made_by": "pathways-chaos |<testsuite name="pathways-chaos '
+)
 
 
 def check_output_file(path: str | os.PathLike[str], *, what: str = "output file") -> Path:
     """A path a report may be written to: not a folder, not a device or FIFO, not a symlink
     (one planted in a shared folder would have the report written over its target), and, when
-    a file is there, one of our reports (``REPORT_MARK`` in its first bytes): a mistyped
+    a file is there, one of our reports (``REPORT_MARKS`` in its first bytes): a mistyped
     ``--acceptance-report=src/train.py`` must not turn the user's source into HTML."""
     target = Path(path)
     try:
@@ -367,7 +370,7 @@ def check_output_file(path: str | os.PathLike[str], *, what: str = "output file"
             head = os.read(fd, 512)
         finally:
             os.close(fd)
-        if REPORT_MARK.encode() not in head:
+        if not REPORT_MARKS.search(head):
             raise UntrustedFileError(
                 f"{what} {shown(target)} exists and is not a report of pathways-chaos: name "
                 "another file, or remove it first (nothing was changed)"

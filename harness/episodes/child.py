@@ -31,6 +31,10 @@ if TYPE_CHECKING:
 STACK_SIGNAL = signal.SIGUSR1
 #: The stack file's first line, before the main thread's id as faulthandler writes it.
 MAIN_THREAD_LINE = "main thread "
+#: The line after the main thread's whole stack: a section read before it is not yet whole.
+WHOLE_STACK_END = "end of the main thread's stack"
+#: Frames of the main thread's whole stack kept (the innermost, and the outermost 10).
+WHOLE_STACK_FRAMES = 500
 
 #: Modules every child imports before its ready marker, and the fork server once for all
 #: (none initialises a backend).
@@ -111,7 +115,9 @@ def main(argv: list[str]) -> None:
     for entry in reversed(spec.sys_path):
         if entry not in sys.path:
             sys.path.insert(0, entry)
-    stacks = open(spec.stack_file, "a", encoding="utf-8")  # noqa: SIM115 - lives with the process
+    # This child's own file, emptied: one a reused log folder kept from an earlier session
+    # would name another process's main thread and another line.
+    stacks = open(spec.stack_file, "w", encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
     _follow_main_thread(stacks)
     faulthandler.enable(file=stacks, all_threads=True)
     faulthandler.register(STACK_SIGNAL, file=stacks, all_threads=True, chain=True)
@@ -142,14 +148,30 @@ def _follow_main_thread(stacks: Any) -> None:
     stacks.write(f"{MAIN_THREAD_LINE}{ident}\n")
     stacks.flush()
 
+    busy = threading.Lock()
+
     def whole_stack(signum: int, frame: Any) -> None:
-        lines = [f"Thread {ident} in full (most recent call first):"]
-        while frame is not None:
-            code = frame.f_code
-            lines.append(f'  File "{code.co_filename}", line {frame.f_lineno} in {code.co_name}')
-            frame = frame.f_back
-        stacks.write("\n".join(lines) + "\n")
-        stacks.flush()
+        # Runs inside the loop's code: it must never raise there, nor run twice at once. The
+        # innermost frames are the ones that say where; past a cap the outermost few follow.
+        if not busy.acquire(blocking=False):
+            return
+        try:
+            frames = []
+            while frame is not None:
+                code = frame.f_code
+                frames.append(
+                    f'  File "{code.co_filename}", line {frame.f_lineno} in {code.co_name}'
+                )
+                frame = frame.f_back
+            if len(frames) > WHOLE_STACK_FRAMES:
+                frames = [*frames[: WHOLE_STACK_FRAMES - 10], "  ...", *frames[-10:]]
+            header = f"Thread {ident} in full (most recent call first):"
+            stacks.write("\n".join([header, *frames, WHOLE_STACK_END]) + "\n")
+            stacks.flush()
+        except BaseException:
+            pass
+        finally:
+            busy.release()
 
     signal.signal(STACK_SIGNAL, whole_stack)
 

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from pathways_chaos.harness.blackbox.values import installed_package, is_plumbing
-from pathways_chaos.harness.episodes.child import MAIN_THREAD_LINE
+from pathways_chaos.harness.episodes.child import MAIN_THREAD_LINE, WHOLE_STACK_END
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<name>\S+)')
 
@@ -64,19 +64,29 @@ def main_stack(stack_file: str) -> MainStack | None:
         return None
     first, text = whole.partition("\n")[0], whole[-200_000:]
     main_id = first.removeprefix(MAIN_THREAD_LINE) if first.startswith(MAIN_THREAD_LINE) else None
-    sections: list[tuple[bool, bool, list[tuple[str, str, str]]]] = []
+    sections: list[_Section] = []
     for line in text.splitlines():
         if "most recent call first" in line:
             is_main = main_id is not None and f"hread {main_id} " in line
-            sections.append((is_main, " in full " in line, []))
-            continue
-        match = _FRAME.match(line)
-        if match and sections:
-            sections[-1][2].append((match["file"], match["line"], match["name"]))
-    found = next(((w, s) for is_main, w, s in reversed(sections) if is_main and s), None) or next(
-        ((w, s) for _, w, s in reversed(sections) if any("child.py" in f for f, _, _ in s)), None
+            sections.append(_Section(is_main, " in full " in line))
+        elif line == WHOLE_STACK_END and sections:
+            sections[-1].ended = True
+        elif (match := _FRAME.match(line)) and sections:
+            sections[-1].frames.append((match["file"], match["line"], match["name"]))
+    # A whole stack still being written (no end line yet) is not read; faulthandler's is.
+    usable = [s for s in sections if s.frames and (s.ended or not s.whole)]
+    found = next((s for s in reversed(usable) if s.is_main), None) or next(
+        (s for s in reversed(usable) if any("child.py" in f for f, _, _ in s.frames)), None
     )
-    return None if found is None else MainStack(found[1], found[0])
+    return None if found is None else MainStack(found.frames, found.whole)
+
+
+@dataclasses.dataclass
+class _Section:
+    is_main: bool
+    whole: bool
+    frames: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
+    ended: bool = False
 
 
 def loop_frame(stack_file: str) -> str | None:

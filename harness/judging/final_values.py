@@ -57,6 +57,7 @@ def vet_value_files(events: Iterable[Event], log: str | os.PathLike[str]) -> Non
         for leaf in (final or {}).values() if isinstance(final, dict) else ():
             if isinstance(leaf, dict):
                 leaf[FOLDERS] = folders
+                leaf.pop("sha256", None)  # a seal is the judging process's own, never a log's
 
 
 def _resolved(path: Path) -> Path:
@@ -111,8 +112,10 @@ def seal(end: dict[str, Any]) -> None:
     """Notes, in the judging process's copy of a ``run_end``, the SHA-256 of each values file
     as the run left it: the loop of a later episode may write into that folder too."""
     for leaf in (end.get("final_state") or {}).values():
-        if isinstance(leaf, dict) and isinstance(leaf.get("file"), str):
-            leaf.pop("sha256", None)  # only the judging process's own seal counts
+        if not isinstance(leaf, dict):
+            continue
+        leaf.pop("sha256", None)  # only the judging process's own seal counts
+        if isinstance(leaf.get("file"), str):
             with contextlib.suppress(OSError, ChaosError):  # not a file: leaf_array says so
                 leaf["sha256"] = file_sha256(leaf["file"])
 

@@ -631,6 +631,23 @@ def test_a_helper_asking_am_i_the_controller_is_not_a_finding(tmp_path):
     assert lines(result) == [7], result.findings
 
 
+def test_a_per_host_id_compared_with_0_is_a_guard_only_when_the_controller_can_read_it(tmp_path):
+    """The controller's env has no TPU_WORKER_ID: ``int(os.environ["TPU_WORKER_ID"]) == 0``
+    raises there, while a read with a default gives the controller 0, its branch."""
+    result = run(
+        tmp_path,
+        "process-index",
+        """
+        import os
+        def is_chief():
+            return int(os.environ["TPU_WORKER_ID"]) == 0
+        def is_first():
+            return int(os.environ.get("TPU_WORKER_ID", 0)) == 0
+        """,
+    )
+    assert lines(result) == [3], result.findings
+
+
 def test_a_mesh_helper_in_a_module_elastic_code_imports_is_checked(tmp_path):
     """A blind tester's broken port: the mesh helper kept in ``partitioning.py`` (no Pathways
     import there), called from the elastic loop, passed."""
@@ -686,3 +703,52 @@ def test_a_finding_in_a_branch_on_a_flag_says_how_to_mark_a_legacy_path(tmp_path
         tmp_path, "distributed-initialize", source.format(mark="  # pathways-chaos: ignore")
     )
     assert marked.ok, marked.findings
+
+
+@pytest.mark.parametrize(
+    ("test", "noted"),
+    [
+        ("not ON_PATHWAYS", True),
+        ("cfg.multi_controller", True),
+        ('MODE == "multi_controller"', True),
+        ('__name__ == "__main__"', False),
+        ("step % log_every == 0", False),
+    ],
+)
+def test_only_a_branch_on_a_setting_gets_the_ignore_mark_note(tmp_path, test, noted):
+    """Under ``if __name__ == "__main__":`` (the usual home of the call) the note would invite
+    a user to silence a real finding."""
+    result = run(
+        tmp_path,
+        "distributed-initialize",
+        f"import jax\nif {test}:\n    jax.distributed.initialize()\n",
+    )
+    (finding,) = result.findings
+    assert ("pathways-chaos: ignore" in finding.message) is noted, finding
+
+
+def test_a_mesh_helper_taking_the_devices_is_judged_at_each_call(tmp_path):
+    """MaxText's ``create_device_mesh(config, devices=None)`` falls back to jax.devices() only
+    when a caller leaves the devices out: an elastic caller passing its active devices is
+    right, one leaving them out is found."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "maxtext_utils.py").write_text(
+        "import jax\nimport numpy as np\nfrom jax.sharding import Mesh\n\n\n"
+        "def create_device_mesh(config, devices=None):\n"
+        "    if devices is None:\n"
+        "        devices = jax.devices()\n"
+        "    return Mesh(np.asarray(devices).reshape(2, -1), ('replica', 'data'))\n"
+    )
+    train = src / "train.py"
+    train.write_text(
+        "from pathwaysutils.elastic import manager\n"
+        "from maxtext_utils import create_device_mesh\n"
+        "mgr = manager.Manager()\n"
+        "mesh = create_device_mesh(cfg, devices=mgr.active_devices)\n"
+        "other = create_device_mesh(cfg, mgr.active_devices)\n"
+    )
+    assert STATIC_CHECKS["mesh-from-jax-devices"](load_sources([src])).ok
+    train.write_text(train.read_text() + "bare = create_device_mesh(cfg)\n")
+    (finding,) = STATIC_CHECKS["mesh-from-jax-devices"](load_sources([src])).findings
+    assert "calls without its devices at line 6" in finding.message, finding

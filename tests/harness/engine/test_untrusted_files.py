@@ -252,11 +252,17 @@ def test_a_report_path_naming_a_file_that_is_not_a_report_is_refused_and_left_al
     """A mistyped --acceptance-report=src/train.py turned the user's source into HTML."""
     from pathways_chaos.harness.engine.untrusted_files import check_output_file
 
-    source = tmp_path / "train.py"
-    source.write_text("import jax\n")
-    with pytest.raises(UntrustedFileError, match="exists and is not a report of pathways-chaos"):
-        check_output_file(source, what="--acceptance-report")
-    assert source.read_text() == "import jax\n"
+    for text in (
+        "import jax\n",
+        "import jax  # pathways-chaos: ignore (a mark the static checks read)\n",
+        "pathways-chaos==0.4\njax\n",
+        '{"made_by": "someone else"}\n',
+    ):
+        source = tmp_path / "train.py"
+        source.write_text(text)
+        with pytest.raises(UntrustedFileError, match="exists and is not a report of pathways"):
+            check_output_file(source, what="--acceptance-report")
+        assert source.read_text() == text
 
 
 def test_a_report_of_ours_and_an_empty_file_may_be_written_over(tmp_path: Path) -> None:
@@ -266,6 +272,10 @@ def test_a_report_of_ours_and_an_empty_file_may_be_written_over(tmp_path: Path) 
     for name in ("r.html", "r.json"):
         report = write_report([], tmp_path / name)
         assert check_output_file(report) == report
+    from pathways_chaos.harness.reports.html_report import write_report as chaos_report
+
+    report = chaos_report(tmp_path / "chaos.html", [])
+    assert check_output_file(report) == report
     empty = tmp_path / "empty.html"
     empty.touch()
     assert check_output_file(empty) == empty

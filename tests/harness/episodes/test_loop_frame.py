@@ -44,6 +44,8 @@ def _sections(tmp_path: Path, main_id: str, sections: list[tuple[str, list[str]]
     for header, files in sections:
         lines.append(f"{header} (most recent call first):")
         lines += [f'  File "{f}", line {n} in f{n}' for n, f in enumerate(files, start=1)]
+        if "in full" in header and "unended" not in header:
+            lines.append("end of the main thread's stack")
     path = tmp_path / "stacks.txt"
     path.write_text("\n".join(lines) + "\n")
     return str(path)
@@ -84,3 +86,18 @@ def test_without_the_whole_stack_faulthandlers_main_section_is_found_by_the_thre
         ],
     )
     assert loop_frame(stacks) == "/work/train.py:100 in f100 (waiting in api.py:1 in f1)"
+
+
+def test_a_whole_stack_still_being_written_is_not_read(tmp_path):
+    """Read while the child writes it, the whole stack has no end line yet: faulthandler's
+    section is used, not half of the whole one."""
+    main = "0x00007f0000000001"
+    stacks = _sections(
+        tmp_path,
+        main,
+        [
+            (f"Current thread {main}", [f"{SITE}/jax/_src/api.py", "/work/train.py"]),
+            (f"Thread {main} in full unended", [f"{SITE}/jax/_src/api.py"]),
+        ],
+    )
+    assert loop_frame(stacks) == "/work/train.py:2 in f2 (waiting in api.py:1 in f1)"

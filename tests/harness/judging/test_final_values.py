@@ -243,3 +243,18 @@ def test_a_sha256_a_log_carries_is_not_a_seal(tmp_path: Path) -> None:
     seal(end)
     said = compare_final_states(end, end, True)
     assert isinstance(said, str) and "not a regular file" in said, said
+
+
+def test_a_log_read_from_disk_carrying_a_sha256_is_not_judged_as_the_loops_change(
+    tmp_path: Path,
+) -> None:
+    """``check`` reads a log and vets it without a seal: a sha256 in it is dropped, so a value
+    file that is not there stays "not judged", never a failure the loop is blamed for."""
+    log = tmp_path / "episode.jsonl"
+    end = _end(_written(log))
+    leaf = end["final_state"][LEAF]
+    Path(leaf["file"]).unlink()
+    leaf["sha256"] = "0" * 64
+    vet_value_files([end], log)
+    said = compare_final_states(end, end, True)
+    assert isinstance(said, str) and "not a regular file" in said, said

@@ -327,6 +327,9 @@ def _expanded_size(node: Any, memo: dict[int, int], stack: set[int], limit: int)
 #: title, the JSON reports' first key, the JUnit suite's name): the one sign that a file at a
 #: report's path is ours to overwrite. The bare name is not: a source carrying the
 #: ``# pathways-chaos: ignore`` mark, or a requirements file, has it.
+#: An empty file at a report's path is written over only with a report's suffix (made by
+#: ``touch`` or ``mkstemp`` for it); an empty ``__init__.py`` is not a report's place.
+REPORT_SUFFIXES = frozenset({"", ".html", ".htm", ".json", ".xml"})
 REPORT_MARKS = re.compile(
     rb'<title>pathways-chaos |\{\s*"made_by": "pathways-chaos |<testsuite name="pathways-chaos '
 )
@@ -364,6 +367,11 @@ def check_output_file(path: str | os.PathLike[str], *, what: str = "output file"
         )
     if not stat.S_ISREG(info.st_mode):
         raise UntrustedFileError(f"{what} {shown(target)} is {_kind(info.st_mode)}: name a file")
+    if not info.st_size and target.suffix.lower() not in REPORT_SUFFIXES:
+        raise UntrustedFileError(  # an empty __init__.py is a file too: HTML would break it
+            f"{what} {shown(target)} exists and is not a report (a report is .html, .json or "
+            ".xml): name another file (nothing was changed)"
+        )
     if info.st_size:
         fd = open_regular(target, what=what, follow_symlinks=False)
         try:

@@ -279,3 +279,7 @@ def test_a_report_of_ours_and_an_empty_file_may_be_written_over(tmp_path: Path) 
     empty = tmp_path / "empty.html"
     empty.touch()
     assert check_output_file(empty) == empty
+    package = tmp_path / "__init__.py"
+    package.touch()
+    with pytest.raises(UntrustedFileError, match="is not a report"):
+        check_output_file(package)

@@ -273,7 +273,11 @@ def test_a_bad_loop_or_budget_stops_the_suite_in_one_line():
 def test_the_sample_loop_passes_a_budgeted_search_and_the_figures_say_what_it_covered(tmp_path):
     report = tmp_path / "search.json"
     out = _suite(
-        f"--chaos-loop={SAMPLE}", "--chaos-budget=30", f"--chaos-search-report={report}", "-q"
+        f"--chaos-loop={SAMPLE}",
+        "--chaos-budget=30",
+        f"--chaos-search-report={report}",
+        "-q",
+        "-rs",
     )
     assert out.returncode == 0, out.stdout[-4000:]
     (line,) = [
@@ -282,13 +286,20 @@ def test_the_sample_loop_passes_a_budgeted_search_and_the_figures_say_what_it_co
     assert "of a 30 s budget" in line and "0 failed" in line, line
     figures = json.loads(report.read_text())
     # How many schedules fit 30 s is the machine's speed (the bench's business, not a test's);
-    # what the budget guarantees is that each property runs at least one, and that no
-    # property starts a schedule once its share is spent: at most one schedule each past it.
+    # what the budget guarantees is that each property runs at least one schedule or says it
+    # was not judged (on a loaded machine the fault-free runs and the properties before it can
+    # spend a later one's share: CI once left stateful none), never a pass with none; and that
+    # no property starts a schedule once its share is spent: at most one each past it.
     by_property = figures["by_property"]
-    assert set(by_property) == {"snapshot", "dataset", "mesh", "stateful"}, by_property
-    assert min(by_property.values()) >= 1 and figures["failures"] == 0, figures
+    assert by_property.get("snapshot", 0) >= 1 and figures["failures"] == 0, figures
+    unrun = [n for n in ("dataset", "mesh", "stateful") if by_property.get(n, 0) == 0]
+    not_judged = [
+        ln for ln in out.stdout.splitlines() if ln.startswith("SKIPPED") and "NOT JUDGED" in ln
+    ]
+    assert len(not_judged) == len(unrun), (unrun, out.stdout[-3000:])
+    assert not unrun or figures["skipped_for_budget"] > 0, figures
     assert sum(by_property.values()) == figures["schedules"], figures
-    overrun = len(by_property) * figures["longest_s"] + 5  # + hypothesis's own time
+    overrun = 4 * figures["longest_s"] + 5  # + hypothesis's own time
     assert figures["wall_s"] + figures["baseline_s"] <= 30 + overrun, figures
     # The line and the JSON say the same: every fault kind fired, with its count.
     assert figures["fault_kinds"], figures

@@ -438,22 +438,16 @@ def in_memory_volume_sizes(documents: Sequence[Any]) -> list[tuple[str, str]]:
 
 
 def _rules(policy: Any) -> list[dict[str, Any]]:
-    rules = _map(policy).get("rules")
-    return [r for r in rules if isinstance(r, dict)] if isinstance(rules, list) else []
+    return _dicts(_map(policy).get("rules"))
 
 
 def _ignores_disruption(policy: Any) -> bool:
     """A ``podFailurePolicy`` rule ``action: Ignore`` on the ``DisruptionTarget`` condition."""
     return any(
         rule.get("action") == "Ignore"
-        and any(_map(c).get("type") == "DisruptionTarget" for c in _list(rule, "onPodConditions"))
+        and any(c.get("type") == "DisruptionTarget" for c in _dicts(rule.get("onPodConditions")))
         for rule in _rules(policy)
     )
-
-
-def _list(mapping: dict[str, Any], key: str) -> list[Any]:
-    value = mapping.get(key)
-    return value if isinstance(value, list) else []
 
 
 def _restarts_ignoring_max(policy: Any) -> bool:

@@ -77,8 +77,8 @@ class SourceFile:
 
     @functools.cached_property
     def _module_constants(self) -> dict[str, Any]:
-        """Module-level names bound once, to an int literal, and stored nowhere else in the
-        module's other statements: read once per file, not once per name looked up."""
+        """Module-level names bound once, to an int or bool literal, and stored nowhere else in
+        the module's other statements: read once per file, not once per name looked up."""
         bound: dict[str, list[ast.expr | None]] = {}
         for stmt in self.tree.body:
             if isinstance(stmt, ast.Assign | ast.AnnAssign):
@@ -106,20 +106,27 @@ class SourceFile:
             node = self.parents[node]
             yield node
 
+    def branches(self, node: ast.AST) -> Iterator[tuple[ast.If, bool]]:
+        """The ``if`` statements ``node`` is inside, innermost first, each with whether
+        ``node`` is in its body (else in its ``else``); not those whose test it is in."""
+        child = node
+        for parent in self.ancestors(node):
+            if isinstance(parent, ast.If) and child is not parent.test:
+                yield parent, child in parent.body
+            child = parent
+
     def branch_note(self, node: ast.AST) -> str:
         """Where ``node`` is in a branch on a name (a legacy path behind a flag such as ``if
         not ON_PATHWAYS:``), how to say it never runs on Pathways: a flag read at run time is
         not something a static check can know."""
-        child = node
-        for parent in self.ancestors(node):
-            if isinstance(parent, ast.If) and child is not parent.test and _is_flag(parent.test):
-                test = ast.unparse(parent.test)
-                taken = test if child in parent.body else f"not ({test})"
+        for branch, in_body in self.branches(node):
+            if _is_flag(branch.test):
+                test = ast.unparse(branch.test)
+                taken = test if in_body else f"not ({test})"
                 return (
-                    f" (in the branch taken when {shown(taken, 60)}, line {parent.lineno}: "
+                    f" (in the branch taken when {shown(taken, 60)}, line {branch.lineno}: "
                     "if it never runs on Pathways, mark this line '# pathways-chaos: ignore')"
                 )
-            child = parent
         return ""
 
     @property

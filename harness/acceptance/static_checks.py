@@ -129,16 +129,13 @@ def check_distributed_initialize(files: Sequence[SourceFile]) -> CheckResult:
 def _under_false_constant(f: SourceFile, node: ast.AST) -> bool:
     """Inside ``if FLAG:`` where ``FLAG`` is a module-level ``False`` bound once (or ``if
     False:``): a branch no run takes."""
-    child = node
-    for parent in f.ancestors(node):
-        if isinstance(parent, ast.If) and child in parent.body:
-            test = parent.test
-            value = test.value if isinstance(test, ast.Constant) else None
-            if isinstance(test, ast.Name):
-                value = f.bool_constant(test.id)
-            if value is False:
-                return True
-        child = parent
+    for branch, in_body in f.branches(node):
+        test = branch.test
+        value = test.value if isinstance(test, ast.Constant) else None
+        if isinstance(test, ast.Name):
+            value = f.bool_constant(test.id)
+        if in_body and value is False:
+            return True
     return False
 
 

@@ -36,7 +36,7 @@ from pathways_chaos.harness.engine.recorder import Event, LogTail, Recorder, set
 from pathways_chaos.harness.episodes import exit_witness, fork_server
 from pathways_chaos.harness.episodes.child import STACK_SIGNAL, ChildFiles
 from pathways_chaos.harness.episodes.child_limits import GIB, MIB, ChildLimits, default_limits
-from pathways_chaos.harness.episodes.stack_dump import has_dump, loop_frame, main_stack
+from pathways_chaos.harness.episodes.stack_dump import loop_frame, main_stack
 from pathways_chaos.harness.errors import ChaosConfigError, ChaosError
 from pathways_chaos.harness.judging.final_values import seal
 
@@ -309,7 +309,7 @@ class ChildWatch:
         where = None  # until the main thread's section is written (the dump's last, on a
         while time.monotonic() < deadline:  # busy machine not at once), and holds a frame of
             time.sleep(0.05)  # the loop's own or is the main thread's whole stack
-            stack = main_stack(spec.stack_file) if has_dump(spec.stack_file) else None
+            stack = main_stack(spec.stack_file)  # None until a section is written
             where = None if stack is None else stack.where()
             if stack is not None and (stack.whole or stack.own_frame() is not None):
                 break

@@ -8,7 +8,6 @@ from them, never an installed library's frame the loop was inside.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import re
 from pathlib import Path
@@ -17,12 +16,6 @@ from pathways_chaos.harness.blackbox.values import installed_package, is_plumbin
 from pathways_chaos.harness.episodes.child import MAIN_THREAD_LINE, WHOLE_STACK_END
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<name>\S+)')
-
-
-def has_dump(path: str) -> bool:
-    with contextlib.suppress(OSError):
-        return "most recent call first" in Path(path).read_text(errors="replace")
-    return False
 
 
 @dataclasses.dataclass(frozen=True)

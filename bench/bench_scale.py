@@ -12,7 +12,9 @@ fake 4x2 cluster, each size played side by side in this one run:
   (the final-state comparison included), as a scenario against its fault-free baseline;
 - **watched_no_lineage** (``--no-lineage-too``): the same with ``lineage=False``.
 
-Runs alternate (watched, unwatched, ...) so a load that changes over the run weighs on both.
+Runs alternate (watched, unwatched, ...) so a load that changes over the run weighs on both;
+``paired_ratio_median`` is the median of each round's watched over unwatched, and
+``unwatched_spread`` the slowest unwatched run over the fastest: the machine's own noise.
 Per size: the loop's wall seconds (median; for a watched run from its ``run_start`` event to
 the ``returned_wall`` of its ``run_end``, as the unwatched run times the call) and their ratio;
 ``run_s`` and ``run_ratio_to_unwatched`` to the ``run_end`` event (saves settled and the final
@@ -187,6 +189,7 @@ def bench_size(params: int, rounds: int, root: Path, modes: list[str]) -> dict[s
             entry["ratio_to_unwatched"] = round(entry["loop_s"] / base, 3)
         if not mode.startswith("unwatched"):
             entry["ratio_to_unwatched"] = round(entry["loop_s"] / base, 3)
+            entry.update(_paired(rows, runs["unwatched"]))
             entry["run_s"] = round(statistics.median(r["run_s"] for r in rows), 3)
             entry["run_ratio_to_unwatched"] = round(entry["run_s"] / base, 3)
             entry["parent_peak_rss_mib"] = max(_mib(r["parent_peak_rss_bytes"]) for r in rows)
@@ -215,6 +218,19 @@ def bench_size(params: int, rounds: int, root: Path, modes: list[str]) -> dict[s
             if not mode.startswith("unwatched"):
                 out[mode]["ratio_to_unwatched_every_save"] = round(out[mode]["loop_s"] / every, 3)
     return out
+
+
+def _paired(rows: list[dict[str, Any]], unwatched: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each round's watched run over the unwatched run beside it (a load that drifts over the
+    run weighs on both of a pair), and how far two unwatched runs of the same loop differ here:
+    a ratio inside that spread is this machine's noise, not watching's cost."""
+    pairs = [w["loop_s"] / u["loop_s"] for w, u in zip(rows, unwatched, strict=False)]
+    alone = [u["loop_s"] for u in unwatched]
+    return {
+        "paired_ratio_median": round(statistics.median(pairs), 3),
+        "paired_ratios": [round(r, 3) for r in pairs],
+        "unwatched_spread": round(max(alone) / min(alone), 3),
+    }
 
 
 def _actual_params(params: int) -> int:

@@ -89,23 +89,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.command = "demo"
     else:
         args = parser.parse_args(args_list)
-    from pathways_chaos.faults.model import FaultSpecError
-    from pathways_chaos.harness.errors import ChaosError
+    from pathways_chaos.harness.engine.command_errors import reported
 
-    try:
-        if args.command == "demo":
-            return _demo(args)
-        return _check(args)
-    except ChaosError as error:
-        print(f"pathways-chaos: error: {error}", file=sys.stderr)
-        return error.exit_code
-    except FaultSpecError as error:
-        print(f"pathways-chaos: error: {error}", file=sys.stderr)
-        return 2
-    except OSError as error:  # a folder given as --log, a log that cannot be read...
-        where = f" {error.filename}" if error.filename else ""
-        print(f"pathways-chaos: error:{where}: {error.strerror or error}", file=sys.stderr)
-        return 2
+    return reported(
+        "pathways-chaos", lambda: _demo(args) if args.command == "demo" else _check(args)
+    )
 
 
 def build_demo_parser() -> argparse.ArgumentParser:

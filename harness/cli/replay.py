@@ -22,6 +22,7 @@ from pathways_chaos.harness.cli.deadline_arguments import (
 )
 from pathways_chaos.harness.cli.loop_demo import print_loop_output
 from pathways_chaos.harness.cli.quiet import quiet_libraries, restores_library_logging
+from pathways_chaos.harness.engine.command_errors import reported
 from pathways_chaos.harness.engine.option_values import OneLineArgumentParser, Range
 from pathways_chaos.harness.engine.topology import DEVICES_PER_SLICE, SLICES, SliceTopology
 from pathways_chaos.harness.properties.episode_spec import EpisodeSpec
@@ -63,28 +64,23 @@ def build_parser() -> argparse.ArgumentParser:
 @restores_library_logging
 def replay_main(argv: list[str]) -> int:
     """Runs the episode; prints the schedule, outcome and every violation; 1 when it fails."""
-    from pathways_chaos.harness.errors import ChaosError
-
     if any(a == "--loop" or a.startswith("--loop=") for a in argv):
         return replay_loop_main(argv)
     args = build_parser().parse_args(argv)
-    try:
-        apply_deadline_arguments(args)
-        fields = {f.name for f in dataclasses.fields(EpisodeSpec)}
-        spec = EpisodeSpec(**{k: v for k, v in vars(args).items() if k in fields})
-        from pathways_chaos.harness.engine.topology import request_cpu_devices
+    return reported("pathways-chaos replay", lambda: _replay_trainer(args))
 
-        request_cpu_devices(spec.slices * spec.devices_per_slice)  # before JAX starts
-        quiet_libraries()
-        from pathways_chaos.harness.properties.episode_spec import judge, run_spec
 
-        outcome = run_spec(spec)
-    except ChaosError as error:
-        print(f"pathways-chaos replay: error: {error}", file=sys.stderr)
-        return error.exit_code
-    except OSError as error:
-        print(f"pathways-chaos replay: error: {error.strerror or error}", file=sys.stderr)
-        return 2
+def _replay_trainer(args: argparse.Namespace) -> int:
+    apply_deadline_arguments(args)
+    fields = {f.name for f in dataclasses.fields(EpisodeSpec)}
+    spec = EpisodeSpec(**{k: v for k, v in vars(args).items() if k in fields})
+    from pathways_chaos.harness.engine.topology import request_cpu_devices
+
+    request_cpu_devices(spec.slices * spec.devices_per_slice)  # before JAX starts
+    quiet_libraries()
+    from pathways_chaos.harness.properties.episode_spec import judge, run_spec
+
+    outcome = run_spec(spec)
     result = outcome.result
     problems = result.unfired + judge(result.events, spec, outcome.verdict)
     ends = [e for e in result.events if e["kind"] == "run_end"]
@@ -155,45 +151,41 @@ def _loop_options(items: list[str]) -> dict[str, object]:
 @restores_library_logging
 def replay_loop_main(argv: list[str]) -> int:
     """The loop under the schedule, judged against its fault-free run; 1 when it fails."""
-    from pathways_chaos.harness.errors import ChaosConfigError, ChaosError
-
     args = build_loop_parser().parse_args(argv)
-    try:
-        from pathways_chaos.faults.model import check_schedule_fits, parse_schedule
-        from pathways_chaos.harness.engine.topology import SliceTopology, request_cpu_devices
-        from pathways_chaos.harness.episodes.supervisor import check_loop
+    return reported("pathways-chaos replay", lambda: _replay_loop(args))
 
-        # Every input is checked before JAX starts.
-        apply_deadline_arguments(args)
-        if args.log is not None:
-            from pathways_chaos.harness.engine.owned_paths import check_appendable
 
-            check_appendable(args.log, what="--log")
-        topology = SliceTopology.parse(args.topology)
-        schedule = parse_schedule(args.schedule)
-        check_schedule_fits(schedule, topology.num_slices, kubernetes=False)
-        options = _loop_options(args.option)
-        request_cpu_devices(topology.device_count)
-        quiet_libraries()
-        problem = check_loop(args.loop, "--loop")  # loaded in a child: one line, before any run
-        if problem is not None:
-            raise ChaosConfigError(problem)
-        from pathways_chaos.harness.properties.loop import LoopTarget, play_target
+def _replay_loop(args: argparse.Namespace) -> int:
+    from pathways_chaos.faults.model import check_schedule_fits, parse_schedule
+    from pathways_chaos.harness.engine.topology import SliceTopology, request_cpu_devices
+    from pathways_chaos.harness.episodes.supervisor import check_loop
+    from pathways_chaos.harness.errors import ChaosConfigError
 
-        target = LoopTarget(args.loop, tuple(sorted(options.items())), str(args.topology))
-        baseline, _ = play_target(target, "", None)
-        # Without --log the log lives only until the loop's output is shown.
-        scratch = None
-        if args.log is None:
-            scratch = tempfile.TemporaryDirectory(prefix="pathways-chaos-replay-")
-        log = args.log if scratch is None else Path(scratch.name) / "episode.jsonl"
-        outcome, _ = play_target(target, schedule.to_text(), list(baseline.events), log)
-    except ChaosError as error:
-        print(f"pathways-chaos replay: error: {error}", file=sys.stderr)
-        return error.exit_code
-    except OSError as error:
-        print(f"pathways-chaos replay: error: {error.strerror or error}", file=sys.stderr)
-        return 2
+    # Every input is checked before JAX starts.
+    apply_deadline_arguments(args)
+    if args.log is not None:
+        from pathways_chaos.harness.engine.owned_paths import check_appendable
+
+        check_appendable(args.log, what="--log")
+    topology = SliceTopology.parse(args.topology)
+    schedule = parse_schedule(args.schedule)
+    check_schedule_fits(schedule, topology.num_slices, kubernetes=False)
+    options = _loop_options(args.option)
+    request_cpu_devices(topology.device_count)
+    quiet_libraries()
+    problem = check_loop(args.loop, "--loop")  # loaded in a child: one line, before any run
+    if problem is not None:
+        raise ChaosConfigError(problem)
+    from pathways_chaos.harness.properties.loop import LoopTarget, play_target
+
+    target = LoopTarget(args.loop, tuple(sorted(options.items())), str(args.topology))
+    baseline, _ = play_target(target, "", None)
+    # Without --log the log lives only until the loop's output is shown.
+    scratch = None
+    if args.log is None:
+        scratch = tempfile.TemporaryDirectory(prefix="pathways-chaos-replay-")
+    log = args.log if scratch is None else Path(scratch.name) / "episode.jsonl"
+    outcome, _ = play_target(target, schedule.to_text(), list(baseline.events), log)
     verdict = outcome.verdict
     print(f"replay: {args.topology} fake cluster, loop {args.loop}")
     print(f"schedule: {schedule.to_text() or '(none)'}")

@@ -30,6 +30,7 @@ from pathways_chaos.faults.journal import (
     short_error,
 )
 from pathways_chaos.faults.journal_trust import holder_state
+from pathways_chaos.harness.engine.command_errors import reported
 from pathways_chaos.harness.engine.option_values import OneLineArgumentParser
 from pathways_chaos.harness.engine.owned_paths import existing_folder, lstat_or_none
 from pathways_chaos.harness.engine.untrusted_files import shown
@@ -105,15 +106,11 @@ def rollback_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if sum(map(bool, (args.journal, args.pending, args.cluster))) != 1:
         parser.error("name one JOURNAL, or pass --pending, or --cluster (one of them)")
-    try:
-        if args.cluster:
-            return _rollback_mirrored(args)
-        if args.pending:
-            return _rollback_pending(args)
-        return _rollback_one(args, Path(args.journal))
-    except ChaosError as error:
-        print(f"pathways-chaos rollback: {error}", file=sys.stderr)
-        return error.exit_code
+    if args.cluster:
+        return reported("pathways-chaos rollback", lambda: _rollback_mirrored(args))
+    if args.pending:
+        return reported("pathways-chaos rollback", lambda: _rollback_pending(args))
+    return reported("pathways-chaos rollback", lambda: _rollback_one(args, Path(args.journal)))
 
 
 def _connect(args: argparse.Namespace) -> ApiClient:

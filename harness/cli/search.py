@@ -168,35 +168,33 @@ def _merge_arguments(parser: argparse.ArgumentParser) -> None:
 
 @restores_library_logging
 def search_main(argv: list[str]) -> int:
-    from pathways_chaos.harness.errors import ChaosConfigError, ChaosError
+    from pathways_chaos.harness.engine.command_errors import reported
 
     if argv[:1] == ["merge"]:
         from pathways_chaos.harness.search.merge import merge_main
 
         return merge_main(argv[1:])
     args = build_parser().parse_args(argv)
-    try:
-        if args.html is not None or args.json is not None or args.junit is not None:
-            raise ChaosConfigError(
-                "--html, --json and --junit are for the merge: pathways-chaos search merge "
-                "DIR... --html PATH"
-            )
-        if args.shards_only and args.emit_job is None:
-            raise ChaosConfigError(
-                "--shards-only is for --emit-job N: it prints the shards' Indexed Job alone"
-            )
-        _numbers(args)
-        _check_subject(args)
-        if args.emit_job is not None:
-            return _emit_job(args, argv)
-        return _search(args)
-    except ChaosError as error:
-        print(f"pathways-chaos search: error: {error}", file=sys.stderr)
-        return error.exit_code
-    except OSError as error:
-        where = f" {error.filename}" if error.filename else ""
-        print(f"pathways-chaos search: error:{where}: {error.strerror or error}", file=sys.stderr)
-        return 2
+    return reported("pathways-chaos search", lambda: _run(args, argv))
+
+
+def _run(args: argparse.Namespace, argv: list[str]) -> int:
+    from pathways_chaos.harness.errors import ChaosConfigError
+
+    if args.html is not None or args.json is not None or args.junit is not None:
+        raise ChaosConfigError(
+            "--html, --json and --junit are for the merge: pathways-chaos search merge "
+            "DIR... --html PATH"
+        )
+    if args.shards_only and args.emit_job is None:
+        raise ChaosConfigError(
+            "--shards-only is for --emit-job N: it prints the shards' Indexed Job alone"
+        )
+    _numbers(args)
+    _check_subject(args)
+    if args.emit_job is not None:
+        return _emit_job(args, argv)
+    return _search(args)
 
 
 def _properties(text: str) -> tuple[str, ...]:

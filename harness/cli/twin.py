@@ -33,6 +33,7 @@ from pathways_chaos.fixtures.twin.rootless import (
     check_overlay_path,
     needs_user_namespace,
 )
+from pathways_chaos.harness.engine.command_errors import reported
 from pathways_chaos.harness.engine.option_values import (
     OneLineArgumentParser,
     Range,
@@ -279,12 +280,4 @@ def build_parser() -> argparse.ArgumentParser:
 
 def twin_main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
-    try:
-        return up(args) if args.command == "up" else down(args)
-    except ChaosError as error:
-        print(f"pathways-chaos twin: error: {error}", file=sys.stderr)
-        return error.exit_code
-    except OSError as error:  # what no check above foresaw: still one line, never a traceback
-        where = f" {shown(error.filename)}" if error.filename else ""
-        print(f"pathways-chaos twin: error:{where}: {error.strerror or error}", file=sys.stderr)
-        return 2
+    return reported("pathways-chaos twin", lambda: up(args) if args.command == "up" else down(args))

@@ -13,11 +13,11 @@ import collections
 import dataclasses
 import html
 import json
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from pathways_chaos.harness.engine.command_errors import reported
 from pathways_chaos.harness.engine.option_values import OneLineArgumentParser
 from pathways_chaos.harness.engine.owned_paths import check_not_an_input, write_atomic
 from pathways_chaos.harness.engine.untrusted_files import check_output_file, load_json
@@ -468,29 +468,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def merge_main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        if args.html.is_dir():
-            raise ChaosConfigError(f"--html {args.html} is a folder: name a file")
-        _check_outputs(
-            {"--html": args.html, "--json": args.json, "--junit": args.junit}, args.folders
-        )
-        merged = merge(args.folders)
-        write_atomic(args.html, render_html(merged).encode(), what="--html")
-        if args.json is not None:
-            data = (json.dumps(to_json(merged), indent=2) + "\n").encode()
-            write_atomic(args.json, data, what="--json")
-        if args.junit is not None:
-            write_atomic(args.junit, render_junit(merged).encode(), what="--junit")
-    except ChaosConfigError as error:
-        print(f"pathways-chaos search merge: error: {error}", file=sys.stderr)
-        return error.exit_code
-    except OSError as error:
-        where = f" {error.filename}" if error.filename else ""
-        print(
-            f"pathways-chaos search merge: error:{where}: {error.strerror or error}",
-            file=sys.stderr,
-        )
-        return 2
+    return reported("pathways-chaos search merge", lambda: _merge_and_write(args))
+
+
+def _merge_and_write(args: argparse.Namespace) -> int:
+    if args.html.is_dir():
+        raise ChaosConfigError(f"--html {args.html} is a folder: name a file")
+    _check_outputs({"--html": args.html, "--json": args.json, "--junit": args.junit}, args.folders)
+    merged = merge(args.folders)
+    write_atomic(args.html, render_html(merged).encode(), what="--html")
+    if args.json is not None:
+        data = (json.dumps(to_json(merged), indent=2) + "\n").encode()
+        write_atomic(args.json, data, what="--json")
+    if args.junit is not None:
+        write_atomic(args.junit, render_junit(merged).encode(), what="--junit")
     print(merged.summary())
     for finding in merged.findings:
         print(

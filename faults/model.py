@@ -297,9 +297,19 @@ def parse_fault(text: str) -> ScheduledFault:
     return ScheduledFault(trigger, cls.from_params(params))
 
 
+def as_schedule(schedule: str | Schedule) -> Schedule:
+    """A schedule given as text or as a ``Schedule``; anything else refused in one line."""
+    return schedule if isinstance(schedule, Schedule) else parse_schedule(schedule)
+
+
 def parse_schedule(text: str) -> Schedule:
     """Parses comma-separated faults; an empty text is the empty schedule (a fault-free run),
     and a text of separators alone is refused: it looks like faults and names none."""
+    if not isinstance(text, str):
+        raise FaultSpecError(
+            f"a schedule is text such as 'data_loss@batch=12:slice=2' (or a Schedule), not "
+            f"{type(text).__name__}: pass it as a string"
+        )
     schedule = Schedule(tuple(parse_fault(part) for part in text.split(",") if part.strip()))
     if text.strip() and not len(schedule):
         raise FaultSpecError(

@@ -168,12 +168,12 @@ def _play_trainer(
     cluster: ClusterBackend | None = where["cluster"]
     topology, clock = where["topology"], where["clock"]
     log_path, listeners = where["log_path"], where["listeners"]
-    from pathways_chaos.faults.model import parse_schedule
+    from pathways_chaos.faults.model import as_schedule
     from pathways_chaos.harness.episodes.episode import run_episode
     from pathways_chaos.harness.judging import oracle
     from pathways_chaos.harness.reference.trainer import ReferenceTrainer, TrainerConfig
 
-    plan = parse_schedule(schedule) if isinstance(schedule, str) else schedule
+    plan = as_schedule(schedule)
     if isinstance(trainer, str) and _by_name_in_child(trainer, cluster, isolate):
         from pathways_chaos.harness.episodes.supervised_trainer import check_trainer
         from pathways_chaos.harness.errors import ChaosConfigError
@@ -341,10 +341,10 @@ def play_loop(
     table's restore rows read them; no judge of the panel does, and each is a pass over the
     whole state at every save).
     """
-    from pathways_chaos.faults.model import parse_schedule
+    from pathways_chaos.faults.model import as_schedule
     from pathways_chaos.harness.episodes.loop_episode import refuse_provided_options
 
-    plan = parse_schedule(schedule) if isinstance(schedule, str) else schedule
+    plan = as_schedule(schedule)
     refuse_loop_schedule(plan, cluster, topology)  # one line, before anything runs
     refuse_provided_options(options)
     how = _LoopRun(
@@ -544,7 +544,7 @@ def play_mtc(
     ``options`` are ``MtcOptions`` fields; ``service`` replaces the replication service (a
     broken variant), ``trainer`` the MTC trainer.
     """
-    from pathways_chaos.faults.model import parse_schedule
+    from pathways_chaos.faults.model import as_schedule
     from pathways_chaos.harness.judging import oracle
     from pathways_chaos.harness.mtc import judging
     from pathways_chaos.harness.mtc.cluster import MtcCluster
@@ -553,7 +553,7 @@ def play_mtc(
     from pathways_chaos.harness.mtc.trainer import MtcOptions, MtcTrainer
     from pathways_chaos.harness.reference.trainer import TrainerConfig
 
-    plan = parse_schedule(schedule) if isinstance(schedule, str) else schedule
+    plan = as_schedule(schedule)
     with MtcCluster(cluster, service_factory=service or ReplicationService) as mtc:
         result = run_mtc_episode(
             mtc,

@@ -306,6 +306,18 @@ def loop_arguments(
     except (TypeError, ValueError):
         return dict(options)
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    named = {
+        name
+        for name, p in parameters.items()
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    }
+    unknown = sorted(set(options) - named)
+    if unknown and not takes_any:  # its TypeError would read as the loop's own crash
+        raise ChaosConfigError(
+            f"the loop {getattr(loop, '__qualname__', repr(loop))}() takes no option "
+            f"{', '.join(unknown)} (it takes {', '.join(sorted(named)) or 'no keyword argument'}):"
+            " fix the option's name, or drop it"
+        )
     out = {k: v for k, v in provided.items() if takes_any or k in parameters}
     out.update(options)
     missing = [

@@ -84,7 +84,7 @@ def causes_named(judge: str, text: str) -> list[str]:
     """Every cause a violation names (a repeat explained by an iterator left behind names
     both), the first the one it leads with."""
     named = [_CAUSE_BY_JUDGE[judge]] if judge in _CAUSE_BY_JUDGE else []
-    if judge == "final-state" and "re-initialised" in text:
+    if judge in ("final-state", "restore-keeps-state") and "re-initialised" in text:
         named.insert(0, "leaf-reinitialised")  # the difference, explained: a counter reset
     named += [cause for words, cause in _CAUSE_BY_TEXT if words in text and cause not in named]
     return named or [judge]

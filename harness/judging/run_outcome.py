@@ -256,7 +256,8 @@ def did_something(events: Sequence[Event], end: Event) -> list[str]:
     returned = end.get("returned")
     if returned is not None and not end.get("final_state"):
         return [
-            f"the loop returned a {returned} holding no arrays, not its final training state "
+            f"the loop returned {'an' if str(returned)[:1].lower() in 'aeiou' else 'a'} "
+            f"{returned} holding no arrays, not its final training state "
             "(return the state, e.g. jax.device_get(state), or None)"
         ]
     return []

@@ -6,7 +6,11 @@ more runs of the same loop are made through ``rerun``:
 
 - the **clean rerun** (``clean_rerun.clean_schedule``): the same losses right after the
   snapshot the episode resumed from. Its final state is what a recovery that threw no work
-  away ends with; it rules out work thrown away leaking into the state;
+  away ends with; it rules out work thrown away leaking into the state. Both runs are also
+  made when the state differs from the fault-free run's after a lost slice changed the mesh:
+  the sums then ran in another order, which low-precision steps carry on, and the difference
+  is that rounding alone when the clean rerun (the run's meshes) ends in the very same state
+  and the probe (the fault-free meshes) in the fault-free run's;
 - the **restore probe**: a slice-down error (``DATA_LOSS``) raised right after that snapshot
   with every slice kept. The retry restores the snapshot on the same meshes, so the batch
   schedule is the fault-free run's, and so must be the final state. The clean rerun cannot see
@@ -84,7 +88,8 @@ def judge_with_yardsticks(
     why = verdict.not_judged.get("final-state", "")
     if not (reruns and baseline is not None and verdict.completed):
         return verdict
-    if "changed the batch schedule" not in why:
+    remeshed = "final-state" in verdict.failed and meshes_changed(events, baseline)
+    if "changed the batch schedule" not in why and not remeshed:
         return verdict
     text, why_not = clean_schedule(events)
     clean = probe = None
@@ -100,6 +105,16 @@ def judge_with_yardsticks(
     from pathways_chaos.harness.judging.loop_oracle import Reruns
 
     return guarded_judge(events, baseline, Reruns(clean, why_not, probe, probe_why_not))
+
+
+def meshes_changed(events: Sequence[Event], baseline: Sequence[Event]) -> bool:
+    """Whether the episode trained on a mesh shape the fault-free run never built (a lost
+    slice): its sums ran in another order, so its state may differ by rounding alone."""
+
+    def shapes(log: Sequence[Event]) -> set[tuple[int, ...]]:
+        return {tuple(e.get("shape") or ()) for e in log if e["kind"] == "mesh"}
+
+    return bool(shapes(events) - shapes(baseline))
 
 
 def guarded_judge(

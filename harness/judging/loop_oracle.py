@@ -103,6 +103,23 @@ class LoopHistory:
         return _schedule_kept(self.committed[0], self.base_lineage)
 
     @functools.cached_property
+    def probe_found(self) -> list[str] | str:
+        """The restore probe's final state against the fault-free run's: the differences, or
+        why they cannot be compared (read by restore-keeps-state and by final-state's rounding
+        test, once)."""
+        if self.base_lineage is None:
+            return "no fault-free run of the same loop to compare with"
+        if self.probe is None:
+            return self.probe_why_not or "no restore probe was made"
+        if not _schedule_kept(committed_batches(self.probe)[0], self.base_lineage)[0]:
+            return (
+                "the restore probe (a retry that lost no slice) trained another batch schedule "
+                "than the fault-free run"
+            )
+        found = compare_final_states(_last_end(self.probe), _last_end(self.baseline or ()), True)
+        return f"the restore probe: {found}" if isinstance(found, str) else found
+
+    @functools.cached_property
     def chain(self) -> chain_checks.Chain | None:
         return chain_checks.follow(self.events) if self.completed else None
 
@@ -223,14 +240,12 @@ def _rounding_alone(h: LoopHistory, end: Event | None) -> bool:
     the snapshot, every step on the same mesh) ends in the very same state, which rules out
     work thrown away leaking in, and the restore probe (a retry there on the fault-free
     meshes) ends in the fault-free run's, which rules out state the snapshot lacks."""
+    if h.probe is None:
+        return False
     clean = _clean_end(h)
-    if not isinstance(clean, dict) or h.probe is None or h.base_lineage is None:
+    if not isinstance(clean, dict):
         return False
-    if compare_final_states(end, clean, h.completed, CLEAN_RUN) != []:
-        return False
-    if not _schedule_kept(committed_batches(h.probe)[0], h.base_lineage)[0]:
-        return False
-    return compare_final_states(_last_end(h.probe), _last_end(h.baseline or ()), True) == []
+    return compare_final_states(end, clean, h.completed, CLEAN_RUN) == [] and h.probe_found == []
 
 
 def _clean_end(h: LoopHistory) -> Event | str:
@@ -250,25 +265,15 @@ def _clean_end(h: LoopHistory) -> Event | str:
 def _restore_keeps_state_judge(h: LoopHistory) -> Finding:
     """The restore probe (``judging.yardsticks``): a retry that lost no slice, restoring the
     snapshot the episode resumed from, ends where the fault-free run does."""
-    if h.base_lineage is None:
-        return "no fault-free run of the same loop to compare with"
-    if h.schedule_kept[0]:
+    if h.base_lineage is not None and h.schedule_kept[0]:
         return (
             "the recovery kept the fault-free batch schedule, so final-state compares the "
             "state with the fault-free run itself"
         )
-    if h.probe is None:
-        return h.probe_why_not or "no restore probe was made"
-    probe_kept = _schedule_kept(committed_batches(h.probe)[0], h.base_lineage)[0]
-    if not probe_kept:
-        return (
-            "the restore probe (a retry that lost no slice) trained another batch schedule "
-            "than the fault-free run"
-        )
-    found = compare_final_states(_last_end(h.probe), _last_end(h.baseline or ()), True)
+    found = h.probe_found
     if isinstance(found, str):
-        return f"the restore probe: {found}"
-    restored = next((e for e in h.probe if e["kind"] == "restore_end"), None)
+        return found
+    restored = next((e for e in h.probe or () if e["kind"] == "restore_end"), None)
     where = "" if restored is None else f" right after the snapshot of step {restored['step']}"
     return [
         text

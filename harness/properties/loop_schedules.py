@@ -22,6 +22,7 @@ LOOP_SCENARIOS = (
     "loss_during_a_restore",  # a loss, then another at the restore it causes
     "slow_save_then_failure",  # a save held in flight, a loss or retried error meanwhile
     "retried_error",  # a slice-down code raised with no slice lost (a retried error)
+    "callback_error",  # a retried error, then an error in the elastic-event callback it calls
     "preemption",  # SIGTERM: a loop that handles it checkpoints, and a new run resumes
 )
 #: An ending, not a fault: the program's own error (INVALID_ARGUMENT) after every other entry
@@ -40,6 +41,7 @@ ATTEMPT_COST = {
     "loss_during_a_restore": 2,
     "slow_save_then_failure": 1,
     "retried_error": 1,
+    "callback_error": 2,
     "preemption": 0,
     PROGRAM_ERROR: 0,
 }
@@ -113,7 +115,7 @@ class ScheduleWriter:
             return after is not None and after <= self.last_batch
         if what == "preemption":
             return self.preemptions < MAX_PREEMPTIONS
-        if what in ("retried_error", "slow_save_then_failure"):
+        if what in ("retried_error", "slow_save_then_failure", "callback_error"):
             return what != "slow_save_then_failure" or self.shape.saves > 0
         if what == "loss_during_a_save" and self.shape.saves == 0:
             return False
@@ -232,6 +234,14 @@ class ScheduleWriter:
     def _retried_error(self, draw: Callable[..., Any]) -> None:
         code = draw(st.sampled_from([k.upper() for k in LOSS_KINDS]))
         self.entries.append(f"raise_error@batch={self.batch}:code={code}")
+        self.restores += 1
+
+    def _callback_error(self, draw: Callable[..., Any]) -> None:
+        """The callback pathwaysutils calls for the retry this error causes raises INTERNAL
+        when it next uses a device (``callback=`` counts the episode's callback calls, about
+        one per restore; a callback that uses no device never meets it, said unfired)."""
+        self._retried_error(draw)
+        self.entries.append(f"callback_error@callback={self.restores}")
         self.restores += 1
 
     def _after_every_entry(self) -> int | None:

@@ -297,6 +297,13 @@ class MutantEntry:
     bug: str
     caught_by: str  # the property suite: snapshot, dataset, mesh or stateful
     judge: str = ""  # which check inside it speaks
+    #: The loop search's property that finds it, where not ``caught_by``; "" for none.
+    loop_property: str | None = None
+
+    @property
+    def searched_by(self) -> str:
+        """The property of the loop search (the trainer run as a loop) that catches it."""
+        return self.caught_by if self.loop_property is None else self.loop_property
 
 
 CATALOGUE: tuple[MutantEntry, ...] = (
@@ -342,7 +349,11 @@ CATALOGUE: tuple[MutantEntry, ...] = (
         "round-trip",
     ),
     MutantEntry(
-        NonSliceDownErrorsRetried, "non-slice-down errors retried", "stateful", "expected outcome"
+        NonSliceDownErrorsRetried,
+        "non-slice-down errors retried",
+        "stateful",
+        "expected outcome",
+        loop_property="snapshot",  # the loop search's program-error ending is drawn there
     ),
     MutantEntry(
         SnapshotBeforeUpdate,
@@ -355,6 +366,9 @@ CATALOGUE: tuple[MutantEntry, ...] = (
         "unlimited retries meet a host-callback INTERNAL",
         "stateful",
         "retry bound",
+        # The loop search draws no error that persists past every retry: pathwaysutils
+        # retries for ever unless a loop passes a policy (test_trainer_as_loop.py catches it).
+        loop_property="",
     ),
     MutantEntry(
         StaleSnapshotRestore,

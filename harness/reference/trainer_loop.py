@@ -17,23 +17,27 @@ from pathways_chaos.harness.engine.subject_events import reporter
 from pathways_chaos.harness.errors import ChaosConfigError
 from pathways_chaos.harness.reference.trainer import ReferenceTrainer, TrainerConfig
 
+_HERE = "pathways_chaos.harness.reference"
+
 
 def trainer_class(spec: str) -> type[ReferenceTrainer]:
-    """``MODULE:CLASS`` (or a bare name in ``harness.reference.mutants`` or ``variants``)."""
-    if ":" in spec:
-        module_name, _, name = spec.partition(":")
-        modules = [module_name]
-    else:
-        name = spec
-        modules = [f"pathways_chaos.harness.reference.{m}" for m in ("trainer", "mutants")]
-        modules.append("pathways_chaos.harness.reference.variants")
-    for module_name in modules:
-        found = getattr(importlib.import_module(module_name), name, None)
+    """``MODULE:CLASS`` or ``FILE.py:CLASS`` (or a bare name in ``harness.reference.trainer``,
+    ``mutants`` or ``variants``): the one loader of what a user names reads it."""
+    from pathways_chaos.harness.engine.user_modules import load_name
+
+    if ":" in spec:  # the user's module: an error importing it is the run's own, shown as is
+        found = load_name(spec)
         if isinstance(found, type) and issubclass(found, ReferenceTrainer):
             return found
+    else:
+        for module in ("trainer", "mutants", "variants"):
+            found = getattr(importlib.import_module(f"{_HERE}.{module}"), spec, None)
+            if isinstance(found, type) and issubclass(found, ReferenceTrainer):
+                return found
     raise ChaosConfigError(
-        f"trainer={spec!r} names no ReferenceTrainer subclass: write MODULE:CLASS, or the name "
-        "of a class in pathways_chaos.harness.reference.mutants or .variants"
+        f"trainer={spec!r} names no ReferenceTrainer subclass: write MODULE:CLASS or "
+        "FILE.py:CLASS, or the name of a class in pathways_chaos.harness.reference.mutants or "
+        ".variants"
     )
 
 

@@ -3,10 +3,12 @@
 ``ci`` is fast enough for every push, ``dev`` searches more, ``nightly`` runs thousands of
 examples. The seed is printed in the header so any failure reproduces with --hypothesis-seed.
 
-Without ``--chaos-loop`` the suites test a trainer class (``--chaos-trainer``, the reference by
-default) and the loop search (test_loop_properties.py) is left out; with it, the loop search
-runs on the user's loop and the trainer suites are left out (they drive a trainer class
-through its seams, which a loop does not have). The loop search spends at most
+Every episode property is the loop search (test_loop_properties.py), over one subject: your
+loop (``--chaos-loop``), or by default the reference trainer run as a loop
+(``reference/trainer_loop.py``; ``--chaos-trainer`` names another trainer class for it), judged
+by the one loop panel. Without ``--chaos-loop`` the properties of the libraries themselves
+(snapshot round-trips over generated pytrees, the ElasticIterator across shard counts) run too,
+through the trainer's sharding; with it they are left out. The loop search spends at most
 ``--chaos-budget`` seconds of episodes (120 under ci) and reports what it covered at the end.
 """
 
@@ -25,10 +27,12 @@ if TYPE_CHECKING:
 PROFILES = {"ci": 25, "dev": 200, "nightly": 2000}
 #: Seconds of episodes the loop search may spend per profile (``--chaos-budget`` overrides).
 LOOP_BUDGETS: dict[str, float | None] = {"ci": 120.0, "dev": None, "nightly": None}
-#: The loop search's test module: run with --chaos-loop, and only then.
+#: The loop search's test module: the only one run with --chaos-loop.
 LOOP_MODULE = "test_loop_properties.py"
+#: The loop searched without --chaos-loop: the reference trainer, as a loop.
+TRAINER_LOOP = "pathways_chaos.harness.reference.trainer_loop:main"
 _SEARCH: pytest.StashKey[LoopSearch] = pytest.StashKey()
-_TRAINER = pytest.StashKey[str]()  # the --chaos-trainer every episode property runs
+_TRAINER = pytest.StashKey[str]()  # the --chaos-trainer (the reference trainer by default)
 _WORKER_STATS = "pathways_chaos_loop_search"
 
 for _name, _examples in PROFILES.items():
@@ -70,18 +74,22 @@ def pytest_configure(config: pytest.Config) -> None:
     from pathways_chaos.harness.properties import enable_compilation_cache, trainer_under_test
 
     loop = config.getoption("chaos_loop", None)
-    if loop:
-        _start_loop_search(config, str(loop), name)
-        enable_compilation_cache()
-        return
-    try:  # a bad --chaos-trainer: one line now, not one per test
-        config.stash[_TRAINER] = trainer_under_test(config)
-    except ChaosConfigError as error:
-        raise pytest.UsageError(str(error)) from None
+    options: tuple[tuple[str, str], ...] = ()
+    if not loop:
+        try:  # a bad --chaos-trainer: one line now, not one per test
+            config.stash[_TRAINER] = trainer_under_test(config)
+        except ChaosConfigError as error:
+            raise pytest.UsageError(str(error)) from None
+        loop = TRAINER_LOOP
+        if config.getoption("chaos_trainer", None):
+            options = (("trainer", config.stash[_TRAINER]),)
+    _start_loop_search(config, str(loop), name, options)
     enable_compilation_cache()  # each mesh shape compiles once per session, not per example
 
 
-def _start_loop_search(config: pytest.Config, loop: str, profile: str) -> None:
+def _start_loop_search(
+    config: pytest.Config, loop: str, profile: str, options: tuple[tuple[str, str], ...]
+) -> None:
     # Through pytest, which rewrites a plugin's asserts (imported plainly first, pytest warns
     # "Module already imported so cannot be rewritten" when the plugin activates).
     config.pluginmanager.import_plugin("pathways_chaos.fixtures.cluster")
@@ -95,8 +103,9 @@ def _start_loop_search(config: pytest.Config, loop: str, profile: str) -> None:
     budget = config.getoption("chaos_budget", None)
     seed = config.getoption("hypothesis_seed", None)
     topology = fake_topology(config)
+    shape = f"{topology.num_slices}x{topology.devices_per_slice}"
     config.stash[_SEARCH] = LoopSearch(
-        LoopTarget(loop, topology=f"{topology.num_slices}x{topology.devices_per_slice}"),
+        LoopTarget(loop, options=options, topology=shape),
         profile=profile,
         budget_s=float(budget) if budget is not None else LOOP_BUDGETS[profile],
         seed=int(seed) if seed is not None else 0,
@@ -104,16 +113,15 @@ def _start_loop_search(config: pytest.Config, loop: str, profile: str) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """With ``--chaos-loop`` only the loop search runs here; without it, all but the loop
-    search (and the header says which)."""
+    """With ``--chaos-loop`` only the loop search runs here: the other properties test the
+    libraries through the reference trainer's sharding, which a loop does not have."""
+    if not config.getoption("chaos_loop", None):
+        return
     here = Path(__file__).parent
-    with_loop = bool(config.getoption("chaos_loop", None))
 
     def dropped(item: pytest.Item) -> bool:
         path = Path(item.path)
-        if not path.is_relative_to(here):
-            return False
-        return (path.name == LOOP_MODULE) != with_loop
+        return path.is_relative_to(here) and path.name != LOOP_MODULE
 
     drop = [item for item in items if dropped(item)]
     if drop:
@@ -123,11 +131,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def loop_search(pytestconfig: pytest.Config) -> LoopSearch:
-    """The search over ``--chaos-loop``'s loop: one fault-free run for the session."""
-    search = pytestconfig.stash.get(_SEARCH, None)
-    if search is None:
-        pytest.skip("the loop search runs with --chaos-loop=MODULE:FUNC")
-    return search
+    """The search over the loop (``--chaos-loop``, or the reference trainer as a loop): one
+    fault-free run for the session."""
+    return pytestconfig.stash[_SEARCH]
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -181,22 +187,22 @@ def pytest_terminal_summary(
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    seed = config.getoption("hypothesis_seed", None)
     name = _profile(config)
     search = config.stash.get(_SEARCH, None)
-    if search is not None:
-        budget = search.budget_s
-        spend = f"a budget of {budget:g} s of episodes" if budget else "no time budget"
-        return (
-            f"pathways-chaos properties: the loop search on {config.getoption('chaos_loop')}, "
-            f"hypothesis profile {name!r}, seed {search.seed}, {spend} "
-            "(the trainer suites are left out: they test --chaos-trainer classes)"
-        )
-    how = (
-        "derandomized: the same examples every run" if name == "ci" else f"--hypothesis-seed={seed}"
+    if search is None:
+        return f"pathways-chaos properties: hypothesis profile {name!r}"
+    budget = search.budget_s
+    spend = f"a budget of {budget:g} s of episodes" if budget else "no time budget"
+    loop = config.getoption("chaos_loop", None)
+    if loop:
+        subject = f"{loop} (the properties of the libraries are left out)"
+    else:
+        trainer = config.getoption("chaos_trainer", None) or "the reference trainer"
+        subject = f"{trainer} as a loop ({TRAINER_LOOP})"
+    return (
+        f"pathways-chaos properties: the loop search on {subject}, hypothesis profile "
+        f"{name!r}, seed {search.seed}, {spend}"
     )
-    trainer = config.getoption("chaos_trainer", None) or "the reference trainer"
-    return f"pathways-chaos properties: hypothesis profile {name!r}, {how}; trainer {trainer}"
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""The property suites over your own loop: ``pytest suites/properties --chaos-loop=pkg.mod:main``.
+"""The episode properties, over one subject: your loop (``pytest suites/properties
+--chaos-loop=pkg.mod:main``), or by default the reference trainer run as a loop.
 
 Hypothesis writes fault schedules from the loop's triggers (its Nth batch, save, restore or
 attempt, a time) and every fault kind a loop meets (each slice-down code, loss and repair,

@@ -117,6 +117,9 @@ def test_every_scenario_writes_its_faults(data):
     assert "slow_save" in kinds["slow_save_then_failure"]
     assert kinds["retried_error"] == {"raise_error"}
     assert kinds["preemption"] == {"preemption"}
+    # the retry's callback: restores=1 before, the retried error is the second restore
+    assert kinds["callback_error"] == {"raise_error", "callback_error"}
+    assert seen["callback_error"].endswith(",callback_error@callback=2")
     assert seen["program_error"] == "raise_error@batch=5:code=INVALID_ARGUMENT"
     assert kinds["slice_down"] <= {"data_loss", "deadline_exceeded", "not_found", "internal"}
 

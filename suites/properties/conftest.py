@@ -195,7 +195,10 @@ def pytest_report_header(config: pytest.Config) -> str:
     spend = f"a budget of {budget:g} s of episodes" if budget else "no time budget"
     loop = config.getoption("chaos_loop", None)
     if loop:
-        subject = f"{loop} (the properties of the libraries are left out)"
+        subject = f"{loop} (the properties of the libraries are left out"
+        if config.getoption("chaos_trainer", None):
+            subject += "; --chaos-trainer is not searched here: the suites search one subject"
+        subject += ")"
     else:
         trainer = config.getoption("chaos_trainer", None) or "the reference trainer"
         subject = f"{trainer} as a loop ({TRAINER_LOOP})"

@@ -11,6 +11,7 @@ the same recovery) pass the same checks, and the property suites run on whatever
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from pathways_chaos.harness.properties.loop import (
 )
 from pathways_chaos.harness.reference.mutants import (
     CATALOGUE,
-    CallbackErrorEscapes,
+    MeshBuiltOnce,
     MutantEntry,
     spec_of,
 )
@@ -103,10 +104,10 @@ def test_a_shrunk_failure_replays_from_its_printed_command(capsys) -> None:
     from pathways_chaos.harness.cli.replay import replay_main
     from pathways_chaos.harness.properties import REFERENCE_TRAINER
 
-    mutant = spec_of(CallbackErrorEscapes)
-    search = search_of(mutant, max_examples=EXAMPLES["stateful"], shrink=True)
+    mutant = spec_of(MeshBuiltOnce)
+    search = search_of(mutant, max_examples=EXAMPLES["mesh"], shrink=True)
     with pytest.raises(LoopPropertyFailure) as caught:
-        search.run("stateful")
+        search.run("mesh")
     message = str(caught.value)
     (command,) = [
         line.split("replay: ", 1)[1] for line in message.splitlines() if "replay: " in line
@@ -114,11 +115,11 @@ def test_a_shrunk_failure_replays_from_its_printed_command(capsys) -> None:
     argv = shlex.split(command)
     assert argv[:4] == ["pathways-chaos", "replay", "--loop", TRAINER_LOOP]
     schedule = argv[argv.index("--schedule") + 1]
-    assert "callback_error@callback=" in schedule, message  # the cause survives the shrink
-    assert schedule.count(",") <= 2, message
+    assert schedule.count(",") == 0, message  # one lost slice is all it needs
     assert replay_main(argv[2:]) == 1
-    assert "injected error in the elastic-event callback" in capsys.readouterr().out
-    fixed = [a if a != f"trainer={mutant}" else f"trainer={REFERENCE_TRAINER}" for a in argv[2:]]
+    assert "build each attempt's mesh from the manager's active slices" in capsys.readouterr().out
+    option = f"trainer={json.dumps(mutant)}"  # the replay command's options are JSON
+    fixed = [a if a != option else f"trainer={json.dumps(REFERENCE_TRAINER)}" for a in argv[2:]]
     assert fixed != argv[2:]
     assert replay_main(fixed) == 0
 
@@ -165,22 +166,21 @@ def test_a_correct_variant_passes_the_stateful_search() -> None:
 
 def test_the_property_suites_fail_on_the_mutant_chaos_trainer_names(pytester) -> None:
     """``pytest suites/properties --chaos-trainer=<mutant>`` fails, naming the cause."""
-    mutant = spec_of(CallbackErrorEscapes)
+    mutant = spec_of(MeshBuiltOnce)
     result = pytester.runpytest_subprocess(
         "--pyargs",
         "pathways_chaos.suites.properties.test_loop_properties",
         "-k",
-        "stateful",
+        "mesh",
         f"--chaos-trainer={mutant}",
-        "--chaos-budget=600",
         "-p",
         "no:cacheprovider",
         "-p",
         "no:randomly",
     )
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*the loop search on *Callback* as a loop*"])
-    result.stdout.fnmatch_lines(["*injected error in the elastic-event callback*"])
+    result.stdout.fnmatch_lines(["*replay: *trainer_loop:main* --option *trainer=*MeshBuiltOnce*"])
+    result.stdout.fnmatch_lines(["*build each attempt's mesh from the manager's active slices*"])
 
 
 def test_a_bad_chaos_trainer_stops_the_property_suites_in_one_line(pytester) -> None:

@@ -375,6 +375,10 @@ CATALOGUE: tuple[MutantEntry, ...] = (
         "restore without waiting for the save in flight",
         "stateful",
         "newest restore",
+        # Found by the loop search at schedule 50 of seed 0 on an idle machine, not within 60
+        # on a loaded CI runner (the loss must land while a held save is in flight): held to
+        # its fixed schedule in test_trainer_as_loop.py instead, by the loop panel.
+        loop_property="",
     ),
     MutantEntry(
         IteratorNotCarriedAcrossScaleUp,

@@ -36,9 +36,6 @@ pytest_plugins = ["pytester"]
 TRAINER_LOOP = "pathways_chaos.harness.reference.trainer_loop:main"
 #: Schedules each property may try before its mutant must have failed (derandomized, seed 0).
 EXAMPLES = {"snapshot": 15, "dataset": 15, "mesh": 15, "stateful": 30}
-#: The hardest to find: a loss while a held save is still in flight, then a restore that does
-#: not wait for it (schedule 50 of seed 0; the trainer-class machine needed 31 examples).
-MORE_EXAMPLES = {"StaleSnapshotRestore": 60}
 
 
 def search_of(trainer: str, **how: object) -> LoopSearch:
@@ -74,8 +71,7 @@ def test_the_mutants_override_only_public_seams():
 )
 def test_mutant_is_caught_by_its_property(entry: MutantEntry) -> None:
     prop = entry.searched_by
-    examples = MORE_EXAMPLES.get(entry.trainer.__name__, EXAMPLES[prop])
-    search = search_of(spec_of(entry.trainer), max_examples=examples)
+    search = search_of(spec_of(entry.trainer), max_examples=EXAMPLES[prop])
     with pytest.raises(LoopPropertyFailure) as caught:
         search.run(prop)
     message = str(caught.value)
@@ -84,14 +80,16 @@ def test_mutant_is_caught_by_its_property(entry: MutantEntry) -> None:
     print(f"{entry.trainer.__name__}: caught by {prop} after {search.stats.schedules} schedules")
 
 
-def test_a_mutant_the_search_does_not_draw_for_is_caught_by_a_fixed_schedule() -> None:
-    """The one mutant no property searches for (an error that persists past every retry:
-    pathwaysutils retries forever unless the loop passes a policy, so the search does not draw
-    one) is named, and test_trainer_as_loop.py catches it with its fixed schedule."""
-    unsearched = [e.trainer.__name__ for e in CATALOGUE if not e.searched_by]
-    assert unsearched == ["UnlimitedRetries"]
+def test_the_mutants_the_search_does_not_find_are_caught_by_a_fixed_schedule() -> None:
+    """Two mutants are not held to the search: an error that persists past every retry is not
+    drawn (pathwaysutils retries for ever unless the loop passes a policy), and a loss while a
+    held save is in flight is found too late to hold a CI run to (schedule 50 of seed 0 idle,
+    not within 60 under load). test_trainer_as_loop.py catches both with fixed schedules."""
+    unsearched = sorted(e.trainer.__name__ for e in CATALOGUE if not e.searched_by)
+    assert unsearched == ["StaleSnapshotRestore", "UnlimitedRetries"]
     text = (Path(__file__).parents[1] / "judging" / "test_trainer_as_loop.py").read_text()
-    assert "UnlimitedRetries" in text and "attempts=40" in text
+    assert '"UnlimitedRetries": (PERSISTENT' in text and "attempts=40" in text
+    assert '"StaleSnapshotRestore": (HELD_SAVE' in text
 
 
 def test_the_reference_trainer_passes_what_the_mutants_fail() -> None:

@@ -38,6 +38,10 @@ from pathways_chaos.harness.properties.settings import (
     PropertyNotJudged,
 )
 
+#: The loop searched when no other is named: the reference trainer, run as a loop (its
+#: ``trainer=`` option names another ``ReferenceTrainer`` class).
+TRAINER_LOOP = "pathways_chaos.harness.reference.trainer_loop:main"
+
 #: What the coverage report counts per episode (``loop_features``).
 LOOP_FEATURES = (
     "slice lost",

@@ -29,8 +29,6 @@ PROFILES = {"ci": 25, "dev": 200, "nightly": 2000}
 LOOP_BUDGETS: dict[str, float | None] = {"ci": 120.0, "dev": None, "nightly": None}
 #: The loop search's test module: the only one run with --chaos-loop.
 LOOP_MODULE = "test_loop_properties.py"
-#: The loop searched without --chaos-loop: the reference trainer, as a loop.
-TRAINER_LOOP = "pathways_chaos.harness.reference.trainer_loop:main"
 _SEARCH: pytest.StashKey[LoopSearch] = pytest.StashKey()
 _TRAINER = pytest.StashKey[str]()  # the --chaos-trainer (the reference trainer by default)
 _WORKER_STATS = "pathways_chaos_loop_search"
@@ -72,10 +70,17 @@ def pytest_configure(config: pytest.Config) -> None:
         core.global_force_seed = config.option.hypothesis_seed
     from pathways_chaos.harness.errors import ChaosConfigError
     from pathways_chaos.harness.properties import enable_compilation_cache, trainer_under_test
+    from pathways_chaos.harness.properties.loop import TRAINER_LOOP
 
     loop = config.getoption("chaos_loop", None)
     options: tuple[tuple[str, str], ...] = ()
-    if not loop:
+    if loop:
+        from pathways_chaos.harness.episodes.supervisor import check_loop
+
+        problem = check_loop(str(loop))  # a bad spec: one line now (loaded in a child, never here)
+        if problem is not None:
+            raise pytest.UsageError(problem)
+    else:  # our own loop: no probe child at every start-up, only the trainer it is given
         try:  # a bad --chaos-trainer: one line now, not one per test
             config.stash[_TRAINER] = trainer_under_test(config)
         except ChaosConfigError as error:
@@ -94,12 +99,8 @@ def _start_loop_search(
     # "Module already imported so cannot be rewritten" when the plugin activates).
     config.pluginmanager.import_plugin("pathways_chaos.fixtures.cluster")
     from pathways_chaos.fixtures.cluster import fake_topology
-    from pathways_chaos.harness.episodes.supervisor import check_loop
     from pathways_chaos.harness.properties.loop import LoopSearch, LoopTarget
 
-    problem = check_loop(loop)  # a bad spec: one line now (loaded in a child, never here)
-    if problem is not None:
-        raise pytest.UsageError(problem)
     budget = config.getoption("chaos_budget", None)
     seed = config.getoption("hypothesis_seed", None)
     topology = fake_topology(config)
@@ -201,7 +202,7 @@ def pytest_report_header(config: pytest.Config) -> str:
         subject += ")"
     else:
         trainer = config.getoption("chaos_trainer", None) or "the reference trainer"
-        subject = f"{trainer} as a loop ({TRAINER_LOOP})"
+        subject = f"{trainer} as a loop ({search.target.spec})"
     return (
         f"pathways-chaos properties: the loop search on {subject}, hypothesis profile "
         f"{name!r}, seed {search.seed}, {spend}"

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from pathways_chaos.harness.play import Outcome, play_loop
+from pathways_chaos.harness.properties.loop import TRAINER_LOOP as LOOP
 
-LOOP = "pathways_chaos.harness.reference.trainer_loop:main"
 LOSS = "data_loss@batch=7:slice=1"
 REJOIN = "data_loss@batch=7:slice=1,repair@batch=12:slice=1"
 RETRIED = "raise_error@batch=7:code=INTERNAL"  # a host-callback error: retried, no slice lost

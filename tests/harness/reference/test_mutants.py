@@ -19,6 +19,7 @@ import pytest
 
 from pathways_chaos.harness.properties.loop import (
     PROPERTY_NAMES,
+    TRAINER_LOOP,
     LoopPropertyFailure,
     LoopSearch,
     LoopTarget,
@@ -33,16 +34,14 @@ from pathways_chaos.harness.reference.variants import CORRECT_VARIANTS
 
 pytest_plugins = ["pytester"]
 
-TRAINER_LOOP = "pathways_chaos.harness.reference.trainer_loop:main"
 #: Schedules each property may try before its mutant must have failed (derandomized, seed 0).
 EXAMPLES = {"snapshot": 15, "dataset": 15, "mesh": 15, "stateful": 30}
 
 
-def search_of(trainer: str, **how: object) -> LoopSearch:
+def search_of(trainer: str, *, max_examples: int, shrink: bool = False) -> LoopSearch:
     """The loop search over ``trainer`` run as a loop: seeded, no example database."""
     target = LoopTarget(TRAINER_LOOP, options=(("trainer", trainer),))
-    how = {"seed": 0, "database": None, "shrink": False, **how}
-    return LoopSearch(target, **how)  # type: ignore[arg-type]
+    return LoopSearch(target, seed=0, database=None, max_examples=max_examples, shrink=shrink)
 
 
 def test_the_catalogue_holds_at_least_ten_new_mutants_each_with_a_named_property():
